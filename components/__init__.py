@@ -1,0 +1,1 @@
+"""Builtin components: ``dist.*`` and ``utils.*``."""

@@ -1,0 +1,1 @@
+"""xrun runtime: the elastic agent and rendezvous that run inside every replica (torch-free)."""

@@ -1,0 +1,366 @@
+"""torchrun's command line, parsed into a ``LaunchConfig`` plus the worker command.
+
+Every torchrun 2.13 flag is accepted in both ``--dash-form`` and ``--underscore_form``; a default
+can also come from ``PET_<NAME>`` (``PET_NNODES``, ``PET_NPROC_PER_NODE`` ...) as with torchrun.
+A torchrun flag that xrun does not implement is rejected by name rather than silently ignored.
+Bad values raise ``UsageError`` naming the value and the expected form.
+
+Standard library only (on the agent's start-up path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from xrun.errors import UsageError
+from xrun.runtime.config import DEFAULT_RDZV_PORT, DEFAULT_SIGNALS, LaunchConfig
+
+PROG = "xrun-agent"
+# Rendezvous conf keys whose values are durations in seconds (checked here so that a typo such
+# as join_timeout=10m fails before any node starts waiting).
+_DURATION_KEYS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "heartbeat_interval",
+    "heartbeat_timeout",
+    "read_timeout",
+    "timeout",
+)
+# torchrun flags with no xrun equivalent: (flags, takes a value, why).
+_UNSUPPORTED: tuple[tuple[tuple[str, ...], bool, str], ...] = (
+    (("--event-log-handler", "--event_log_handler"), True, "xrun records no torch events"),
+    (("--duplicate-stdout-filters", "--duplicate_stdout_filters"), True, "use -t/--tee and grep"),
+    (("--duplicate-stderr-filters", "--duplicate_stderr_filters"), True, "use -t/--tee and grep"),
+    (("--logs-specs", "--logs_specs"), True, "logs go under --log-dir"),
+    (("--numa-binding", "--numa_binding"), True, "bind CPUs in the script (os.sched_setaffinity)"),
+    (("--virtual-local-rank", "--virtual_local_rank"), False, "set CUDA_VISIBLE_DEVICES in the script"),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a mistake as ONE line (``xrun-agent: error: ...``) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+class _Unsupported(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, why: str = "", **kw: Any) -> None:
+        self.why = why
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        raise UsageError(
+            f"torchrun flag {option_string} is not supported by xrun ({self.why}): remove it"
+        )
+
+
+def _env_default(dest: str, default: str | None) -> str | None:
+    """torchrun's ``PET_<DEST>`` defaulting: the env var wins over the built-in default."""
+    return os.environ.get(f"PET_{dest.upper()}", default)
+
+
+def _env_flag(dest: str) -> bool:
+    raw = os.environ.get(f"PET_{dest.upper()}", "0")
+    try:
+        return bool(int(raw))
+    except ValueError:
+        raise UsageError(
+            f"PET_{dest.upper()}={raw!r} is invalid: expected 0 or 1"
+        ) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description="xrun's elastic agent: a torch-free, torchrun-compatible launcher. "
+        "Every option also reads its default from PET_<OPTION> (e.g. PET_NPROC_PER_NODE).",
+    )
+
+    def opt(*names: str, default: str | None, help: str, **kw: Any) -> None:
+        dest = names[-1].lstrip("-").replace("-", "_")
+        p.add_argument(*names, dest=dest, default=_env_default(dest, default), help=help, **kw)
+
+    def flag(*names: str, help: str) -> None:
+        dest = max(names, key=len).lstrip("-").replace("-", "_")
+        p.add_argument(*names, dest=dest, action="store_true", default=_env_flag(dest), help=help)
+
+    def both(name: str) -> tuple[str, str]:
+        return (f"--{name}", f"--{name.replace('-', '_')}")
+
+    opt("--nnodes", default="1:1", help="nodes: N or MIN:MAX (elastic). Default 1:1.")
+    opt(*both("nproc-per-node"), default="1", help="workers per node: int, auto, cpu or gpu.")
+    opt(*both("rdzv-backend"), default="static", help="c10d or static (torchrun's default "
+        "static on one node without --master-port means standalone).")
+    opt(*both("rdzv-endpoint"), default="", help="rendezvous host[:port] ([v6]:port); "
+        f"default port {DEFAULT_RDZV_PORT}.")
+    opt(*both("rdzv-id"), default="none", help="job id shared by every node.")
+    opt(*both("rdzv-conf"), default="", help="k=v,... e.g. join_timeout=600,last_call_timeout=30.")
+    flag("--standalone", help="single node: private rendezvous on a free localhost port.")
+    opt(*both("max-restarts"), default="0", help="worker group restarts before failing.")
+    opt(*both("monitor-interval"), default="0.1", help="fallback poll period in seconds (the "
+        "agent is woken by worker exits; this only matters without pidfd support).")
+    opt(*both("start-method"), default="spawn", help="spawn, fork or forkserver (--run-path).")
+    opt("--role", default="default", help="worker role name (ROLE_NAME).")
+    flag("-m", "--module", help="run the script as a module (python -m).")
+    flag(*both("no-python"), help="execute the script directly, without python.")
+    flag(*both("run-path"), help="run the script with runpy.run_path in a worker process.")
+    opt(*both("log-dir"), default=None, help="logs: <log_dir>/<run_id>/attempt_<n>/<local_rank>/.")
+    opt("-r", "--redirects", default="0", help="std streams to files only: 0-3 or 0:1,1:2.")
+    opt("-t", "--tee", default="0", help="std streams to files and console: 0-3 or 0:1,1:2.")
+    opt(*both("local-ranks-filter"), default="", help="console output only from these local "
+        "ranks, e.g. 0,1 (log files get everything).")
+    opt(*both("node-rank"), default="0", help="this node's rank (static rendezvous only).")
+    opt(*both("master-addr"), default="127.0.0.1", help="static rendezvous host.")
+    opt(*both("master-port"), default=None, help="static rendezvous port (default 29500).")
+    opt(*both("local-addr"), default=None, help="address this node advertises to its peers.")
+    opt(*both("signals-to-handle"), default=DEFAULT_SIGNALS, help="signals forwarded to the "
+        "workers before the agent shuts down, e.g. SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2.")
+    opt(*both("shutdown-timeout"), default=None, help="seconds between the forwarded signal "
+        "and SIGKILL (default $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30).")
+    for names, takes_value, why in _UNSUPPORTED:
+        p.add_argument(*names, action=_Unsupported, why=why, nargs=None if takes_value else 0,
+                       help=argparse.SUPPRESS)
+    p.add_argument("training_script", help="script (or module with -m, binary with --no-python)")
+    p.add_argument("training_script_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def _int(flag: str, raw: str, lo: int = 0) -> int:
+    try:
+        v = int(raw)
+    except (TypeError, ValueError):
+        v = lo - 1
+    if v < lo:
+        raise UsageError(f"{flag} {raw!r} is invalid: expected an integer >= {lo}")
+    return v
+
+
+def _float(flag: str, raw: str) -> float:
+    try:
+        v = float(raw)
+    except (TypeError, ValueError):
+        v = -1.0
+    if not v >= 0:
+        raise UsageError(f"{flag} {raw!r} is invalid: expected a number of seconds >= 0")
+    return v
+
+
+def parse_nnodes(raw: str) -> tuple[int, int]:
+    parts = raw.split(":")
+    try:
+        lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) <= 2 else (0, -1)
+    except ValueError:
+        lo, hi = 0, -1
+    if not 0 < lo <= hi:
+        raise UsageError(
+            f"--nnodes {raw!r} is invalid: expected N or MIN:MAX with 0 < MIN <= MAX "
+            "(e.g. --nnodes 2 or --nnodes 1:4)"
+        )
+    return lo, hi
+
+
+def count_gpus() -> int:
+    """NVIDIA GPUs on this host, without importing torch (driver procfs, else nvidia-smi -L)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        pass
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def parse_nproc(raw: str) -> int:
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    if raw == "cpu":
+        return cpu_count()
+    if raw in ("gpu", "auto"):
+        gpus = count_gpus()
+        if gpus:
+            return gpus
+        if raw == "auto":
+            return cpu_count()
+        raise UsageError(
+            "--nproc-per-node 'gpu' found no GPU (no /proc/driver/nvidia/gpus, no nvidia-smi): "
+            "use an integer, 'cpu' or 'auto'"
+        )
+    raise UsageError(
+        f"--nproc-per-node {raw!r} is invalid: expected a positive integer, auto, cpu or gpu"
+    )
+
+
+def parse_rdzv_conf(raw: str) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in raw.split(","))):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise UsageError(
+                f"--rdzv-conf item {item!r} is invalid: expected key=value pairs separated by "
+                "commas, e.g. join_timeout=600,last_call_timeout=30"
+            )
+        if key in _DURATION_KEYS:
+            try:
+                ok = float(value) > 0
+            except ValueError:
+                ok = False
+            if not ok:
+                raise UsageError(
+                    f"--rdzv-conf {key}={value!r} is invalid: expected a positive number of seconds"
+                )
+        if key == "token":
+            raise UsageError(
+                "--rdzv-conf token=... would put the job's secret on the command line: "
+                "set XRUN_RDZV_TOKEN / XRUN_RDZV_TOKEN_FILE or --rdzv-conf token_file=PATH"
+            )
+        conf[key] = value
+    return conf
+
+
+def check_endpoint(raw: str) -> str:
+    """Validate ``host``, ``host:port`` or ``[v6]:port``; return it unchanged."""
+    host, port = raw, ""
+    if raw.startswith("["):
+        close = raw.find("]")
+        host, rest = raw[1:close], raw[close + 1 :]
+        if close < 0 or (rest and not rest.startswith(":")):
+            host = ""
+        port = rest[1:]
+    elif raw.count(":") == 1:
+        host, port = raw.split(":")
+    elif raw.count(":") > 1:
+        host = ""  # a bare IPv6 address is ambiguous with a port
+    if not host or (port and not (port.isdigit() and int(port) < 65536)):
+        raise UsageError(
+            f"--rdzv-endpoint {raw!r} is invalid: expected host, host:port or [ipv6]:port "
+            "(port 0-65535)"
+        )
+    return raw
+
+
+def parse_local_ranks_filter(raw: str, nproc: int) -> set[int] | None:
+    if not raw:
+        return None
+    try:
+        ranks = {int(r) for r in raw.split(",")}
+    except ValueError:
+        ranks = {-1}
+    if not ranks or min(ranks) < 0 or max(ranks) >= nproc:
+        raise UsageError(
+            f"--local-ranks-filter {raw!r} is invalid: expected comma-separated local ranks "
+            f"in 0..{nproc - 1}, e.g. 0,1"
+        )
+    return ranks
+
+
+def run_script_path(training_script: str, *training_script_args: str) -> None:
+    """``--run-path``: run the script in this (worker) interpreter, as ``python script`` would."""
+    import runpy
+
+    sys.argv = [training_script, *training_script_args]
+    try:
+        runpy.run_path(training_script, run_name="__main__")
+    except SystemExit as e:  # exit(0) is success, not a failure of the function entrypoint
+        if e.code not in (0, None):
+            raise
+
+
+def parse(argv: Sequence[str] | None = None) -> tuple[LaunchConfig, Callable[..., Any] | str, tuple[str, ...]]:
+    """Command line -> (config, entrypoint, entrypoint args), with torchrun's defaulting."""
+    from xrun.runtime.procs import Std
+
+    ns = build_parser().parse_args(argv)
+    min_nodes, max_nodes = parse_nnodes(ns.nnodes)
+    nproc = parse_nproc(ns.nproc_per_node)
+    backend = ns.rdzv_backend
+    endpoint = ns.rdzv_endpoint
+    run_id = ns.rdzv_id
+    if backend not in ("c10d", "static"):
+        raise UsageError(f"--rdzv-backend {backend!r} is not supported: expected c10d or static")
+    if ns.standalone or (
+        backend == "static" and not endpoint and ns.master_port is None and max_nodes == 1
+    ) or (backend == "c10d" and not endpoint and max_nodes == 1):
+        # torchrun: a one-node job without a master port gets a private store on a free port.
+        backend, endpoint, run_id = "c10d", "", str(uuid.uuid4())
+    node_rank = -1
+    if backend == "static":
+        master_port = _int("--master-port", ns.master_port or "29500")
+        if not endpoint:
+            addr = ns.master_addr
+            endpoint = f"{addr}:{master_port}" if addr.startswith("[") or ":" not in addr \
+                else f"[{addr}]:{master_port}"
+        node_rank = _int("--node-rank", ns.node_rank)
+    if endpoint:
+        check_endpoint(endpoint)
+    if ns.shutdown_timeout is None:
+        ns.shutdown_timeout = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")
+    try:
+        redirects = Std.parse(ns.redirects, nproc)
+        tee = Std.parse(ns.tee, nproc)
+    except UsageError as e:
+        raise UsageError(f"-r/--redirects or -t/--tee: {e}") from None
+    cfg = LaunchConfig(
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        nproc_per_node=nproc,
+        run_id=run_id,
+        role=ns.role,
+        rdzv_backend=backend,
+        rdzv_endpoint=endpoint,
+        rdzv_conf=parse_rdzv_conf(ns.rdzv_conf),
+        max_restarts=_int("--max-restarts", ns.max_restarts),
+        monitor_interval=_float("--monitor-interval", ns.monitor_interval) or 0.1,
+        start_method=ns.start_method,
+        log_dir=ns.log_dir,
+        redirects=redirects,
+        tee=tee,
+        local_ranks_filter=parse_local_ranks_filter(ns.local_ranks_filter, nproc),
+        node_rank=node_rank,
+        local_addr=ns.local_addr,
+        shutdown_timeout=_float("--shutdown-timeout", ns.shutdown_timeout),
+        signals_to_handle=ns.signals_to_handle,
+        log_line_prefix_template=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
+    )
+    entrypoint: Callable[..., Any] | str
+    if ns.run_path:
+        entrypoint = run_script_path
+        args: tuple[str, ...] = (os.path.abspath(ns.training_script),)
+    elif ns.no_python:
+        if ns.module:
+            raise UsageError(
+                "--no-python and -m/--module contradict each other: -m runs a Python module, "
+                "--no-python runs a binary; drop one"
+            )
+        entrypoint, args = ns.training_script, ()
+    else:
+        # -u: unbuffered worker output, so tee'd lines and logs appear as they are written.
+        entrypoint = os.environ.get("PYTHON_EXEC", sys.executable)
+        args = ("-u", *(("-m",) if ns.module else ()), ns.training_script)
+    return cfg, entrypoint, (*args, *ns.training_script_args)

@@ -1,0 +1,211 @@
+"""What one agent runs: ``LaunchConfig`` (the typed form of torchrun's flags) and the worker env.
+
+Both the command line (``python -m xrun.runtime``) and the library call
+(``xrun.runtime.launch``) build a ``LaunchConfig`` and hand it to the same ``Agent``; the
+environment every worker sees is computed by ``worker_env`` alone, so the two paths cannot drift.
+
+Standard library only: this module is on the agent's start-up path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from xrun.errors import UsageError
+
+if TYPE_CHECKING:
+    from xrun.runtime.procs import Std
+
+DEFAULT_ROLE = "default"
+DEFAULT_RDZV_PORT = 29400
+DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+# torchrun's default tee/redirect console prefix; overridable by this env var (same as torchrun).
+LOG_PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+DEFAULT_LOG_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
+# Variable name used in script arguments, replaced by each worker's local rank (torchrun's macro).
+LOCAL_RANK_MACRO = "${local_rank}"
+
+
+@dataclass
+class LaunchConfig:
+    """One agent's job: how many nodes and workers, how they meet, and what to do on failure.
+
+    Mirrors torchrun's flags (``--nnodes MIN:MAX`` -> ``min_nodes``/``max_nodes`` ...). Example::
+
+        cfg = LaunchConfig(nproc_per_node=2)                  # standalone, 1 node x 2 workers
+        cfg = LaunchConfig(min_nodes=2, max_nodes=2, nproc_per_node=4,
+                           rdzv_endpoint="node0:29400", run_id="job7")
+    """
+
+    min_nodes: int = 1
+    max_nodes: int = 1
+    nproc_per_node: int = 1
+    # Empty run_id / endpoint on a single node means "standalone": a private store on a free
+    # localhost port and a random run id (what torchrun does for --standalone).
+    run_id: str = ""
+    role: str = DEFAULT_ROLE
+    rdzv_backend: str = "c10d"
+    rdzv_endpoint: str = ""
+    rdzv_conf: Mapping[str, str] = field(default_factory=dict)
+    max_restarts: int = 0
+    # The agent is event driven (pidfds, rendezvous fd, signal fd); this is only the period of the
+    # fallback poll used when the platform gives no exit fd for a worker.
+    monitor_interval: float = 0.1
+    start_method: str = "spawn"
+    log_dir: str | None = None
+    redirects: Std | Mapping[int, Std] = 0  # type: ignore[assignment]  # Std.NONE, without importing procs
+    tee: Std | Mapping[int, Std] = 0  # type: ignore[assignment]
+    local_ranks_filter: set[int] | None = None
+    node_rank: int = -1  # static backend only
+    local_addr: str | None = None
+    shutdown_timeout: float = 30.0
+    signals_to_handle: str = DEFAULT_SIGNALS
+    log_line_prefix_template: str | None = None
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def standalone(self) -> bool:
+        return not self.rdzv_endpoint
+
+
+def validate(cfg: LaunchConfig) -> None:
+    """Reject a config no agent could run, naming the field, its value and the fix."""
+    if not 0 < cfg.min_nodes <= cfg.max_nodes:
+        raise UsageError(
+            f"nnodes {cfg.min_nodes}:{cfg.max_nodes} is invalid: expected 0 < MIN <= MAX "
+            "(e.g. --nnodes 2 or --nnodes 1:4)"
+        )
+    if cfg.nproc_per_node < 1:
+        raise UsageError(
+            f"nproc_per_node {cfg.nproc_per_node} is invalid: expected a positive integer"
+        )
+    if cfg.max_restarts < 0:
+        raise UsageError(f"max_restarts {cfg.max_restarts} is invalid: expected an integer >= 0")
+    if cfg.rdzv_backend not in ("c10d", "static"):
+        raise UsageError(
+            f"rdzv backend {cfg.rdzv_backend!r} is not supported: expected 'c10d' or 'static'"
+        )
+    if cfg.rdzv_backend == "static":
+        if cfg.min_nodes != cfg.max_nodes:
+            raise UsageError(
+                f"nnodes {cfg.min_nodes}:{cfg.max_nodes} is elastic but the static rendezvous "
+                "needs a fixed size: use --nnodes N or --rdzv-backend c10d"
+            )
+        if not 0 <= cfg.node_rank < cfg.max_nodes:
+            raise UsageError(
+                f"node_rank {cfg.node_rank} is invalid for the static rendezvous with "
+                f"{cfg.max_nodes} node(s): pass --node-rank 0..{cfg.max_nodes - 1}"
+            )
+        if not cfg.rdzv_endpoint:
+            raise UsageError(
+                "the static rendezvous needs an endpoint: pass --master-addr/--master-port "
+                "or --rdzv-endpoint host:port"
+            )
+    if cfg.standalone and cfg.max_nodes > 1:
+        raise UsageError(
+            f"nnodes {cfg.min_nodes}:{cfg.max_nodes} needs a rendezvous every node can reach: "
+            "pass --rdzv-endpoint host:port (and the same --rdzv-id on every node)"
+        )
+    if cfg.start_method not in ("spawn", "fork", "forkserver"):
+        raise UsageError(
+            f"start_method {cfg.start_method!r} is invalid: expected spawn, fork or forkserver"
+        )
+    if cfg.shutdown_timeout < 0 or cfg.monitor_interval <= 0:
+        raise UsageError(
+            f"shutdown_timeout {cfg.shutdown_timeout} / monitor_interval {cfg.monitor_interval} "
+            "are invalid: expected shutdown_timeout >= 0 and monitor_interval > 0"
+        )
+    parse_signals(cfg.signals_to_handle)
+
+
+def parse_signals(spec: str) -> tuple[signal.Signals, ...]:
+    """``"SIGTERM,SIGUSR2"`` -> the signals; an unknown name is a UsageError listing the form."""
+    out: list[signal.Signals] = []
+    for name in (s.strip() for s in spec.split(",")):
+        if not name:
+            continue
+        sig = getattr(signal.Signals, name.upper(), None)
+        if sig is None or sig in (signal.SIGKILL, signal.SIGSTOP):
+            raise UsageError(
+                f"signal {name!r} in --signals-to-handle cannot be handled: expected "
+                "comma-separated catchable signal names such as SIGTERM,SIGINT,SIGUSR2"
+            )
+        out.append(sig)
+    return tuple(dict.fromkeys(out))
+
+
+def log_line_prefix(template: str | None, role: str, local_rank: int, rank: int) -> str:
+    """The console prefix of a tee'd line: ``[default0]:`` unless the template env var says else."""
+    return string.Template(template or DEFAULT_LOG_PREFIX_TEMPLATE).safe_substitute(
+        role_name=role, local_rank=local_rank, rank=rank
+    )
+
+
+def substitute_local_rank(args: tuple[object, ...], local_rank: int) -> tuple[object, ...]:
+    """Replace ``${local_rank}`` inside string arguments (torchrun's macro), leave others as is."""
+    return tuple(
+        a.replace(LOCAL_RANK_MACRO, str(local_rank)) if isinstance(a, str) else a for a in args
+    )
+
+
+def worker_env(
+    *,
+    local_rank: int,
+    local_world_size: int,
+    rank_offset: int,
+    world_size: int,
+    group_rank: int,
+    group_world_size: int,
+    role: str,
+    master_addr: str,
+    master_port: int,
+    restart_count: int,
+    max_restarts: int,
+    run_id: str,
+    error_file: str,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The variables one worker gets on top of the agent's environment (torchrun's contract).
+
+    The only function that computes them: the CLI agent and ``launch`` both call it.
+    ``environ`` is the agent's environment (default ``os.environ``), read for the variables whose
+    user-set value wins (TORCH_NCCL_ASYNC_ERROR_HANDLING, OMP_NUM_THREADS).
+    """
+    env = os.environ if environ is None else environ
+    rank = rank_offset + local_rank
+    out = {
+        "LOCAL_RANK": str(local_rank),
+        "RANK": str(rank),
+        "GROUP_RANK": str(group_rank),
+        # One role per agent: role ranks are the global ranks (as in torchrun with one role).
+        "ROLE_RANK": str(rank),
+        "ROLE_NAME": role,
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+        "WORLD_SIZE": str(world_size),
+        "GROUP_WORLD_SIZE": str(group_world_size),
+        "ROLE_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "TORCHELASTIC_RESTART_COUNT": str(restart_count),
+        "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
+        "TORCHELASTIC_RUN_ID": run_id,
+        # xrun's rendezvous store is not a torch TCPStore, so the workers host their own store
+        # at MASTER_ADDR:MASTER_PORT (rank 0 binds it), exactly as with a non-agent-store backend.
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+        # Each worker's own error file (under the agent's log dir), never the agent's.
+        "TORCHELASTIC_ERROR_FILE": error_file,
+    }
+    if "OMP_NUM_THREADS" in env:
+        out["OMP_NUM_THREADS"] = env["OMP_NUM_THREADS"]
+    elif local_world_size > 1:
+        # torchrun's default: N workers each spawning one OpenMP thread per core overload a node.
+        out["OMP_NUM_THREADS"] = "1"
+    return out

@@ -1,0 +1,355 @@
+"""What every scheduler implements, and the registry that finds them.
+
+A scheduler turns an :class:`~xrun.specs.AppDef` into a *request value*
+(:meth:`Scheduler.submit_dryrun` -> :class:`AppDryRunInfo`) and only
+:meth:`Scheduler.schedule` executes it. ``--dryrun`` prints the value; tests check it without the
+backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import difflib
+import enum
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from xrun.errors import UsageError
+from xrun.specs import AppDef, AppState, Role, RoleStatus
+
+T = TypeVar("T")
+CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
+
+
+@dataclass
+class AppDryRunInfo(Generic[T]):
+    """A scheduler's request for one app, not yet executed. ``str()`` is what --dryrun prints."""
+
+    request: T
+    fmt: Callable[[T], str]
+    app: AppDef | None = None
+    cfg: Mapping[str, CfgVal] = field(default_factory=dict)
+    scheduler: str = ""
+
+    def __str__(self) -> str:
+        return self.fmt(self.request)
+
+
+# --------------------------------------------------------------------------- run options
+@dataclass
+class runopt:  # noqa: N801 - TorchX's name
+    name: str
+    type_: type
+    help: str
+    default: CfgVal = None
+    required: bool = False
+
+
+_TYPE_NAMES: dict[type, str] = {
+    str: "str",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    list: "list[str]",
+    dict: "dict[str, str]",
+}
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off"}
+
+
+def _convert(name: str, type_: type, value: object) -> CfgVal:
+    """Convert a config value (often a string from the CLI or a config file) to ``type_``."""
+    expected = _TYPE_NAMES.get(type_, type_.__name__)
+    if value is None:
+        return None
+    if type_ is bool:
+        if isinstance(value, bool):
+            return value
+        s = str(value).strip().lower()
+        if s in _TRUE:
+            return True
+        if s in _FALSE:
+            return False
+    elif type_ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+            return int(value)
+    elif type_ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif type_ is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif type_ is list:
+        if isinstance(value, list):
+            return [str(v) for v in value]
+        if isinstance(value, str):
+            return [v for v in (s.strip() for s in value.split(";" if ";" in value else ",")) if v]
+    elif type_ is dict:
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        if isinstance(value, str):
+            out: dict[str, str] = {}
+            for item in filter(None, (s.strip() for s in value.split(";"))):
+                k, sep, v = item.partition(":")
+                if not sep or not k:
+                    break
+                out[k] = v
+            else:
+                return out
+    raise UsageError(f"run option {name}={value!r} is not a valid {expected}")
+
+
+class runopts:  # noqa: N801 - TorchX's name
+    """A scheduler's typed, self-describing run options (``xrun runopts S`` prints them)."""
+
+    def __init__(self) -> None:
+        self._opts: dict[str, runopt] = {}
+
+    def add(
+        self,
+        name: str,
+        type_: type,
+        help: str,
+        default: CfgVal = None,
+        required: bool = False,
+    ) -> None:
+        self._opts[name] = runopt(name, type_, help, default, required)
+
+    def __iter__(self) -> Iterator[runopt]:
+        return iter(self._opts.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._opts
+
+    def get(self, name: str) -> runopt | None:
+        return self._opts.get(name)
+
+    def resolve(self, cfg: Mapping[str, object], scheduler: str = "") -> dict[str, CfgVal]:
+        """Fill defaults, convert values to their types, reject unknown or missing keys."""
+        for key in cfg:
+            if key not in self._opts:
+                close = difflib.get_close_matches(key, list(self._opts), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                valid = ", ".join(self._opts) or "none"
+                raise UsageError(
+                    f"unknown run option {key!r} for scheduler {scheduler or '?'}{hint}; valid: {valid}"
+                )
+        out: dict[str, CfgVal] = {}
+        for opt in self._opts.values():
+            if opt.name in cfg and cfg[opt.name] is not None:
+                out[opt.name] = _convert(opt.name, opt.type_, cfg[opt.name])
+            elif opt.required:
+                raise UsageError(
+                    f"run option {opt.name!r} is required for scheduler {scheduler or '?'}: "
+                    f"pass -cfg {opt.name}=VALUE ({opt.help})"
+                )
+            else:
+                out[opt.name] = opt.default
+        return out
+
+    def __str__(self) -> str:
+        lines = []
+        for o in self._opts.values():
+            tname = _TYPE_NAMES.get(o.type_, o.type_.__name__)
+            req = "required" if o.required else f"default: {o.default!r}"
+            lines.append(f"    {o.name} ({tname}, {req})\n        {o.help}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- responses
+@dataclass
+class DescribeAppResponse:
+    app_id: str
+    state: AppState = AppState.UNKNOWN
+    num_restarts: int = 0
+    msg: str = ""
+    structured_error_msg: str = ""
+    ui_url: str | None = None
+    roles_statuses: list[RoleStatus] = field(default_factory=list)
+    roles: list[Role] = field(default_factory=list)
+
+
+@dataclass
+class ListAppResponse:
+    app_id: str
+    state: AppState
+    name: str = ""
+    app_handle: str = ""
+
+
+class Stream(str, enum.Enum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    COMBINED = "combined"
+
+
+# --------------------------------------------------------------------------- the interface
+class Scheduler(abc.ABC, Generic[T]):
+    """Base of every scheduler. Subclasses set ``backend`` and implement the abstract methods."""
+
+    backend: str = ""
+
+    def __init__(self, session_name: str) -> None:
+        self.session_name = session_name
+
+    @abc.abstractmethod
+    def run_opts(self) -> runopts: ...
+
+    def submit_dryrun(self, app: AppDef, cfg: Mapping[str, object]) -> AppDryRunInfo[T]:
+        resolved = self.run_opts().resolve(cfg, self.backend)
+        app.validate()
+        self._validate(app, resolved)
+        info = self._submit_dryrun(app, resolved)
+        info.app = app
+        info.cfg = resolved
+        info.scheduler = self.backend
+        return info
+
+    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        """Scheduler-specific checks of the app (raise UsageError)."""
+
+    @abc.abstractmethod
+    def _submit_dryrun(self, app: AppDef, cfg: dict[str, CfgVal]) -> AppDryRunInfo[T]: ...
+
+    @abc.abstractmethod
+    def schedule(self, dryrun_info: AppDryRunInfo[T]) -> str:
+        """Execute the request; return the app id."""
+
+    def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
+        """Make ``workspace`` (a local dir) available to the app, e.g. build an image.
+
+        The default does nothing: schedulers that run in the cwd need no copy.
+        """
+
+    def submit(
+        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+    ) -> str:
+        if workspace:
+            self.build_workspace(app, workspace, cfg)
+        return self.schedule(self.submit_dryrun(app, cfg))
+
+    @abc.abstractmethod
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """The app's status, or None when the scheduler does not know it."""
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        raise UsageError(f"scheduler {self.backend} does not support logs")
+
+    @abc.abstractmethod
+    def cancel(self, app_id: str) -> None:
+        """Stop the app; it ends CANCELLED. Unknown app -> AppNotFoundError."""
+
+    @abc.abstractmethod
+    def list(self) -> list[ListAppResponse]: ...
+
+    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
+        """Block until the app is terminal (or ``timeout`` passes); None when unknown.
+
+        The default polls :meth:`describe` with backoff; schedulers that can be told
+        (a child process, a blocking API) override it.
+        """
+        import time
+
+        from xrun.specs import is_terminal
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            resp = self.describe(app_id)
+            if resp is None or is_terminal(resp.state):
+                return resp
+            if deadline is not None and time.monotonic() >= deadline:
+                return resp
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+
+    def exists(self, app_id: str) -> bool:
+        return self.describe(app_id) is not None
+
+    def close(self) -> None:
+        """Release clients/connections."""
+
+
+def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterator[str]:
+    """Lines matching ``regex`` (all lines when None); a bad pattern is a UsageError."""
+    if not regex:
+        yield from lines
+        return
+    try:
+        pattern = re.compile(regex)
+    except re.error as e:
+        raise UsageError(f"--regex {regex!r} is not a valid regular expression: {e}") from None
+    for line in lines:
+        if pattern.search(line):
+            yield line
+
+
+# --------------------------------------------------------------------------- registry
+# Builtins by dotted path (imported on first use), with what to install when the import fails.
+_BUILTINS: dict[str, tuple[str, str]] = {
+    "local_cwd": ("xrun.schedulers.local_cwd", ""),
+    "slurm": ("xrun.schedulers.slurm", ""),
+    "docker": ("xrun.schedulers.docker", "pip install 'xrun[docker]'"),
+}
+
+SchedulerFactory = Callable[..., Scheduler[Any]]
+
+
+def _plugin_entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group="xrun.schedulers")}
+
+
+def scheduler_names() -> list[str]:
+    """Builtins first, then plugins (a plugin never replaces a builtin)."""
+    plugins = [n for n in _plugin_entry_points() if n not in _BUILTINS]
+    return list(_BUILTINS) + sorted(plugins)
+
+
+def get_scheduler_factory(name: str) -> SchedulerFactory:
+    import importlib
+
+    if name in _BUILTINS:
+        module_name, hint = _BUILTINS[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            extra = f"; {hint}" if hint else ""
+            raise UsageError(f"scheduler {name!r} cannot be loaded ({e}){extra}") from None
+        factory: SchedulerFactory = module.create_scheduler
+        return factory
+    eps = _plugin_entry_points()
+    if name in eps:
+        try:
+            loaded: SchedulerFactory = eps[name].load()
+        except Exception as e:  # a broken plugin must not look like a missing one
+            raise UsageError(f"scheduler plugin {name!r} failed to load: {e}") from None
+        return loaded
+    names = scheduler_names()
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UsageError(f"unknown scheduler {name!r}{hint}; available: {', '.join(names)}")
+
+
+def get_scheduler(name: str, session_name: str = "default", **kwargs: Any) -> Scheduler[Any]:
+    return get_scheduler_factory(name)(session_name, **kwargs)

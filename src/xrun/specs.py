@@ -1,0 +1,448 @@
+"""The job spec: plain typed dataclasses that know nothing about any scheduler.
+
+An :class:`AppDef` is a list of :class:`Role` s; each role runs ``num_replicas`` copies of one
+command (``entrypoint`` + ``args``) in an ``image`` with a :class:`Resource` request::
+
+    >>> app = AppDef(name="hello", roles=[Role(name="echo", image="/tmp", entrypoint="echo",
+    ...                                        args=["hello ${replica_id}"], num_replicas=2)])
+    >>> [macros.Values(img_root="/tmp", app_id="a1", replica_id=str(i), rank0_env="R0").apply(
+    ...     app.roles[0]).args for i in range(2)]
+    [['hello 0'], ['hello 1']]
+
+Schedulers turn an AppDef into a request (see :mod:`xrun.schedulers.api`).
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from xrun.errors import UsageError
+
+
+# --------------------------------------------------------------------------- resources
+@dataclass
+class Resource:
+    """What one replica asks for. ``memMB`` keeps TorchX's name for familiarity."""
+
+    cpu: int
+    gpu: int
+    memMB: int
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    devices: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def copy(original: Resource, **capabilities: Any) -> Resource:
+        """A copy of ``original`` with extra capabilities merged in."""
+        merged = {**original.capabilities, **capabilities}
+        return Resource(original.cpu, original.gpu, original.memMB, merged, dict(original.devices))
+
+
+# A Role without a resource request: schedulers leave the limits to their defaults.
+NULL_RESOURCE = Resource(cpu=-1, gpu=-1, memMB=-1)
+
+
+# --------------------------------------------------------------------------- mounts
+@dataclass
+class BindMount:
+    """A host path mounted into the replica (``type=bind,src=...,dst=...[,readonly]``)."""
+
+    src_path: str
+    dst_path: str
+    read_only: bool = False
+
+
+@dataclass
+class VolumeMount:
+    """A named volume (``type=volume,src=NAME,dst=...[,readonly]``)."""
+
+    src: str
+    dst_path: str
+    read_only: bool = False
+
+
+@dataclass
+class DeviceMount:
+    """A host device (``type=device,src=/dev/x[,dst=/dev/y][,perm=rwm]``)."""
+
+    src_path: str
+    dst_path: str
+    permissions: str = "rwm"
+
+
+Mount = BindMount | VolumeMount | DeviceMount
+
+_MOUNT_FORM = (
+    "type=bind,src=HOST_PATH,dst=PATH[,readonly] | type=volume,src=NAME,dst=PATH[,readonly]"
+    " | type=device,src=/dev/X[,dst=/dev/Y][,perm=rwm]"
+)
+
+
+def parse_mounts(opts: list[str]) -> list[Mount]:
+    """Parse docker-style ``--mount`` strings; several may be comma-joined items of one list.
+
+    ``["type=bind,src=/a,dst=/b,readonly", "type=volume,src=v,dst=/c"]``. A new mount starts at
+    every ``type=`` so a list split on commas (as the CLI does for ``list[str]``) also works.
+    """
+    groups: list[list[str]] = []
+    for opt in opts:
+        for item in opt.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if item.startswith("type=") or not groups:
+                groups.append([])
+            groups[-1].append(item)
+    return [_parse_one_mount(g) for g in groups]
+
+
+def _parse_one_mount(items: list[str]) -> Mount:
+    text = ",".join(items)
+    kv: dict[str, str] = {}
+    flags: set[str] = set()
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep:
+            flags.add(key)
+            continue
+        if key in ("source", "src"):
+            key = "src"
+        elif key in ("destination", "dst", "target"):
+            key = "dst"
+        elif key in ("perm", "permissions"):
+            key = "perm"
+        elif key in ("readonly", "ro"):
+            if value.lower() in ("true", "1", "yes"):
+                flags.add("readonly")
+            continue
+        kv[key] = value
+    kind = kv.get("type")
+    if kind is None:
+        raise UsageError(f"mount {text!r} has no type=; expected {_MOUNT_FORM}")
+    read_only = bool(flags & {"readonly", "ro"})
+    unknown = flags - {"readonly", "ro"}
+    if unknown:
+        raise UsageError(f"mount {text!r}: unknown flag {sorted(unknown)[0]!r}; expected {_MOUNT_FORM}")
+    if kind == "bind":
+        if not kv.get("src") or not kv.get("dst"):
+            raise UsageError(f"bind mount {text!r} needs src= and dst=; expected {_MOUNT_FORM}")
+        return BindMount(src_path=kv["src"], dst_path=kv["dst"], read_only=read_only)
+    if kind == "volume":
+        if not kv.get("src") or not kv.get("dst"):
+            raise UsageError(f"volume mount {text!r} needs src= and dst=; expected {_MOUNT_FORM}")
+        return VolumeMount(src=kv["src"], dst_path=kv["dst"], read_only=read_only)
+    if kind == "device":
+        if not kv.get("src"):
+            raise UsageError(f"device mount {text!r} needs src=; expected {_MOUNT_FORM}")
+        perm = kv.get("perm", "rwm")
+        if not perm or set(perm) - set("rwm"):
+            raise UsageError(f"device mount {text!r}: perm={perm!r} must use only r, w, m")
+        return DeviceMount(src_path=kv["src"], dst_path=kv.get("dst", kv["src"]), permissions=perm)
+    raise UsageError(f"mount {text!r}: unknown type {kind!r}; expected {_MOUNT_FORM}")
+
+
+# --------------------------------------------------------------------------- roles & apps
+class RetryPolicy(str, enum.Enum):
+    """What a scheduler restarts when a replica fails (TorchX's names)."""
+
+    REPLICA = "REPLICA"
+    APPLICATION = "APPLICATION"
+    ROLE = "ROLE"
+
+
+@dataclass
+class Role:
+    """One kind of replica: ``num_replicas`` copies of ``entrypoint args...`` in ``image``.
+
+    ``min_replicas`` (< num_replicas) makes the role elastic. ``port_map`` names ports the
+    replica listens on. ``metadata`` is free-form, per scheduler.
+    """
+
+    name: str
+    image: str
+    entrypoint: str = ""
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    num_replicas: int = 1
+    min_replicas: int | None = None
+    max_retries: int = 0
+    retry_policy: RetryPolicy = RetryPolicy.APPLICATION
+    resource: Resource = field(default_factory=lambda: copy.deepcopy(NULL_RESOURCE))
+    port_map: dict[str, int] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not self.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
+            raise UsageError(
+                f"role name {self.name!r} is invalid; use letters, digits, '_', '.', '-'"
+            )
+        if not self.entrypoint:
+            raise UsageError(f"role {self.name!r} has no entrypoint")
+        if self.num_replicas < 1:
+            raise UsageError(f"role {self.name!r}: num_replicas={self.num_replicas} must be >= 1")
+        if self.min_replicas is not None and not 0 <= self.min_replicas <= self.num_replicas:
+            raise UsageError(
+                f"role {self.name!r}: min_replicas={self.min_replicas} must be between 0 and "
+                f"num_replicas={self.num_replicas}"
+            )
+        if self.max_retries < 0:
+            raise UsageError(f"role {self.name!r}: max_retries={self.max_retries} must be >= 0")
+
+
+@dataclass
+class AppDef:
+    """A job: a name, its roles and free-form metadata."""
+
+    name: str
+    roles: list[Role] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not self.roles:
+            raise UsageError(f"app {self.name!r} has no roles")
+        seen: set[str] = set()
+        for role in self.roles:
+            role.validate()
+            if role.name in seen:
+                raise UsageError(f"app {self.name!r}: two roles are named {role.name!r}")
+            seen.add(role.name)
+
+
+# --------------------------------------------------------------------------- macros
+class macros:  # noqa: N801 - a namespace, named like TorchX's for familiarity
+    """Placeholders a scheduler fills in per replica, in ``args`` and ``env`` values.
+
+    ``${app_id}``, ``${replica_id}``, ``${img_root}``, ``${rank0_env}`` (the *name* of an env var
+    whose value is the first replica's host). Unknown ``${x}`` are left alone; ``$$`` is ``$``.
+    """
+
+    app_id = "${app_id}"
+    replica_id = "${replica_id}"
+    img_root = "${img_root}"
+    rank0_env = "${rank0_env}"
+
+    _PATTERN = re.compile(r"\$\$|\$\{(app_id|replica_id|img_root|rank0_env)\}")
+
+    @dataclass
+    class Values:
+        img_root: str
+        app_id: str
+        replica_id: str
+        rank0_env: str
+
+        def substitute(self, text: str) -> str:
+            values = asdict(self)
+
+            def repl(m: re.Match[str]) -> str:
+                return "$" if m.group(0) == "$$" else str(values[m.group(1)])
+
+            return macros._PATTERN.sub(repl, text)
+
+        def apply(self, role: Role) -> Role:
+            """A copy of ``role`` with every macro substituted; ``role`` itself is untouched."""
+            out = copy.deepcopy(role)
+            out.args = [self.substitute(a) for a in out.args]
+            out.env = {k: self.substitute(v) for k, v in out.env.items()}
+            return out
+
+
+# --------------------------------------------------------------------------- status
+class AppState(int, enum.Enum):
+    UNSUBMITTED = 0
+    SUBMITTED = 1
+    PENDING = 2
+    RUNNING = 3
+    SUCCEEDED = 4
+    FAILED = 5
+    CANCELLED = 6
+    UNKNOWN = 7
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_TERMINAL = {AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED}
+
+
+def is_terminal(state: AppState) -> bool:
+    return state in _TERMINAL
+
+
+@dataclass
+class ReplicaStatus:
+    id: int
+    state: AppState
+    role: str
+    hostname: str = ""
+    exit_code: int | None = None
+    structured_error_msg: str = ""
+
+
+@dataclass
+class RoleStatus:
+    role: str
+    replicas: list[ReplicaStatus] = field(default_factory=list)
+
+
+@dataclass
+class AppStatus:
+    state: AppState
+    num_restarts: int = 0
+    msg: str = ""
+    structured_error_msg: str = ""
+    ui_url: str | None = None
+    roles: list[RoleStatus] = field(default_factory=list)
+
+    def is_terminal(self) -> bool:
+        return is_terminal(self.state)
+
+    def format(self) -> str:
+        """Human-readable multi-line status (what ``xrun status`` prints)."""
+        lines = [f"State: {self.state.name}"]
+        if self.num_restarts:
+            lines.append(f"Restarts: {self.num_restarts}")
+        if self.msg:
+            lines.append(f"Msg: {self.msg}")
+        if self.ui_url:
+            lines.append(f"UI: {self.ui_url}")
+        for role in self.roles:
+            lines.append(f"Role {role.role}:")
+            for r in role.replicas:
+                code = "" if r.exit_code is None else f" exit_code={r.exit_code}"
+                host = f" host={r.hostname}" if r.hostname else ""
+                lines.append(f"  {role.role}/{r.id}: {r.state.name}{host}{code}")
+                if r.structured_error_msg:
+                    lines.append(f"    error: {r.structured_error_msg.splitlines()[0][:300]}")
+        if self.structured_error_msg:
+            lines.append(f"Error: {self.structured_error_msg.splitlines()[0][:300]}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- handles
+_HANDLE_FORM = "SCHEDULER://SESSION/APP_ID (e.g. local_cwd://default/ddp-x1y2z3)"
+_HANDLE_RE = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]*)://([A-Za-z0-9_.-]*)/([^/\s]+)$")
+
+
+@dataclass(frozen=True)
+class AppHandle:
+    """``scheduler://session/app_id``: how every command after ``run`` finds a job."""
+
+    scheduler: str
+    session: str
+    app_id: str
+
+    @staticmethod
+    def parse(text: str) -> AppHandle:
+        m = _HANDLE_RE.match(text.strip())
+        if not m:
+            raise UsageError(f"malformed app handle {text!r}; expected {_HANDLE_FORM}")
+        return AppHandle(m.group(1), m.group(2), m.group(3))
+
+    def __str__(self) -> str:
+        return f"{self.scheduler}://{self.session}/{self.app_id}"
+
+
+def make_app_handle(app_id: str, scheduler: str, session: str = "default") -> str:
+    return str(AppHandle(scheduler, session, app_id))
+
+
+def parse_app_handle(text: str) -> AppHandle:
+    return AppHandle.parse(text)
+
+
+# --------------------------------------------------------------------------- YAML
+def appdef_to_dict(app: AppDef) -> dict[str, Any]:
+    """A plain dict (enums as names, mounts tagged with their type) for YAML/JSON."""
+    roles = []
+    for r in app.roles:
+        d = asdict(r)
+        d["retry_policy"] = r.retry_policy.value
+        d["mounts"] = [_mount_to_dict(m) for m in r.mounts]
+        roles.append(d)
+    return {"name": app.name, "roles": roles, "metadata": dict(app.metadata)}
+
+
+def _mount_to_dict(m: Mount) -> dict[str, Any]:
+    kind = {BindMount: "bind", VolumeMount: "volume", DeviceMount: "device"}[type(m)]
+    return {"type": kind, **asdict(m)}
+
+
+_ROLE_FIELDS = set(Role.__dataclass_fields__)
+_RESOURCE_FIELDS = set(Resource.__dataclass_fields__)
+
+
+def appdef_from_dict(data: Any, source: str = "spec") -> AppDef:
+    """Build an AppDef from :func:`appdef_to_dict`'s form, with errors naming the bad field."""
+    if not isinstance(data, dict) or "name" not in data or "roles" not in data:
+        raise UsageError(f"{source}: expected a mapping with 'name' and 'roles' (an AppDef)")
+    roles: list[Role] = []
+    for i, rd in enumerate(data["roles"] or []):
+        where = f"{source}: roles[{i}]"
+        if not isinstance(rd, dict):
+            raise UsageError(f"{where}: expected a mapping, got {type(rd).__name__}")
+        unknown = set(rd) - _ROLE_FIELDS
+        if unknown:
+            raise UsageError(
+                f"{where}: unknown field {sorted(unknown)[0]!r}; valid: {', '.join(sorted(_ROLE_FIELDS))}"
+            )
+        rd = dict(rd)
+        res = rd.pop("resource", None)
+        if res is not None:
+            if not isinstance(res, dict) or set(res) - _RESOURCE_FIELDS:
+                raise UsageError(f"{where}.resource: expected keys {sorted(_RESOURCE_FIELDS)}")
+            rd["resource"] = Resource(**res)
+        mounts = rd.pop("mounts", None) or []
+        rd["mounts"] = [_mount_from_dict(m, f"{where}.mounts") for m in mounts]
+        if "retry_policy" in rd:
+            try:
+                rd["retry_policy"] = RetryPolicy(rd["retry_policy"])
+            except ValueError:
+                raise UsageError(
+                    f"{where}.retry_policy: {rd['retry_policy']!r}; expected one of "
+                    f"{[p.value for p in RetryPolicy]}"
+                ) from None
+        rd["args"] = [str(a) for a in rd.get("args") or []]
+        rd["env"] = {str(k): str(v) for k, v in (rd.get("env") or {}).items()}
+        try:
+            roles.append(Role(**rd))
+        except TypeError as e:
+            raise UsageError(f"{where}: {e}") from None
+    app = AppDef(name=str(data["name"]), roles=roles, metadata=dict(data.get("metadata") or {}))
+    app.validate()
+    return app
+
+
+def _mount_from_dict(d: Any, where: str) -> Mount:
+    if not isinstance(d, dict) or "type" not in d:
+        raise UsageError(f"{where}: expected a mapping with type=bind|volume|device")
+    d = dict(d)
+    kind = d.pop("type")
+    cls = {"bind": BindMount, "volume": VolumeMount, "device": DeviceMount}.get(kind)
+    if cls is None:
+        raise UsageError(f"{where}: unknown mount type {kind!r}; expected bind, volume or device")
+    try:
+        return cls(**d)
+    except TypeError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
+def appdef_to_yaml(app: AppDef) -> str:
+    import yaml  # lazy: `import xrun` must stay cheap
+
+    return str(yaml.safe_dump(appdef_to_dict(app), sort_keys=False))
+
+
+def appdef_from_yaml(text: str, source: str = "spec") -> AppDef:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        first = str(e).splitlines()[0] if str(e) else "invalid YAML"
+        raise UsageError(f"{source}: not valid YAML ({first})") from None
+    return appdef_from_dict(data, source)
