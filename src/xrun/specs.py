@@ -413,7 +413,10 @@ def appdef_from_dict(data: Any, source: str = "spec") -> AppDef:
         except TypeError as e:
             raise UsageError(f"{where}: {e}") from None
     app = AppDef(name=str(data["name"]), roles=roles, metadata=dict(data.get("metadata") or {}))
-    app.validate()
+    try:
+        app.validate()
+    except UsageError as e:
+        raise UsageError(f"{source}: {e}") from None
     return app
 
 

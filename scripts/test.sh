@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it, from a fresh machine:
+#   system packages (Slurm + munge, Docker Engine, mmdebstrap, shellcheck) -> .venv -> lint
+#   -> real Slurm cluster and Docker Engine -> pytest (everything, nothing skipped) -> benchmark smoke.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONDONTWRITEBYTECODE=1
+bash scripts/setup.sh
+bash scripts/lint.sh
+# Start the real backends up front (the test fixtures call the same idempotent scripts).
+bash scripts/slurm-cluster.sh up
+bash scripts/docker-engine.sh up
+bash scripts/docker-engine.sh image
+# -rs lists skips: the suite must not skip anything, and conftest fails a run that does.
+.venv/bin/python -m pytest -q -rs -p no:cacheprovider tests "$@"
+.venv/bin/python -m benchmarks --smoke
