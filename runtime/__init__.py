@@ -1,1 +1,52 @@
-"""xrun runtime: the elastic agent and rendezvous that run inside every replica (torch-free)."""
+"""xrun runtime: the elastic agent and rendezvous that run inside every replica (torch-free).
+
+The public names load on first use (``import xrun.runtime`` stays a bare-interpreter import)::
+
+    from xrun.runtime import LaunchConfig, launch, record, start_processes
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xrun.runtime.agent import Agent, AgentFailedError, ChildFailedError, RunResult
+    from xrun.runtime.api import launch
+    from xrun.runtime.config import LaunchConfig
+    from xrun.runtime.errors import ProcessFailure, record
+    from xrun.runtime.procs import PContext, RunProcsResult, Std, start_processes
+
+# public name -> the submodule that defines it
+_LAZY = {
+    "Agent": "agent",
+    "AgentFailedError": "agent",
+    "ChildFailedError": "agent",
+    "RunResult": "agent",
+    "launch": "api",
+    "LaunchConfig": "config",
+    "ProcessFailure": "errors",
+    "record": "errors",
+    "PContext": "procs",
+    "RunProcsResult": "procs",
+    "Std": "procs",
+    "start_processes": "procs",
+}
+
+__all__ = [  # spelled out (not sorted(_LAZY)) so linters see the re-exports
+    "Agent", "AgentFailedError", "ChildFailedError", "LaunchConfig", "PContext", "ProcessFailure",
+    "RunProcsResult", "RunResult", "Std", "launch", "record", "start_processes",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'xrun.runtime' has no attribute {name!r}")
+    value = getattr(import_module(f"xrun.runtime.{module}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -15,51 +15,58 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _load_prctl() -> Callable[..., int] | None:
-    """libc's ``prctl``, or None where ctypes or libc is unavailable (then workers still get
-    their own process group; only the die-with-the-agent guarantee is lost)."""
+def _pdeathsig_call() -> Callable[[], object] | None:
+    """A ready-made ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` call, or None where ctypes or libc
+    is unavailable (then workers still get their own process group; only the
+    die-with-the-agent guarantee is lost).
+
+    Library and arguments are set up here, in the parent, so a freshly forked child only makes
+    the foreign call: the less a child does between fork and exec, the less can go wrong when
+    the agent has other threads.
+    """
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn: Callable[..., int] = libc.prctl
-        return fn
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (ImportError, OSError, AttributeError):
         return None
+    prctl.restype = ctypes.c_int
+    args = (
+        ctypes.c_int(_PR_SET_PDEATHSIG),
+        ctypes.c_ulong(signal.SIGKILL),
+        *[ctypes.c_ulong(0)] * 3,
+    )
+    return lambda: prctl(*args)
 
 
-def die_with_parent(prctl: Callable[..., int] | None, parent_pid: int | None) -> None:
+def die_with_parent(pdeathsig: Callable[[], object] | None, parent_pid: int | None) -> None:
     """Ask the kernel for SIGKILL when our parent exits, then close the race where it already
     had: a parent that died before the prctl call left us reparented, so ``getppid`` changed.
 
     ``parent_pid`` is None when our parent is not the agent (the forkserver forks us; it exits
-    when the agent does, which fires the signal all the same).
+    when the agent does, which fires the signal all the same). The signal is tied to the
+    *thread* that forked us: ``start_processes`` must be called from a long-lived thread.
     """
-    if prctl is not None:
-        import ctypes
-
-        prctl(ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL),
-              ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    if pdeathsig is not None:
+        pdeathsig()
     if parent_pid is not None and os.getppid() != parent_pid:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def make_preexec(parent_pid: int) -> Callable[[], None]:
     """The ``preexec_fn`` for a binary worker: runs in the child after fork, before exec.
-
-    ctypes and libc are loaded here, in the parent, so the child only makes the call.
-    PDEATHSIG survives exec (it is only cleared for set-uid binaries).
-    """
-    prctl = _load_prctl()
+    PDEATHSIG survives exec (it is only cleared for set-uid binaries)."""
+    pdeathsig = _pdeathsig_call()
 
     def preexec() -> None:
         os.setpgid(0, 0)
-        die_with_parent(prctl, parent_pid)
+        die_with_parent(pdeathsig, parent_pid)
 
     return preexec
 
@@ -108,9 +115,11 @@ def function_main(
         os.setpgid(0, 0)
     except OSError:  # the parent's setpgid won the race: same result
         pass
-    die_with_parent(_load_prctl(), parent_pid)
-    _redirect(1, sys.stdout, _fd(stdout))
-    _redirect(2, sys.stderr, _fd(stderr))
+    die_with_parent(_pdeathsig_call(), parent_pid)
+    if _redirect(1, sys.stdout, _fd(stdout)):
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
+    if _redirect(2, sys.stderr, _fd(stderr)):
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     os.environ.update(env)
 
     import pickle
@@ -134,12 +143,19 @@ def function_main(
         raise
 
 
-def _redirect(fd: int, stream: Any, target: int | None) -> None:
+def _redirect(fd: int, stream: Any, target: int | None) -> bool:
+    """Point ``fd`` at ``target``; True when ``stream`` (``sys.stdout``/``sys.stderr``) does
+    not write to ``fd`` and must be replaced: a fork child inherits whatever object the parent
+    had there (a test runner's capture, say)."""
     if target is None:
-        return
+        return False
     try:
         stream.flush()
     except (OSError, ValueError, AttributeError):
         pass
     os.dup2(target, fd)
     os.close(target)
+    try:
+        return bool(stream.fileno() != fd)
+    except (OSError, ValueError, AttributeError):
+        return True

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -241,6 +240,10 @@ def parse_rdzv_conf(raw: str) -> dict[str, str]:
                 "set XRUN_RDZV_TOKEN / XRUN_RDZV_TOKEN_FILE or --rdzv-conf token_file=PATH"
             )
         conf[key] = value
+    # The rendezvous knows its keys: an unknown one fails here, before any node waits.
+    from xrun.runtime.rendezvous import config_from_conf
+
+    config_from_conf(conf)
     return conf
 
 
@@ -307,8 +310,9 @@ def parse(argv: Sequence[str] | None = None) -> tuple[LaunchConfig, Callable[...
     if ns.standalone or (
         backend == "static" and not endpoint and ns.master_port is None and max_nodes == 1
     ) or (backend == "c10d" and not endpoint and max_nodes == 1):
-        # torchrun: a one-node job without a master port gets a private store on a free port.
-        backend, endpoint, run_id = "c10d", "", str(uuid.uuid4())
+        # torchrun: a one-node job without a master port gets a private store on a free port
+        # (the Agent gives it a random run id).
+        backend, endpoint, run_id = "c10d", "", ""
     node_rank = -1
     if backend == "static":
         master_port = _int("--master-port", ns.master_port or "29500")

@@ -113,6 +113,11 @@ def validate(cfg: LaunchConfig) -> None:
             f"nnodes {cfg.min_nodes}:{cfg.max_nodes} needs a rendezvous every node can reach: "
             "pass --rdzv-endpoint host:port (and the same --rdzv-id on every node)"
         )
+    if not cfg.standalone and not cfg.run_id:
+        raise UsageError(
+            f"a job with rendezvous endpoint {cfg.rdzv_endpoint!r} needs a run id shared by "
+            "every node: set run_id (--rdzv-id)"
+        )
     if cfg.start_method not in ("spawn", "fork", "forkserver"):
         raise UsageError(
             f"start_method {cfg.start_method!r} is invalid: expected spawn, fork or forkserver"

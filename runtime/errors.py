@@ -13,13 +13,12 @@ Standard library only: the agent imports this module on its start-up path.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
 import time
-import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "ERROR_FILE_ENV",
@@ -37,6 +36,8 @@ _R = TypeVar("_R")
 
 def error_data(exc: BaseException) -> dict[str, Any]:
     """The torchelastic error-file document for ``exc`` (its traceback included)."""
+    import traceback  # json and traceback load on the error path only: the agent starts faster
+
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return {
         "message": {
@@ -53,6 +54,8 @@ def write_error_file(path: str, exc: BaseException) -> None:
     sees either nothing or the whole document, never half of it. Mode 0600: a traceback can
     carry secrets from local variables' reprs.
     """
+    import json
+
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as fp:
@@ -65,6 +68,8 @@ def read_error_file(path: str | None) -> dict[str, Any] | None:
     not a JSON object (a worker killed mid-write must not crash the agent)."""
     if not path:
         return None
+    import json
+
     try:
         with open(path, encoding="utf-8", errors="replace") as fp:
             data = json.load(fp)

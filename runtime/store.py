@@ -36,13 +36,23 @@ WAIT   3    mode:u8 (0 all, 1 any), timeout:f64 (<0 = forever),  count:u32, then
             count:u32, keys...                                   present:u8 [value]
 DELETE 4    key                                                  -
 LEASE  5    lease key, ttl:f64 (0 = release), fire key,          -
-            fire value: unless renewed within ttl, the server
-            SETs fire key = fire value (waking its waiters)
+            fire value, flags:u8: unless renewed within ttl, the
+            server SETs fire key = fire value (waking its
+            waiters). flags bit 0: this connection owns the
+            lease, and it fires at once if the connection closes
+            (a SIGKILLed agent is noticed at once, not after ttl)
 PING   6    -                                                    -
 ==========  ===================================================  ==============================
 
 ``WAIT`` with timeout 0 is a non-blocking multi-get. A TIMEOUT response carries the same
-fields as OK (what was present when time ran out).
+fields as OK (what was present when time ran out). Answers to parked WAITs may overtake later
+answers on the same connection; clients match them by id.
+
+Limits that keep one bad client from hurting the others: frames over ``max_frame`` and bytes that
+do not parse close that connection; a client that does not authenticate within
+``handshake_timeout`` is dropped; at most 256 parked waits per connection; a client that leaves
+more than 64 MiB of answers unread is dropped. The server binds the address it is given (the
+rendezvous passes the endpoint's own address, never 0.0.0.0).
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ import contextlib
 import enum
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
 import random
@@ -61,7 +72,7 @@ import struct
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -163,13 +174,20 @@ def auth_mac(token: bytes, nonce: bytes) -> bytes:
 
 # ---------------------------------------------------------------------------------------------
 # Server
+#
+# A Protocol (callbacks on the loop) rather than asyncio streams: a connection costs no task,
+# every complete frame of one read is handled in one go, and the answers to one read leave in
+# one send. That matters when 1024 agents hit one store, and more when they are threads of one
+# process fighting over the GIL (the benchmark): every send/recv is a GIL hand-off.
 
 
 @dataclass(eq=False)
 class _Waiter:
+    conn: _Conn
+    rid: int
     keys: tuple[str, ...]
     want_all: bool
-    future: asyncio.Future[None]
+    timer: asyncio.TimerHandle | None = None
 
 
 @dataclass(eq=False)
@@ -177,13 +195,293 @@ class _Lease:
     fire_key: str
     fire_value: bytes
     timer: asyncio.TimerHandle
+    owner: _Conn | None  # the connection whose loss fires it (None: only the timer does)
 
 
-@dataclass
-class _ServerState:
-    data: dict[str, bytes] = field(default_factory=dict)
-    waiters: dict[str, list[_Waiter]] = field(default_factory=dict)
-    leases: dict[str, _Lease] = field(default_factory=dict)
+def _raise_fd_limit() -> None:
+    """Lift the soft open-files limit to the hard one: the store holds a socket or two per node,
+    and a 1024-node job would exceed the common soft default of 1024."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+class _Data:
+    """The key space, its parked waits and its leases. Runs on the loop thread only."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.values: dict[str, bytes] = {}
+        self.waiters: dict[str, set[_Waiter]] = {}
+        self.leases: dict[str, _Lease] = {}
+
+    def put(self, key: str, value: bytes) -> None:
+        self.values[key] = value
+        waiters = self.waiters.get(key)
+        if not waiters:
+            return
+        for w in list(waiters):
+            if not w.want_all or all(k in self.values for k in w.keys):
+                self.finish_wait(w, True)
+
+    def add(self, key: str, delta: int) -> int:
+        old = self.values.get(key, b"0")
+        try:
+            new = int(old) + delta
+        except ValueError:
+            raise StoreError(
+                f"ADD on key {key!r} whose value {old[:40]!r} is not an integer"
+            ) from None
+        self.put(key, str(new).encode())
+        return new
+
+    def ready(self, keys: tuple[str, ...], want_all: bool) -> bool:
+        vals = self.values
+        return not keys or (all if want_all else any)(k in vals for k in keys)
+
+    def present(self, keys: Sequence[str]) -> bytes:
+        vals = self.values
+        parts = [_LEN.pack(len(keys))]
+        for k in keys:
+            v = vals.get(k)
+            parts.append(b"\x00" if v is None else b"\x01" + _LEN.pack(len(v)) + v)
+        return b"".join(parts)
+
+    def park(self, w: _Waiter, timeout: float) -> None:
+        for k in w.keys:
+            self.waiters.setdefault(k, set()).add(w)
+        if timeout > 0:
+            w.timer = self.loop.call_later(timeout, self.finish_wait, w, False)
+
+    def unpark(self, w: _Waiter) -> None:
+        if w.timer is not None:
+            w.timer.cancel()
+        for k in w.keys:
+            s = self.waiters.get(k)
+            if s is not None:
+                s.discard(w)
+                if not s:
+                    del self.waiters[k]
+
+    def finish_wait(self, w: _Waiter, ok: bool) -> None:
+        self.unpark(w)
+        w.conn.waits.discard(w)
+        w.conn.reply(w.rid, Status.OK if ok else Status.TIMEOUT, self.present(w.keys))
+        w.conn.flush()
+
+    def lease(
+        self, key: str, ttl: float, fire_key: str, fire_value: bytes, owner: _Conn | None
+    ) -> None:
+        old = self.leases.pop(key, None)
+        if old is not None:
+            old.timer.cancel()
+            owner = owner or old.owner  # a renewal from another connection keeps the owner
+        if ttl <= 0:
+            return
+        timer = self.loop.call_later(ttl, self.fire_lease, key)
+        self.leases[key] = _Lease(fire_key, fire_value, timer, owner)
+
+    def fire_lease(self, key: str) -> None:
+        lease = self.leases.pop(key, None)
+        if lease is None:
+            return
+        lease.timer.cancel()
+        if lease.fire_key not in self.values:
+            self.put(lease.fire_key, lease.fire_value)
+
+    def drop_owner(self, owner: _Conn, keys: set[str]) -> None:
+        for key in keys:
+            lease = self.leases.get(key)
+            if lease is not None and lease.owner is owner:
+                self.fire_lease(key)
+
+    def clear_timers(self) -> None:
+        for lease in self.leases.values():
+            lease.timer.cancel()
+        self.leases.clear()
+
+
+class _Conn(asyncio.Protocol):
+    """One client connection: handshake, then frames in, answers out."""
+
+    # Answers a client does not read pile up in the transport; past this, drop the client.
+    MAX_UNSENT = 64 << 20
+
+    def __init__(self, server: StoreServer) -> None:
+        self.server = server
+        self.data = server._data
+        self.buf = bytearray()
+        self.out: list[bytes] = []
+        self.transport: asyncio.Transport | None = None
+        self.nonce = b""
+        self.authed = False
+        self.rejected = False
+        self.waits: set[_Waiter] = set()
+        self.owned_leases: set[str] = set()
+        self.hs_timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio callbacks --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.server._conns.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.nonce = os.urandom(NONCE_LEN)
+        flags = 1 if self.server._token else 0
+        transport.write(_pack_bytes(MAGIC + bytes([flags]) + self.nonce))
+        self.hs_timer = self.server._loop.call_later(
+            self.server._handshake_timeout, self._handshake_expired
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self.rejected:
+            return  # swallow what a refused client pipelined (see _refuse)
+        buf = self.buf
+        buf += data
+        max_frame = self.server._max_frame
+        try:
+            pos = 0
+            while len(buf) - pos >= 4:
+                (n,) = _LEN.unpack_from(buf, pos)
+                if n > max_frame:
+                    raise ProtocolError(f"frame of {n} bytes exceeds the {max_frame}-byte limit")
+                if len(buf) - pos - 4 < n:
+                    break
+                frame = bytes(buf[pos + 4 : pos + 4 + n])
+                pos += 4 + n
+                if self.authed:
+                    self._dispatch(frame)
+                else:
+                    self._handshake(frame)
+                    if self.rejected or self.transport is None:
+                        return
+            del buf[:pos]
+        except ProtocolError as e:
+            log.debug("store: dropping a client: %s", e)
+            self.close()
+            return
+        except Exception:  # a bug must cost one connection, never the server
+            log.exception("store: unexpected error on a connection")
+            self.close()
+            return
+        self.flush()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._conns.discard(self)
+        if self.hs_timer is not None:
+            self.hs_timer.cancel()
+        for w in list(self.waits):
+            self.data.unpark(w)
+        self.waits.clear()
+        self.transport = None
+        self.data.drop_owner(self, self.owned_leases)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def reply(self, rid: int, status: Status, payload: bytes = b"") -> None:
+        if rid != 0:
+            self.out.append(_LEN.pack(_HEAD.size + len(payload)) + _HEAD.pack(rid, status) + payload)
+
+    def flush(self) -> None:
+        t = self.transport
+        if self.out and t is not None and not t.is_closing():
+            t.write(b"".join(self.out) if len(self.out) > 1 else self.out[0])
+            if t.get_write_buffer_size() > self.MAX_UNSENT:
+                log.warning("store: dropping a client that does not read its answers")
+                self.close()
+        self.out.clear()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _handshake_expired(self) -> None:
+        if not self.authed:
+            log.info("store: dropped a client that sent no handshake in %ss",
+                     self.server._handshake_timeout)
+            self.close()
+
+    def _handshake(self, body: bytes) -> None:
+        if not body.startswith(MAGIC):
+            raise ProtocolError("bad handshake")
+        token = self.server._token
+        mac = body[len(MAGIC) :]
+        if token is not None and not hmac.compare_digest(mac, auth_mac(token, self.nonce)):
+            self._refuse()
+            return
+        if self.hs_timer is not None:
+            self.hs_timer.cancel()
+        self.authed = True
+        self.out.append(_pack_bytes(b"\x00"))
+
+    def _refuse(self) -> None:
+        # Half-close and ignore what the client already pipelined: closing with unread input
+        # would send an RST that can destroy the verdict before the client reads it. The
+        # handshake timer still closes the connection for good.
+        assert self.transport is not None
+        self.rejected = True
+        self.transport.write(_pack_bytes(b"\x01wrong or missing token for this rendezvous store"))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+
+    def _dispatch(self, body: bytes) -> None:
+        r = _Reader(body)
+        rid = r.u32()
+        op = r.u8()
+        data = self.data
+        try:
+            if op == Op.WAIT:
+                want_all = r.u8() == 0
+                timeout = r.f64()
+                keys = tuple(r.str_() for _ in range(r.u32()))
+                if timeout == 0 or data.ready(keys, want_all):
+                    ok = data.ready(keys, want_all)
+                    self.reply(rid, Status.OK if ok else Status.TIMEOUT, data.present(keys))
+                    return
+                if len(self.waits) >= MAX_WAITS_PER_CONNECTION:
+                    raise StoreError(f"more than {MAX_WAITS_PER_CONNECTION} waits on one connection")
+                w = _Waiter(self, rid, keys, want_all)
+                self.waits.add(w)
+                data.park(w, timeout)
+                return
+            payload = b""
+            if op == Op.SET:
+                key = r.str_()
+                data.put(key, r.bytes_())
+            elif op == Op.ADD:
+                key = r.str_()
+                payload = _I64.pack(data.add(key, r.i64()))
+            elif op == Op.DELETE:
+                data.values.pop(r.str_(), None)
+            elif op == Op.LEASE:
+                key = r.str_()
+                ttl = r.f64()
+                fire_key = r.str_()
+                fire_value = r.bytes_()
+                owned = bool(r.u8() & 1)
+                data.lease(key, ttl, fire_key, fire_value, self if owned else None)
+                if owned:
+                    self.owned_leases.add(key)
+            elif op != Op.PING:
+                raise ProtocolError(f"unknown op {op}")
+        except ProtocolError:
+            raise
+        except StoreError as e:
+            self.reply(rid, Status.ERROR, _pack_bytes(str(e).encode()))
+        else:
+            self.reply(rid, Status.OK, payload)
 
 
 class StoreServer:
@@ -206,7 +504,7 @@ class StoreServer:
         self._token = token
         self._max_frame = max_frame
         self._handshake_timeout = handshake_timeout
-        self._state = _ServerState()
+        self._backlog = backlog
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         if not infos:
             raise OSError(f"cannot resolve {host!r}")
@@ -224,9 +522,11 @@ class StoreServer:
         sock.setblocking(False)
         self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
+        _raise_fd_limit()
         self._loop = asyncio.new_event_loop()
+        self._data = _Data(self._loop)
         self._server: asyncio.base_events.Server | None = None
-        self._conns: set[asyncio.Task[None]] = set()
+        self._conns: set[_Conn] = set()
         started = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(started,), name=f"xrun-store:{self.port}", daemon=True
@@ -234,14 +534,14 @@ class StoreServer:
         self._thread.start()
         started.wait()
 
-    # -- lifecycle ---------------------------------------------------------------------------
-
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
 
         async def _start() -> None:
-            self._server = await asyncio.start_server(
-                self._on_connect, sock=self._sock, limit=self._max_frame + 64
+            # backlog again: asyncio re-listens with its default of 100, and a burst of agents
+            # overflowing it stalls on SYN retransmits (1 s, 3 s, ...).
+            self._server = await self._loop.create_server(
+                lambda: _Conn(self), sock=self._sock, backlog=self._backlog
             )
 
         self._loop.run_until_complete(_start())
@@ -249,7 +549,6 @@ class StoreServer:
         try:
             self._loop.run_forever()
         finally:
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
     def stop(self) -> None:
@@ -257,241 +556,27 @@ class StoreServer:
         if self._loop.is_closed() or not self._thread.is_alive():
             return
 
-        async def _stop() -> None:
+        def _stop() -> None:
             if self._server is not None:
                 self._server.close()
-            for t in list(self._conns):
-                t.cancel()
-            for lease in self._state.leases.values():
-                lease.timer.cancel()
-            self._state.leases.clear()
-            await asyncio.sleep(0)
-            self._loop.stop()
+            self._data.clear_timers()
+            for c in list(self._conns):
+                c.flush()
+                if c.transport is not None:
+                    c.transport.close()  # flushes what is buffered, then closes
+            # One more turn lets the transports write out and close before the loop stops.
+            self._loop.call_later(0.05, self._loop.stop)
 
-        asyncio.run_coroutine_threadsafe(_stop(), self._loop)
+        self._loop.call_soon_threadsafe(_stop)
         self._thread.join(timeout=5)
 
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
 
-    # -- data ops (all run on the loop thread) -------------------------------------------------
-
-    def _set(self, key: str, value: bytes) -> None:
-        st = self._state
-        st.data[key] = value
-        waiters = st.waiters.get(key)
-        if not waiters:
-            return
-        keep: list[_Waiter] = []
-        for w in waiters:
-            if w.future.done():
-                continue
-            if not w.want_all or all(k in st.data for k in w.keys):
-                w.future.set_result(None)
-            else:
-                keep.append(w)
-        if keep:
-            st.waiters[key] = keep
-        else:
-            del st.waiters[key]
-
-    def _add(self, key: str, delta: int) -> int:
-        old = self._state.data.get(key, b"0")
-        try:
-            new = int(old) + delta
-        except ValueError:
-            raise StoreError(
-                f"ADD on key {key!r} whose value {old[:40]!r} is not an integer"
-            ) from None
-        self._set(key, str(new).encode())
-        return new
-
-    def _lease(self, key: str, ttl: float, fire_key: str, fire_value: bytes) -> None:
-        st = self._state
-        old = st.leases.pop(key, None)
-        if old is not None:
-            old.timer.cancel()
-        if ttl <= 0:
-            return
-
-        def _fire() -> None:
-            if st.leases.get(key) is lease:
-                del st.leases[key]
-                if fire_key not in st.data:
-                    self._set(fire_key, fire_value)
-
-        lease = _Lease(fire_key, fire_value, self._loop.call_later(ttl, _fire))
-        st.leases[key] = lease
-
-    def _present(self, keys: Sequence[str]) -> bytes:
-        data = self._state.data
-        parts = [_LEN.pack(len(keys))]
-        for k in keys:
-            v = data.get(k)
-            if v is None:
-                parts.append(b"\x00")
-            else:
-                parts.append(b"\x01" + _LEN.pack(len(v)) + v)
-        return b"".join(parts)
-
-    async def _wait(self, keys: tuple[str, ...], want_all: bool, timeout: float) -> bool:
-        data = self._state.data
-        if (all if want_all else any)(k in data for k in keys) or not keys:
-            return True
-        if timeout == 0:
-            return False
-        fut: asyncio.Future[None] = self._loop.create_future()
-        w = _Waiter(keys, want_all, fut)
-        for k in keys:
-            self._state.waiters.setdefault(k, []).append(w)
-        try:
-            if timeout < 0:
-                await fut
-            else:
-                await asyncio.wait_for(fut, timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
-        finally:
-            # Unregister so abandoned waits do not accumulate on hot keys.
-            for k in keys:
-                lst = self._state.waiters.get(k)
-                if lst is not None:
-                    with contextlib.suppress(ValueError):
-                        lst.remove(w)
-                    if not lst:
-                        del self._state.waiters[k]
-
-    # -- connections ---------------------------------------------------------------------------
-
-    async def _read_frame(self, reader: asyncio.StreamReader) -> bytes:
-        (n,) = _LEN.unpack(await reader.readexactly(4))
-        if n > self._max_frame:
-            raise ProtocolError(f"frame of {n} bytes exceeds the {self._max_frame}-byte limit")
-        return await reader.readexactly(n)
-
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        nonce = os.urandom(NONCE_LEN)
-        flags = 1 if self._token else 0
-        writer.write(_pack_bytes(MAGIC + bytes([flags]) + nonce))
-        await writer.drain()
-        try:
-            body = await asyncio.wait_for(self._read_frame(reader), self._handshake_timeout)
-        except asyncio.TimeoutError:
-            log.info("store: dropped a client that sent no handshake in %ss", self._handshake_timeout)
-            return False
-        if not body.startswith(MAGIC):
-            return False
-        mac = body[len(MAGIC) :]
-        if self._token is not None and not hmac.compare_digest(mac, auth_mac(self._token, nonce)):
-            writer.write(_pack_bytes(b"\x01wrong or missing token for this rendezvous store"))
-            await writer.drain()
-            return False
-        writer.write(_pack_bytes(b"\x00"))
-        return True
-
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        waits: set[asyncio.Task[None]] = set()
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            if not await self._handshake(reader, writer):
-                return
-            while True:
-                body = await self._read_frame(reader)
-                await self._dispatch(body, writer, waits)
-        except (asyncio.IncompleteReadError, ConnectionError, ProtocolError, OSError) as e:
-            log.debug("store: closing connection: %s", e)
-        except asyncio.CancelledError:
-            pass
-        except Exception:  # a bug must cost one connection, never the server
-            log.exception("store: unexpected error on a connection")
-        finally:
-            for t in waits:
-                t.cancel()
-            self._conns.discard(task)
-            writer.close()
-
-    async def _dispatch(
-        self, body: bytes, writer: asyncio.StreamWriter, waits: set[asyncio.Task[None]]
-    ) -> None:
-        r = _Reader(body)
-        rid = r.u32()
-        op = r.u8()
-        try:
-            if op == Op.WAIT:
-                want_all = r.u8() == 0
-                timeout = r.f64()
-                keys = tuple(r.str_() for _ in range(r.u32()))
-                if len(waits) >= MAX_WAITS_PER_CONNECTION:
-                    raise StoreError(f"more than {MAX_WAITS_PER_CONNECTION} waits on one connection")
-                t = asyncio.ensure_future(self._wait_and_reply(rid, keys, want_all, timeout, writer))
-                waits.add(t)
-                t.add_done_callback(waits.discard)
-                return
-            payload = b""
-            if op == Op.SET:
-                key = r.str_()
-                self._set(key, r.bytes_())
-            elif op == Op.ADD:
-                key = r.str_()
-                payload = _I64.pack(self._add(key, r.i64()))
-            elif op == Op.DELETE:
-                self._state.data.pop(r.str_(), None)
-            elif op == Op.LEASE:
-                key = r.str_()
-                ttl = r.f64()
-                fire_key = r.str_()
-                self._lease(key, ttl, fire_key, r.bytes_())
-            elif op == Op.PING:
-                pass
-            else:
-                raise ProtocolError(f"unknown op {op}")
-        except StoreError as e:
-            if isinstance(e, ProtocolError):
-                raise
-            self._reply(writer, rid, Status.ERROR, _pack_bytes(str(e).encode()))
-        else:
-            self._reply(writer, rid, Status.OK, payload)
-        await writer.drain()
-
-    def _reply(self, writer: asyncio.StreamWriter, rid: int, status: Status, payload: bytes) -> None:
-        if rid == 0 or writer.is_closing():
-            return
-        writer.write(_LEN.pack(_HEAD.size + len(payload)) + _HEAD.pack(rid, status) + payload)
-
-    async def _wait_and_reply(
-        self,
-        rid: int,
-        keys: tuple[str, ...],
-        want_all: bool,
-        timeout: float,
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        ok = await self._wait(keys, want_all, timeout)
-        self._reply(writer, rid, Status.OK if ok else Status.TIMEOUT, self._present(keys))
-        with contextlib.suppress(ConnectionError, OSError):
-            await writer.drain()
-
 
 # ---------------------------------------------------------------------------------------------
 # Client
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("the store closed the connection")
-        buf += chunk
-    return bytes(buf)
 
 
 @dataclass(frozen=True)
@@ -519,21 +604,45 @@ def wait_fields(keys: Sequence[str], want_all: bool, timeout: float | None) -> b
     return head + b"".join(_pack_bytes(k.encode()) for k in keys)
 
 
-def lease_fields(key: str, ttl: float, fire_key: str, fire_value: bytes) -> bytes:
+def add_fields(key: str, delta: int) -> bytes:
+    return _pack_bytes(key.encode()) + _I64.pack(delta)
+
+
+def lease_fields(
+    key: str, ttl: float, fire_key: str, fire_value: bytes, fire_on_disconnect: bool = False
+) -> bytes:
     return (
         _pack_bytes(key.encode())
         + _F64.pack(ttl)
         + _pack_bytes(fire_key.encode())
         + _pack_bytes(fire_value)
+        + bytes([1 if fire_on_disconnect else 0])
     )
 
 
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return False
+
+
 class Connection:
-    """One authenticated socket to the store; frames in, frames out. Not thread-safe by itself."""
+    """One authenticated socket to the store: frames in (read ahead into a buffer, so one recv
+    usually yields a whole answer), frames out. Not thread-safe by itself."""
 
     def __init__(self, sock: socket.socket, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.sock = sock
         self.max_frame = max_frame
+        self._rbuf = bytearray()
+        self._pending: list[bytes] = []  # queued frames, sent with the next send()
+        # When the answer being read is overdue (None: never). The socket itself keeps one short
+        # timeout for good: settimeout is a system call that releases the GIL, and changing it
+        # per request costs more than waking up every few seconds to check this deadline.
+        self.deadline: float | None = None
+        self._needs_token = False
+        self._verdict_pending = False
 
     @classmethod
     def open(
@@ -544,78 +653,134 @@ class Connection:
         *,
         deadline: float,
         read_timeout: float,
+        lazy_verdict: bool = False,
     ) -> Connection:
         """Connect, retrying with jittered exponential backoff until ``deadline`` (monotonic).
 
         Retrying covers the usual start-up race: agents on other hosts start before the one that
         serves the store. Authentication failures are not retried: they will not fix themselves.
+        With ``lazy_verdict`` our credentials leave with the first request and the server's
+        verdict is read with its answer (one round trip less; a refusal surfaces on that call).
         """
         delay = 0.02
-        last: BaseException | None = None
         while True:
             remaining = deadline - time.monotonic()
             try:
-                sock = socket.create_connection(
-                    (host, port), timeout=max(0.05, min(read_timeout, remaining))
-                )
+                sock = cls._connect(host, port, max(0.05, min(read_timeout, remaining)), read_timeout)
             except OSError as e:
-                last = e
                 if time.monotonic() + delay >= deadline:
                     raise StoreTimeoutError(
-                        f"could not reach the rendezvous store at {host}:{port}: {last}"
+                        f"could not reach the rendezvous store at {host}:{port}: {e}"
                     ) from None
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 1.0)
                 continue
             conn = cls(sock)
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.settimeout(read_timeout)
-                conn._authenticate(token)
+                conn.deadline = time.monotonic() + read_timeout
+                conn._authenticate(token, lazy_verdict)
+                conn.deadline = None
             except BaseException:
                 sock.close()
                 raise
             return conn
 
-    def _authenticate(self, token: bytes | None) -> None:
+    @staticmethod
+    def _connect(host: str, port: int, timeout: float, read_timeout: float) -> socket.socket:
+        if not _is_ip(host):
+            sock = socket.create_connection((host, port), timeout=timeout)
+        else:  # skip getaddrinfo: one system call (and GIL hand-off) less per connection
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            try:
+                sock.settimeout(timeout)
+                sock.connect((host, port))
+            except BaseException:
+                sock.close()
+                raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tick = min(read_timeout, 2.0)
+        if tick != timeout:
+            sock.settimeout(tick)
+        return sock
+
+    def _authenticate(self, token: bytes | None, lazy_verdict: bool = False) -> None:
         try:
             hello = self.recv_frame()
         except (ConnectionError, TimeoutError, OSError) as e:
             raise StoreError(f"the store did not greet us: {e}") from None
         if not hello.startswith(MAGIC) or len(hello) != len(MAGIC) + 1 + NONCE_LEN:
             raise ProtocolError(f"the peer is not an xrun store (greeting {hello[:16]!r})")
-        needs_token = bool(hello[len(MAGIC)] & 1)
+        self._needs_token = bool(hello[len(MAGIC)] & 1)
         nonce = hello[len(MAGIC) + 1 :]
         mac = auth_mac(token, nonce) if token is not None else b""
-        self.send(_pack_bytes(MAGIC + mac))
+        self.queue(_pack_bytes(MAGIC + mac))
+        self._verdict_pending = True
+        if not lazy_verdict:
+            self.send(b"")
+            self._read_verdict()
+
+    def _read_verdict(self) -> None:
+        self._verdict_pending = False
         try:
             verdict = self.recv_frame()
         except ConnectionError:
-            verdict = b"\x01connection closed during the handshake"
+            verdict = b"\x01the store closed the connection during the handshake"
+        except TimeoutError:
+            raise StoreTimeoutError("the store did not answer our handshake") from None
         if verdict != b"\x00":
             reason = verdict[1:].decode(errors="replace")
             hint = (
                 "set XRUN_RDZV_TOKEN (or XRUN_RDZV_TOKEN_FILE, or rdzv conf token_file) to the job's secret"
-                if needs_token
+                if self._needs_token
                 else "check that the endpoint belongs to this job"
             )
             raise StoreAuthError(f"the store refused us: {reason}; {hint}")
 
+    def queue(self, frame: bytes) -> None:
+        """Send ``frame`` with the next ``send`` (fire-and-forget requests ride along)."""
+        self._pending.append(frame)
+
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        if self._pending:
+            data = b"".join([*self._pending, data])
+            self._pending.clear()
+        if data:
+            self.sock.sendall(data)
+
+    def _fill(self, need: int) -> None:
+        buf = self._rbuf
+        while len(buf) < need:
+            try:
+                chunk = self.sock.recv(max(65536, need - len(buf)))
+            except TimeoutError:
+                if self.deadline is None or time.monotonic() < self.deadline:
+                    continue
+                raise
+            if not chunk:
+                raise ConnectionError("the store closed the connection")
+            buf += chunk
 
     def recv_frame(self) -> bytes:
-        (n,) = _LEN.unpack(_recv_exact(self.sock, 4))
+        self._fill(4)
+        (n,) = _LEN.unpack_from(self._rbuf)
         if n > self.max_frame:
             raise ProtocolError(f"frame of {n} bytes exceeds the {self.max_frame}-byte limit")
-        return _recv_exact(self.sock, n)
+        self._fill(4 + n)
+        frame = bytes(self._rbuf[4 : 4 + n])
+        del self._rbuf[: 4 + n]
+        return frame
 
     def recv_response(self) -> Response:
+        if self._verdict_pending:
+            self._read_verdict()
         r = _Reader(self.recv_frame())
         rid = r.u32()
         return Response(rid, Status(r.u8()), r)
 
     def readable(self) -> bool:
+        """A frame (or EOF) can be read without blocking."""
+        if len(self._rbuf) >= 4 and len(self._rbuf) >= 4 + _LEN.unpack_from(self._rbuf)[0]:
+            return True
         return bool(select.select([self.sock], [], [], 0)[0])
 
     def close(self) -> None:
@@ -634,43 +799,88 @@ class StoreClient:
         *,
         connect_timeout: float = 60.0,
         read_timeout: float = 60.0,
+        lazy_verdict: bool = False,
     ) -> None:
         self.host, self.port = host, port
         self.read_timeout = read_timeout
         self._conn = Connection.open(
-            host, port, token, deadline=time.monotonic() + connect_timeout, read_timeout=read_timeout
+            host,
+            port,
+            token,
+            deadline=time.monotonic() + connect_timeout,
+            read_timeout=read_timeout,
+            lazy_verdict=lazy_verdict,
         )
         self._lock = threading.Lock()
         self._next_id = 1
 
-    def _call(self, op: Op, *fields: bytes, timeout: float | None = None) -> Response:
+    def _call(self, op: Op, *fields: bytes, wait: float | None = 0.0) -> Response:
+        return self.pipeline([(op, fields)], wait=wait)[0]
+
+    def pipeline(
+        self, calls: Sequence[tuple[Op, tuple[bytes, ...]]], *, wait: float | None = 0.0
+    ) -> list[Response]:
+        """Send several requests at once and read their answers in order (one round trip).
+
+        ``wait`` is the longest server-side wait among them (None: unbounded); the answers are
+        overdue ``read_timeout`` seconds after that.
+        """
         with self._lock:
-            rid = self._next_id
-            self._next_id = rid + 1 if rid < 0xFFFFFFFF else 1
-            sock = self._conn.sock
-            # A server-side wait may legitimately take `timeout`; read_timeout bounds the rest.
-            sock.settimeout(None if timeout is None else timeout + self.read_timeout)
+            first = self._next_id
+            rids = [(first + k - 1) % 0xFFFFFFFF + 1 for k in range(len(calls))]
+            self._next_id = rids[-1] % 0xFFFFFFFF + 1
+            # A parked wait may legitimately take `timeout`; read_timeout bounds the rest.
+            self._conn.deadline = (
+                None if wait is None else time.monotonic() + wait + self.read_timeout
+            )
             try:
-                self._conn.send(encode_request(rid, op, *fields))
-                resp = self._conn.recv_response()
+                self._conn.send(
+                    b"".join(encode_request(rid, op, *f) for rid, (op, f) in zip(rids, calls, strict=True))
+                )
+                # Answers to parked waits may overtake earlier ones: match them by id.
+                by_id: dict[int, Response] = {}
+                while len(by_id) < len(rids):
+                    resp = self._conn.recv_response()
+                    if resp.rid not in rids:
+                        raise ProtocolError(f"response id {resp.rid} matches no request in {rids}")
+                    by_id[resp.rid] = resp
+                resps = [by_id[rid] for rid in rids]
             except TimeoutError:
                 raise StoreTimeoutError(
                     f"the store at {self.host}:{self.port} did not answer within "
                     f"{self.read_timeout}s (read_timeout)"
                 ) from None
+            except StoreError:
+                raise
             except (ConnectionError, OSError) as e:
                 raise StoreError(f"lost the store at {self.host}:{self.port}: {e}") from None
-        if resp.rid != rid:
-            raise ProtocolError(f"response id {resp.rid} does not match request {rid}")
-        if resp.status == Status.ERROR:
-            raise StoreError(resp.body.str_())
-        return resp
+        for resp in resps:
+            if resp.status == Status.ERROR:
+                raise StoreError(resp.body.str_())
+        return resps
 
     def set(self, key: str, value: bytes) -> None:
         self._call(Op.SET, _pack_bytes(key.encode()), _pack_bytes(value))
 
+    def post(self, op: Op, *fields: bytes) -> None:
+        """Queue a request that gets no answer (request id 0); it leaves with the next call.
+
+        The server handles one connection's requests in order, so that next call already sees
+        its effect; an error in it closes the connection and surfaces on that call.
+        """
+        with self._lock:
+            self._conn.queue(encode_request(0, op, *fields))
+
+    def post_set(self, key: str, value: bytes) -> None:
+        self.post(Op.SET, _pack_bytes(key.encode()), _pack_bytes(value))
+
+    def post_lease(
+        self, key: str, ttl: float, fire_key: str, fire_value: bytes, fire_on_disconnect: bool = False
+    ) -> None:
+        self.post(Op.LEASE, lease_fields(key, ttl, fire_key, fire_value, fire_on_disconnect))
+
     def add(self, key: str, delta: int) -> int:
-        return self._call(Op.ADD, _pack_bytes(key.encode()), _I64.pack(delta)).body.i64()
+        return self._call(Op.ADD, add_fields(key, delta)).body.i64()
 
     def delete(self, key: str) -> None:
         self._call(Op.DELETE, _pack_bytes(key.encode()))
@@ -678,8 +888,11 @@ class StoreClient:
     def ping(self) -> None:
         self._call(Op.PING)
 
-    def lease(self, key: str, ttl: float, fire_key: str, fire_value: bytes) -> None:
-        self._call(Op.LEASE, lease_fields(key, ttl, fire_key, fire_value))
+    def lease(
+        self, key: str, ttl: float, fire_key: str, fire_value: bytes, fire_on_disconnect: bool = False
+    ) -> None:
+        """Unless renewed (same call) within ``ttl`` s, the store sets ``fire_key``; ttl 0 releases."""
+        self._call(Op.LEASE, lease_fields(key, ttl, fire_key, fire_value, fire_on_disconnect))
 
     def get(self, key: str) -> bytes | None:
         """The value, or None when absent (non-blocking)."""
@@ -692,7 +905,7 @@ class StoreClient:
         self, keys: Sequence[str], *, want_all: bool = True, timeout: float | None = None
     ) -> list[bytes | None] | None:
         """Block (on the server) until all/any of ``keys`` exist; their values, or None on timeout."""
-        resp = self._call(Op.WAIT, wait_fields(keys, want_all, timeout), timeout=timeout)
+        resp = self._call(Op.WAIT, wait_fields(keys, want_all, timeout), wait=timeout)
         values = resp.values()
         return None if resp.status == Status.TIMEOUT else values
 

@@ -7,7 +7,9 @@
 #                                                 it exists; prints the image name last
 #   scripts/docker-engine.sh down  [--lease PID]  stop the dockerd this script started; with
 #                                                 --lease, drop that lease and stop only when no
-#                                                 other live lease holder is left
+#                                                 other live lease holder is left and the engine
+#                                                 was started for a lease holder (an engine
+#                                                 started by a plain `up` stays up)
 #   scripts/docker-engine.sh status               say whether an engine answers, and whose it is
 #
 # Why leases: pytest-xdist runs one session fixture per worker; the first worker may start the
@@ -21,14 +23,14 @@
 # Environment:
 #   XRUN_DOCKER_STATE   state dir: data-root, pidfile, log, leases (default /var/tmp/xrun-docker)
 #   XRUN_DOCKER_CACHE   tarball cache (default /var/cache/xrun)
-#   XRUN_DOCKER_IMAGE   base image name (default xrun-python3:bookworm)
+#   XRUN_DOCKER_IMAGE   base image name (default xrun-python:latest)
 #   DOCKER_HOST         only unix:// sockets are managed here (default unix:///var/run/docker.sock)
 # Every step is serialised with flock, so concurrent callers are safe.
 set -euo pipefail
 
 STATE=${XRUN_DOCKER_STATE:-/var/tmp/xrun-docker}
 CACHE=${XRUN_DOCKER_CACHE:-/var/cache/xrun}
-IMAGE=${XRUN_DOCKER_IMAGE:-xrun-python3:bookworm}
+IMAGE=${XRUN_DOCKER_IMAGE:-xrun-python:latest}
 HOST=${DOCKER_HOST:-unix:///var/run/docker.sock}
 SUITE=bookworm
 
@@ -64,13 +66,21 @@ install_packages() {
     local missing=()
     command -v dockerd >/dev/null || missing+=(docker.io)
     command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+    command -v curl >/dev/null || missing+=(curl)
     [ ${#missing[@]} -eq 0 ] && return 0
     local t0
     t0=$(now_ms)
     log "installing ${missing[*]} (apt-get, --no-install-recommends)"
     # Other engineers may run apt at the same time: wait for dpkg's lock instead of failing.
     local apt=(apt-get -q -o DPkg::Lock::Timeout=300)
-    "${apt[@]}" update >&2
+    # `update` takes the lists lock, which not every apt version waits for: retry a little.
+    local try
+    for try in 1 2 3 4 5; do
+        "${apt[@]}" update >&2 && break
+        [ "$try" = 5 ] && return 1
+        log "apt-get update failed (another apt running?); retrying in 5 s"
+        sleep 5
+    done
     DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends "${missing[@]}" >&2
     log "install took $(($(now_ms) - t0)) ms"
 }
@@ -92,6 +102,9 @@ start_dockerd() {
     for i in $(seq 1 300); do
         if engine_answers; then
             echo "$pid" >"$STATE/started-by-script"
+            # Started for a lease holder (the test fixture): the last holder stops it. Started
+            # by hand: it stays up until a plain `down`.
+            if [ -n "${LEASE:-}" ]; then : >"$STATE/started-for-leases"; else rm -f "$STATE/started-for-leases"; fi
             return 0
         fi
         pid_alive "$pid" || break
@@ -200,6 +213,9 @@ cmd_down() {
             log "other lease holders remain; leaving the engine running"
             return 0
         fi
+        if [ ! -e "$STATE/started-for-leases" ]; then
+            return 0 # started by hand (or by someone else): not ours to stop
+        fi
     fi
     local pid
     pid=$(our_pid)
@@ -215,7 +231,7 @@ cmd_down() {
         log "dockerd pid $pid ignored SIGTERM for 30 s; killing it"
         kill -9 "$pid" || true
     fi
-    rm -f "$STATE/started-by-script" "$STATE/dockerd.pid"
+    rm -f "$STATE/started-by-script" "$STATE/started-for-leases" "$STATE/dockerd.pid"
     log "dockerd stopped"
 }
 

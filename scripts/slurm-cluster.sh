@@ -4,6 +4,7 @@
 #   scripts/slurm-cluster.sh up             install what is missing, start munged, slurmctld and
 #                                           slurmd c1..c4, wait until every node is idle
 #   scripts/slurm-cluster.sh down           stop the daemons this script started, undo /etc/hosts
+#   scripts/slurm-cluster.sh install        only install the packages (slurm, munge, shellcheck)
 #   scripts/slurm-cluster.sh status         exit 0 and print `sinfo` when the cluster answers
 #   scripts/slurm-cluster.sh acquire PID    `up`, and record PID as a user of the cluster
 #   scripts/slurm-cluster.sh release PID    forget PID; `down` once no live user is left, but only
@@ -59,7 +60,7 @@ start_munge() {
     mkdir -p /run/munge /var/lib/munge /var/log/munge
     chown munge:munge /run/munge /var/lib/munge /var/log/munge
     # munged refuses to run as root without --force; run it as its own user.
-    runuser -u munge -- /usr/sbin/munged
+    runuser -u munge -- /usr/sbin/munged 9>&-
     touch "$STATE/started-munged"
     for _ in $(seq 50); do munge_ok && return 0; sleep 0.1; done
     log "munged did not start; see /var/log/munge/munged.log"
@@ -156,21 +157,24 @@ do_up() {
     write_conf
     hosts_add
     # -c: start clean, do not resurrect jobs from an earlier run's saved state.
-    slurmctld -c -f "$CONF"
+    slurmctld -c -f "$CONF" 9>&-
     for n in "${NODES[@]}"; do
-        slurmd -N "$n" -f "$CONF"
+        slurmd -N "$n" -f "$CONF" 9>&-
     done
     touch "$STATE/started"
     wait_idle
     log "up in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.2f", b - a}') s"
 }
 
+# A zombie counts as gone: in some containers nothing reaps daemons that exit.
+alive() { [ -r "/proc/$1/stat" ] && ! awk '{exit ($3 == "Z") ? 0 : 1}' "/proc/$1/stat"; }
+
 kill_pidfile() {
     local f=$1 pid
     [ -s "$f" ] || return 0
     pid=$(cat "$f")
     if kill "$pid" 2>/dev/null; then
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
         kill -9 "$pid" 2>/dev/null || true
     fi
     rm -f "$f"
@@ -178,7 +182,7 @@ kill_pidfile() {
 
 do_down() {
     [ -d "$STATE" ] || { hosts_remove; return 0; }
-    scancel --full --quiet --user=root 2>/dev/null || true
+    cluster_answers && { scancel --quiet --user=root 2>/dev/null || true; }
     for n in "${NODES[@]}"; do kill_pidfile "$STATE/run/slurmd-$n.pid"; done
     kill_pidfile "$STATE/run/slurmctld.pid"
     if [ -e "$STATE/started-munged" ]; then
@@ -227,9 +231,9 @@ do_release() {
 main() {
     local cmd=${1:-}
     case "$cmd" in
-    up | down | status | acquire | release) ;;
+    up | down | status | acquire | release | install) ;;
     *)
-        echo "usage: $0 up|down|status|acquire PID|release PID" >&2
+        echo "usage: $0 up|down|status|install|acquire PID|release PID" >&2
         exit 2
         ;;
     esac
@@ -243,6 +247,7 @@ main() {
     flock 9
     case "$cmd" in
     up) do_up ;;
+    install) install_packages ;;
     down) do_down ;;
     acquire) do_acquire "${2:?acquire needs the holder PID}" ;;
     release) do_release "${2:?release needs the holder PID}" ;;

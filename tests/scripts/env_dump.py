@@ -16,7 +16,7 @@ KEYS = (
 ).split()
 
 out_dir = sys.argv[1]
-data = {k: os.environ.get(k) for k in KEYS}
+data: dict[str, object] = {k: os.environ.get(k) for k in KEYS}
 data["argv"] = sys.argv[2:]
 data["orig_argv"] = sys.orig_argv[1:]  # shows the interpreter flags, e.g. "-u"
 data["pid"] = os.getpid()

@@ -1,0 +1,142 @@
+"""Rendezvous scaling: seconds until N agents (threads in one process) all hold a world.
+
+``run(n)`` measures xrun's c10d rendezvous (one store + n handlers, min = max = n);
+``run_torch(n, timeout)`` measures torch's dynamic rendezvous on its c10d backend the same way
+(torch is imported only there). ``python benchmarks/rdzv.py`` prints both tables.
+
+The clock starts before the handlers are created (so it includes connecting and authenticating)
+and stops when the last ``next_rendezvous`` returns.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+
+def _raise_fd_limit(n_agents: int) -> None:
+    # Each agent holds one socket, and the in-process store holds the other end.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, max(soft, 4 * n_agents + 256))
+    if want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def _run_threads(n: int, join: Any, timeout: float) -> float:
+    """Start ``n`` threads calling ``join(i)``; seconds until all returned (raise on error)."""
+    errors: list[BaseException] = []
+    go = threading.Event()
+
+    def body(i: int) -> None:
+        go.wait()
+        try:
+            join(i)
+        except BaseException as e:  # reported to the caller below
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    go.set()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    elapsed = time.perf_counter() - t0
+    if any(t.is_alive() for t in threads):
+        raise TimeoutError(f"{n} agents did not rendezvous within {timeout:g}s")
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def run(n_agents: int, timeout: float = 120.0) -> float:
+    """xrun: one store + ``n_agents`` handlers as threads; seconds until all have a world."""
+    from xrun.runtime.rendezvous import RendezvousParams, create_handler
+    from xrun.runtime.store import StoreServer
+
+    _raise_fd_limit(n_agents)
+    server = StoreServer("127.0.0.1", 0)
+    endpoint = f"127.0.0.1:{server.port}"
+    run_id = uuid.uuid4().hex[:8]
+    handlers: list[Any] = [None] * n_agents
+
+    def join(i: int) -> None:
+        params = RendezvousParams(
+            backend="c10d",
+            endpoint=endpoint,
+            run_id=run_id,
+            min_nodes=n_agents,
+            max_nodes=n_agents,
+            local_world_size=8,
+            conf={"join_timeout": str(timeout), "is_host": "false"},
+            local_addr=f"node{i:05d}",
+        )
+        handlers[i] = h = create_handler(params)
+        info = h.next_rendezvous()
+        assert info.group_world_size == n_agents
+
+    try:
+        return _run_threads(n_agents, join, timeout)
+    finally:
+        for h in handlers:
+            if h is not None:
+                h.finish(0)
+                h.shutdown()
+        server.stop()
+
+
+def run_torch(n_agents: int, timeout: float = 60.0) -> float:
+    """torch's dynamic rendezvous (c10d backend, TCPStore) with min = max = n; raises
+    TimeoutError when it does not finish within ``timeout`` s."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+        DynamicRendezvousHandler,
+        RendezvousTimeout,
+    )
+
+    _raise_fd_limit(n_agents)
+    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True)
+    run_id = uuid.uuid4().hex[:8]
+
+    def join(i: int) -> None:
+        store = TCPStore("127.0.0.1", master.port, is_master=False, timeout=timedelta(seconds=timeout))
+        backend = C10dRendezvousBackend(store, run_id)
+        handler = DynamicRendezvousHandler.from_backend(
+            run_id=run_id,
+            store=store,
+            backend=backend,
+            min_nodes=n_agents,
+            max_nodes=n_agents,
+            # torch's rank 0 serves the workers' store at its local_addr: it must resolve.
+            local_addr="127.0.0.1",
+            timeout=RendezvousTimeout(join=timedelta(seconds=timeout)),
+        )
+        handler.next_rendezvous()
+
+    return _run_threads(n_agents, join, timeout)
+
+
+def main(argv: list[str]) -> None:
+    print("backend  agents  seconds")
+    for n in (8, 64, 256, 1024):
+        print(f"xrun     {n:6d}  {run(n):7.3f}", flush=True)
+    if "--no-torch" in argv:
+        return
+    for n in (8, 32):
+        try:
+            secs = f"{run_torch(n):7.3f}"
+        except TimeoutError as e:
+            secs = f"timeout ({e})"
+        print(f"torch    {n:6d}  {secs}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,60 @@
+"""Measure 6: rendezvous of N agents (threads in one process), xrun vs torch's c10d.
+
+The rendezvous code itself is ``benchmarks/rdzv.py`` (``run(n)`` for xrun, ``run_torch(n)`` for
+torch). Each figure comes from a fresh child interpreter, killed at a cap: torch's rendezvous
+stops completing somewhere past 64 agents, and its stuck threads cannot be stopped from inside.
+Once torch misses the cap at some N it is not run at larger N.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+
+from benchmarks import contenders as c
+from benchmarks.harness import Row, RunFailed, Unavailable, at_most, interleave, one_line
+
+FULL_SIZES = (8, 64, 256, 1024)
+SMOKE_SIZES = (8,)
+ROOT = str(c.WORKERS.parent.parent)  # the child imports benchmarks.rdzv from the repository
+
+
+def _child(func: str, n: int, cap: float) -> float:
+    code = (f"import benchmarks.rdzv as r; print(r.{func}({n}, timeout={cap!r}))")
+    try:
+        p = subprocess.run([c.PYTHON, "-c", code], capture_output=True, text=True,
+                           timeout=cap + 30, env={**os.environ, **c.BASE_ENV}, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"no completion in {cap:g} s") from None
+    if p.returncode != 0:
+        if "TimeoutError" in p.stderr:
+            raise RunFailed(f"no completion in {cap:g} s")
+        if "No module named 'benchmarks.rdzv'" in p.stderr:
+            raise Unavailable("benchmarks/rdzv.py is not written yet")
+        raise RunFailed(one_line(p.stderr[-800:]))
+    return float(p.stdout.strip().splitlines()[-1])
+
+
+def measure_6(reps: int, smoke: bool) -> list[Row]:
+    sizes = SMOKE_SIZES if smoke else FULL_SIZES
+    cap = 30.0 if smoke else 60.0
+    rows: list[Row] = []
+    torch_gave_up: int | None = None
+    for n in sizes:
+        row = Row(f"rendezvous of {n} agents", "s", "xrun: 1024 agents < 2 s" if n == 1024
+                  else "(scaling)", reference="torch c10d",
+                  check=at_most("xrun", 2.0) if n == 1024 else None)
+        torch_run: Callable[[], float]
+        if torch_gave_up is None:
+            torch_run = lambda n=n: _child("run_torch", n, cap)  # noqa: E731
+        else:
+            def torch_run(gave_up: int = torch_gave_up) -> float:
+                raise Unavailable(f"not run: no completion at {gave_up} agents already")
+        row.results = interleave({"torch c10d": torch_run,
+                                  "xrun": lambda n=n: _child("run", n, cap)},
+                                 reps=1 if n >= 256 else min(reps, 3), warmup=False)
+        if torch_gave_up is None and not hasattr(row.results["torch c10d"], "samples"):
+            torch_gave_up = n
+        rows.append(row)
+    return rows

@@ -1,0 +1,223 @@
+"""Small utility components: ``utils.echo``, ``sh``, ``python``, ``binary``, ``touch``, ``copy``.
+
+``utils.copy`` runs this module as a program (``python3 -m xrun.components.utils copy SRC DST``)
+so that only the replica imports fsspec, never the CLI.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from xrun.components import DEFAULT_IMAGE
+from xrun.errors import UsageError
+from xrun.named_resources import get_named_resource
+from xrun.specs import AppDef, Resource, Role, parse_mounts
+
+
+def _resource(h: str | None, cpu: int, gpu: int, memMB: int) -> Resource:
+    return get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
+
+
+def echo(msg: str = "hello world", image: str = DEFAULT_IMAGE, num_replicas: int = 1) -> AppDef:
+    """Print a message from every replica (a smoke test of a scheduler).
+
+    Args:
+        msg: the message; ${replica_id} and ${app_id} are substituted
+        image: container image (docker)
+        num_replicas: how many replicas print it
+    """
+    return AppDef(
+        name="echo",
+        roles=[
+            Role(name="echo", image=image, entrypoint="echo", args=[msg], num_replicas=num_replicas)
+        ],
+    )
+
+
+def sh(
+    *args: str,
+    image: str = DEFAULT_IMAGE,
+    num_replicas: int = 1,
+    cpu: int = 1,
+    gpu: int = 0,
+    memMB: int = 1024,
+    h: str | None = None,
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    mounts: list[str] | None = None,
+) -> AppDef:
+    """Run a shell command line: the arguments are joined with spaces and given to ``sh -c``.
+
+    The arguments are shell code, not quoted (so pipes and ``&&`` work): quote for the shell
+    yourself, e.g. ``xrun run utils.sh "ls -l | wc -l"``.
+
+    Args:
+        args: the shell command line
+        image: container image (docker)
+        num_replicas: how many replicas run it
+        cpu: CPUs per replica
+        gpu: GPUs per replica
+        memMB: memory per replica in MB
+        h: a named resource; overrides cpu, gpu and memMB
+        env: environment variables, k=v,k2=v2
+        max_retries: how many times a failed replica is retried
+        mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly]
+    """
+    if not args:
+        raise UsageError("utils.sh: no command given; e.g. xrun run utils.sh 'echo hi && date'")
+    return AppDef(
+        name="sh",
+        roles=[
+            Role(
+                name="sh",
+                image=image,
+                entrypoint="sh",
+                args=["-c", " ".join(args)],
+                env=dict(env or {}),
+                num_replicas=num_replicas,
+                max_retries=max_retries,
+                resource=_resource(h, cpu, gpu, memMB),
+                mounts=list(parse_mounts(mounts or [])),
+            )
+        ],
+    )
+
+
+def python(
+    *args: str,
+    m: str | None = None,
+    c: str | None = None,
+    script: str | None = None,
+    image: str = DEFAULT_IMAGE,
+    name: str = "python",
+    cpu: int = 1,
+    gpu: int = 0,
+    memMB: int = 1024,
+    h: str | None = None,
+    num_replicas: int = 1,
+    env: dict[str, str] | None = None,
+) -> AppDef:
+    """Run Python code: a module (-m), a string (-c) or a script, like the python3 command.
+
+    Args:
+        args: arguments passed to the program (sys.argv[1:])
+        m: a module to run (python3 -m MODULE)
+        c: a program passed as a string (python3 -c CODE)
+        script: a script file to run
+        image: container image (docker)
+        name: the app and role name
+        cpu: CPUs per replica
+        gpu: GPUs per replica
+        memMB: memory per replica in MB
+        h: a named resource; overrides cpu, gpu and memMB
+        num_replicas: how many replicas run it
+        env: environment variables, k=v,k2=v2
+    """
+    given = [(flag, v) for flag, v in (("-m", m), ("-c", c), ("--script", script)) if v is not None]
+    if len(given) != 1:
+        raise UsageError(
+            "utils.python: give exactly one of -m MODULE, -c CODE or --script FILE "
+            f"(got {', '.join(f for f, _ in given) or 'none'})"
+        )
+    flag, value = given[0]
+    head = [value] if flag == "--script" else [flag, str(value)]
+    return AppDef(
+        name=name,
+        roles=[
+            Role(
+                name=name,
+                image=image,
+                entrypoint="python3",
+                args=[*head, *args],
+                env=dict(env or {}),
+                num_replicas=num_replicas,
+                resource=_resource(h, cpu, gpu, memMB),
+            )
+        ],
+    )
+
+
+def binary(
+    *args: str,
+    entrypoint: str,
+    name: str = "binary",
+    num_replicas: int = 1,
+    image: str = DEFAULT_IMAGE,
+    env: dict[str, str] | None = None,
+) -> AppDef:
+    """Run an executable with arguments (no shell: each argument is passed as is).
+
+    Args:
+        args: arguments passed to the executable
+        entrypoint: the executable (a path or a name on PATH)
+        name: the app and role name
+        num_replicas: how many replicas run it
+        image: container image (docker)
+        env: environment variables, k=v,k2=v2
+    """
+    return AppDef(
+        name=name,
+        roles=[
+            Role(
+                name=name,
+                image=image,
+                entrypoint=entrypoint,
+                args=list(args),
+                env=dict(env or {}),
+                num_replicas=num_replicas,
+            )
+        ],
+    )
+
+
+def touch(file: str, image: str = DEFAULT_IMAGE) -> AppDef:
+    """Create an empty file (or update its time), e.g. to check where a scheduler runs.
+
+    Args:
+        file: the path to touch
+        image: container image (docker)
+    """
+    return AppDef(
+        name="touch",
+        roles=[Role(name="touch", image=image, entrypoint="touch", args=[file])],
+    )
+
+
+def copy(src: str, dst: str, image: str = DEFAULT_IMAGE) -> AppDef:
+    """Copy a file between any two fsspec URLs (local paths, file://, memory://, s3:// ...).
+
+    Args:
+        src: the source URL or path
+        dst: the destination URL or path
+        image: container image (docker); it needs fsspec installed
+    """
+    return AppDef(
+        name="copy",
+        roles=[
+            Role(
+                name="copy",
+                image=image,
+                entrypoint="python3",
+                args=["-m", "xrun.components.utils", "copy", src, dst],
+            )
+        ],
+    )
+
+
+def _copy_main(argv: list[str]) -> int:
+    """The replica side of :func:`copy`."""
+    if len(argv) != 3 or argv[0] != "copy":
+        print("usage: python3 -m xrun.components.utils copy SRC DST", file=sys.stderr)
+        return 2
+    import fsspec  # only the replica needs it
+
+    src, dst = argv[1], argv[2]
+    with fsspec.open(src, "rb") as fin, fsspec.open(dst, "wb") as fout:
+        while chunk := fin.read(1 << 20):
+            fout.write(chunk)
+    print(f"copied {src} -> {dst}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_copy_main(sys.argv[1:]))

@@ -1,0 +1,208 @@
+"""A small, real DDP training job: torch gloo on CPU, synthetic data, checkpoints, resume.
+
+Run it with xrun (or, unmodified, with torchrun)::
+
+    xrun run -s local_cwd dist.ddp -j 2x2 --script examples/train_ddp.py -- --epochs 5
+    torchrun --standalone --nproc-per-node 4 examples/train_ddp.py --epochs 5
+
+Deterministic: given the same world size, the final parameters are bit-for-bit those of an
+undisturbed run, however often the job is killed and restarted (e.g. by the runtime agent's
+``--max-restarts``):
+
+* every source of randomness is seeded: the model's initial weights from ``--seed``, and each
+  step's batch from ``(seed, epoch, rank, step)``, so a resumed epoch sees the same data;
+* after each epoch rank 0 saves a checkpoint (the parameters + the epoch number) atomically:
+  written to a temp file, then renamed, so a kill mid-write never leaves a half checkpoint;
+* on start, rank 0 loads the newest checkpoint (the last *completed* epoch) and every rank
+  starts from it: the epoch is broadcast and DDP broadcasts rank 0's parameters;
+* plain SGD (no optimizer state beyond the parameters) and one intra-op thread, so nothing that
+  was not checkpointed influences the result.
+
+Checkpoints go through fsspec, so ``--checkpoint-dir`` may be a path or a URL
+(``file:///tmp/ckpt``, ``memory://ckpt``, ``s3://...`` with s3fs installed).
+
+Sanity checks every rank makes (they fail the job loudly): ``WORLD_SIZE`` equals the process
+group's size, and an ``all_reduce`` of ``rank + 1`` sums to ``n (n + 1) / 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import re
+import sys
+from datetime import timedelta
+
+import fsspec
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+IN_FEATURES, HIDDEN, BATCH = 16, 32, 32
+_CKPT_RE = re.compile(r"epoch-(\d+)\.pt$")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--epochs", type=int, default=5, help="epochs to train in total (default: 5)")
+    p.add_argument("--steps-per-epoch", type=int, default=20, help="steps per epoch (default: 20)")
+    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default: 0.1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model and the data (default: 0)")
+    p.add_argument(
+        "--checkpoint-dir",
+        default="./outputs/ckpt",
+        help="dir or fsspec URL for checkpoints; resumes from the newest (default: ./outputs/ckpt)",
+    )
+    p.add_argument("--out", help="write the final parameters' sha256, loss etc. here as JSON (rank 0)")
+    p.add_argument(
+        "--step-sleep", type=float, default=0.0, help="seconds to sleep per step (to watch it run)"
+    )
+    return p.parse_args(argv)
+
+
+def init_distributed() -> tuple[int, int]:
+    """Join the process group the launcher describes (torchrun/xrun env vars), or run alone."""
+    if "WORLD_SIZE" not in os.environ:  # plain `python train_ddp.py`: a group of one
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    expected = int(os.environ.get("WORLD_SIZE", "1"))
+    if world != expected:
+        raise RuntimeError(f"rank {rank}: WORLD_SIZE={expected} but the process group has {world}")
+    check = torch.tensor([float(rank + 1)])
+    dist.all_reduce(check)
+    if check.item() != world * (world + 1) / 2:
+        raise RuntimeError(
+            f"rank {rank}: all_reduce(rank + 1) = {check.item()}, expected {world * (world + 1) / 2}"
+        )
+    return rank, world
+
+
+def make_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
+
+
+def batch(seed: int, epoch: int, rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same batch for the same (seed, epoch, rank, step), whatever happened before."""
+    g = torch.Generator().manual_seed(((seed * 1_000_003 + epoch) * 1_009 + rank) * 100_003 + step)
+    x = torch.randn(BATCH, IN_FEATURES, generator=g)
+    w = torch.linspace(-1.0, 1.0, IN_FEATURES)  # the function to learn
+    y = torch.tanh(x @ w / 2).unsqueeze(1) + 0.01 * torch.randn(BATCH, 1, generator=g)
+    return x, y
+
+
+# --------------------------------------------------------------------------- checkpoints
+def latest_checkpoint(fs: fsspec.AbstractFileSystem, root: str) -> tuple[int, str] | None:
+    """(epoch, path) of the newest complete checkpoint; temp files never match."""
+    try:
+        names = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return None
+    found = [(int(m.group(1)), n) for n in names if (m := _CKPT_RE.search(str(n)))]
+    return max(found) if found else None
+
+
+def save_checkpoint(
+    fs: fsspec.AbstractFileSystem, root: str, epoch: int, model: nn.Module
+) -> None:
+    """Write, then rename: readers see the whole checkpoint or none (rename is atomic)."""
+    fs.makedirs(root, exist_ok=True)
+    final = f"{root.rstrip('/')}/epoch-{epoch:05d}.pt"
+    tmp = f"{final}.tmp-{os.getpid()}"
+    with fs.open(tmp, "wb") as f:
+        torch.save({"epoch": epoch, "model": model.state_dict()}, f)
+    fs.mv(tmp, final)
+
+
+def load_checkpoint(fs: fsspec.AbstractFileSystem, path: str, model: nn.Module) -> int:
+    with fs.open(path, "rb") as f:
+        state = torch.load(f, weights_only=True)
+    model.load_state_dict(state["model"])
+    return int(state["epoch"])
+
+
+# --------------------------------------------------------------------------- training
+def params_sha256(model: nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # one thread: the same float summation order every run
+    torch.use_deterministic_algorithms(True)
+    rank, world = init_distributed()
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    print(f"rank {rank}/{world}: started (restart {restart})", flush=True)
+
+    fs, root = fsspec.core.url_to_fs(args.checkpoint_dir)
+    model = make_model(args.seed)
+    done = torch.tensor([0])  # epochs already completed
+    if rank == 0:
+        found = latest_checkpoint(fs, root)
+        if found:
+            done[0] = load_checkpoint(fs, found[1], model)
+            print(f"rank 0: resuming after epoch {int(done[0])} from {found[1]}", flush=True)
+    dist.broadcast(done, src=0)
+    ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    loss_fn = nn.MSELoss()
+
+    for epoch in range(int(done[0]) + 1, args.epochs + 1):
+        for step in range(args.steps_per_epoch):
+            x, y = batch(args.seed, epoch, rank, step)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(ddp(x), y)
+            loss.backward()
+            opt.step()
+            if args.step_sleep:
+                import time
+
+                time.sleep(args.step_sleep)
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        mean /= world
+        if rank == 0:
+            save_checkpoint(fs, root, epoch, model)
+            print(f"epoch {epoch}: loss {mean.item():.6f}", flush=True)
+        # Nobody races ahead of a checkpoint that is still being written.
+        dist.barrier()
+
+    # The final loss on a fixed evaluation batch: defined even when a resumed run had nothing
+    # left to train.
+    with torch.no_grad():
+        x, y = batch(args.seed, 0, rank, 0)
+        final = loss_fn(model(x), y)
+    dist.all_reduce(final)
+    final /= world
+    digest = params_sha256(model)
+    print(f"rank {rank}/{world}: final loss {final.item():.6f} params sha256 {digest}", flush=True)
+    if rank == 0 and args.out:
+        result = {
+            "world_size": world,
+            "epochs": args.epochs,
+            "final_loss": final.item(),
+            "params_sha256": digest,
+            "restart_count": int(restart),
+        }
+        with fsspec.open(args.out, "w") as f:
+            json.dump(result, f)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # Exempt torch's many objects from the interpreter's last garbage collection: on a busy
+    # host that sweep made every worker take seconds to exit after training was done.
+    gc.freeze()
+    sys.exit(code)

@@ -1,0 +1,563 @@
+"""The elastic agent: rendezvous -> start workers -> watch them -> restart, finish or give up.
+
+One ``Agent`` runs one node's share of a job, for the command line (``python -m xrun.runtime``)
+and for ``xrun.runtime.launch`` alike. The watch is a single ``selectors`` loop over three kinds
+of file descriptors, so nothing is polled on a timer:
+
+* the workers' exit fds (pidfds / multiprocessing sentinels, ``PContext.fds()``),
+* the rendezvous handler's fd (readable once the current round is stale: a peer failed, a node
+  joined or was dropped, the job was closed),
+* a signal wakeup fd (``signal.set_wakeup_fd``) for SIGTERM/SIGINT/... sent to the agent.
+
+Decisions:
+
+* A local worker fails -> stop the local workers, ask the peers to restart, and re-rendezvous,
+  up to ``max_restarts`` times (``TORCHELASTIC_RESTART_COUNT`` counts these). A membership
+  change (a peer failed, a node joined/left) restarts without using up a restart, as torchrun.
+* A handled signal is forwarded to every worker's process group; after ``shutdown_timeout`` the
+  survivors are SIGKILLed and the agent exits with ``128 + signum`` (the shell's convention; a
+  scheduler reads it as "killed by signal". torchrun instead exits 1 with a SignalException
+  traceback). This holds for non-termination signals in ``--signals-to-handle`` (SIGUSR2) too,
+  which is what torchrun 2.13 does: every listed signal raises its SignalException, so the
+  workers get the signal and the agent shuts down. A fixed-size job's rendezvous is closed so
+  the peers exit at once; an elastic job's is left open (torchrun keeps it open too), so the
+  remaining nodes re-form without this one once its heartbeats stop.
+
+* Logs: ``<log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}``
+  (default log dir: a fresh temp dir). ``n`` counts every start of the worker group, membership
+  restarts included, so no attempt overwrites another's logs. A second agent of the same job on
+  the same host with the same log dir gets ``<run_id>.1``.
+* The workers' store: group rank 0's agent picks a free port each round and publishes
+  ``MASTER_ADDR``/``MASTER_PORT`` through the rendezvous store; rank 0's worker binds it
+  (``TORCHELASTIC_USE_AGENT_STORE=False``). If that port was taken meanwhile ("address already in
+  use" in the worker's error), the round is retried on a new port without using a restart.
+
+Standard library only: no torch, so the agent starts and idles like a bare interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from xrun.runtime.config import (
+    LaunchConfig,
+    log_line_prefix,
+    parse_signals,
+    substitute_local_rank,
+    worker_env,
+)
+
+if TYPE_CHECKING:
+    from xrun.runtime.errors import ProcessFailure
+    from xrun.runtime.procs import PContext, RunProcsResult
+    from xrun.runtime.rendezvous import RendezvousHandler, RendezvousInfo
+
+# A worker store that cannot bind its port (another process took the free port between the
+# agent picking it and rank 0 binding it) is retried this many times without using a restart.
+_PORT_RACE_RETRIES = 3
+_PORT_RACE_MARKERS = ("address already in use", "eaddrinuse", "errno 98")
+_NA = "<N/A>"
+# How long the store's host waits for the other nodes' workers to finish too ("leave together"):
+# torchrun's exit_barrier_timeout. Nodes rarely finish minutes apart, but a shorter bound would
+# close the job under a node whose workers are still busy.
+_FINISH_TIMEOUT = 300.0
+
+
+class AgentFailedError(Exception):
+    """The job failed on this node; ``str(e)`` is the summary the command line prints."""
+
+    def __init__(self, message: str, exitcode: int = 1) -> None:
+        super().__init__(message)
+        self.exitcode = exitcode
+
+
+class ChildFailedError(AgentFailedError):
+    """Workers failed and the restarts are used up; ``failures`` maps global rank -> failure."""
+
+    def __init__(self, name: str, failures: Mapping[int, ProcessFailure]) -> None:
+        self.name = name
+        self.failures = dict(failures)
+        super().__init__(format_failures(name, self.failures), exitcode=1)
+
+
+@dataclass
+class RunResult:
+    """What ``Agent.run`` ended with. ``exitcode`` is the agent's: 0, 1 or 128+signal."""
+
+    exitcode: int
+    return_values: dict[int, Any] = field(default_factory=dict)  # by global rank
+    failures: dict[int, ProcessFailure] = field(default_factory=dict)  # by global rank
+    message: str = ""  # the failure summary / reason ("" on success)
+
+    def error(self, name: str) -> AgentFailedError | None:
+        if self.exitcode == 0:
+            return None
+        if self.failures:
+            return ChildFailedError(name, self.failures)
+        return AgentFailedError(self.message, self.exitcode)
+
+
+class _AgentSignal(BaseException):
+    """Raised by the signal handler only while the agent blocks outside its select loop."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _log(msg: str) -> None:
+    print(f"[xrun-agent {os.getpid()}] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    """A port that is free right now on every interface (the workers' store binds all of them)."""
+    with socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET) as s:
+        try:
+            s.bind(("", 0))
+        except OSError:  # IPv6 disabled in the kernel
+            with socket.socket(socket.AF_INET) as s4:
+                s4.bind(("", 0))
+                return int(s4.getsockname()[1])
+        return int(s.getsockname()[1])
+
+
+def _fmt_addr(host: str) -> str:
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+class Agent:
+    """Runs one node's workers for ``config``: ``Agent(cfg, "python", ("-u", "train.py")).run()``.
+
+    ``entrypoint`` is a binary (run with ``args``) or a function (run in multiprocessing
+    workers with ``args``; its return values come back in ``RunResult.return_values``).
+    """
+
+    def __init__(
+        self,
+        config: LaunchConfig,
+        entrypoint: Callable[..., Any] | str,
+        args: tuple[Any, ...] = (),
+        name: str | None = None,
+    ) -> None:
+        if not config.run_id:  # standalone: a fresh id per job, like torchrun --standalone
+            import uuid
+            from dataclasses import replace
+
+            config = replace(config, run_id=str(uuid.uuid4()))
+        self.config = config
+        self.entrypoint = entrypoint
+        self.args = args
+        if name is None:
+            name = entrypoint if isinstance(entrypoint, str) else str(
+                getattr(entrypoint, "__qualname__", entrypoint))
+        self.name: str = name
+        self.host = socket.gethostname()
+        self._signum = 0
+        self._raise_on_signal = False
+        self._attempt = 0  # worker group starts so far (log dirs attempt_0, attempt_1 ...)
+        self._restart_count = 0  # failure restarts used (TORCHELASTIC_RESTART_COUNT)
+        self._port_retries = 0
+        self._run_log_dir = ""
+
+    # -- public -------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        from xrun.runtime.rendezvous import RendezvousParams, create_handler
+
+        cfg = self.config
+        params = RendezvousParams(
+            backend=cfg.rdzv_backend,
+            endpoint=cfg.rdzv_endpoint or "localhost:0",
+            run_id=cfg.run_id,
+            min_nodes=cfg.min_nodes,
+            max_nodes=cfg.max_nodes,
+            local_world_size=cfg.nproc_per_node,
+            conf=dict(cfg.rdzv_conf),
+            node_rank=cfg.node_rank,
+            local_addr=cfg.local_addr,
+        )
+        restore = self._install_signals()
+        handler: RendezvousHandler | None = None
+        try:
+            try:
+                self._raise_on_signal = True
+                self._check_signal()
+                handler = create_handler(params)
+                return self._loop(handler)
+            except _AgentSignal as s:
+                return self._on_signal_exit(handler, None, s.signum)
+        finally:
+            self._raise_on_signal = False
+            if handler is not None:
+                handler.shutdown()
+            restore()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _loop(self, handler: RendezvousHandler) -> RunResult:
+        from xrun.runtime.rendezvous import (
+            RendezvousClosedError,
+            RendezvousError,
+            RendezvousTimeoutError,
+        )
+
+        cfg = self.config
+        while True:
+            self._raise_on_signal = True
+            self._check_signal()  # one that arrived while the workers were being stopped
+            try:
+                info = handler.next_rendezvous()
+                try:
+                    master_addr, master_port = self._master(handler, info)
+                except RendezvousTimeoutError:
+                    # Group rank 0 died before publishing its address: form a new round.
+                    self._request_restart(handler, "group rank 0 published no master address")
+                    continue
+            except RendezvousClosedError as e:
+                failed = getattr(e, "failed", True)
+                reason = getattr(e, "reason", "") or str(e)
+                if not failed:
+                    return RunResult(0, message=reason)
+                return RunResult(1, message=f"the job was closed by a peer: {reason}")
+            except RendezvousError as e:
+                return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")
+            self._raise_on_signal = False
+            pc = self._start(info, master_addr, master_port)
+            kind, payload = self._watch(pc, handler)
+            if kind == "signal":
+                return self._on_signal_exit(handler, pc, int(payload))
+            if kind == "rdzv":
+                event, reason = payload
+                pc.close(signal.SIGTERM, cfg.shutdown_timeout)
+                if event.name == "CLOSED":
+                    return RunResult(1, message=f"the job was closed by a peer: {reason}")
+                _log(f"membership changed ({reason}): restarting the workers")
+                continue
+            result: RunProcsResult = payload
+            offset = info.rank_offset
+            if not result.is_failed():
+                pc.close(signal.SIGTERM, cfg.shutdown_timeout)  # reaps, flushes the tee threads
+                # every local rank, None for binaries (and functions that returned None)
+                return self._finish(handler, {offset + r: result.return_values.get(r)
+                                              for r in range(cfg.nproc_per_node)})
+            failures = {offset + r: f for r, f in result.failures.items()}
+            pc.close(signal.SIGTERM, cfg.shutdown_timeout)
+            root = min(failures.values(), key=lambda f: (f.exit_time or f.timestamp))
+            reason = (f"local_rank {root.local_rank} on {self.host} failed: "
+                      f"{root.message.splitlines()[-1] if root.message else root.exitcode}")
+            if self._port_retries < _PORT_RACE_RETRIES and _is_port_race(result):
+                self._port_retries += 1
+                _log(f"worker store port was taken ({reason}); retrying with a new port")
+                self._request_restart(handler, reason)
+                continue
+            if self._restart_count < cfg.max_restarts:
+                self._restart_count += 1
+                _log(f"{reason}; restarting the workers "
+                     f"({self._restart_count}/{cfg.max_restarts})")
+                self._request_restart(handler, reason)
+                continue
+            try:
+                handler.close(failed=True, reason=reason)
+            except RendezvousError:
+                pass  # the store host may be gone already; our exit code says it all
+            return RunResult(1, failures=failures,
+                             message=format_failures(self.name, failures))
+
+    def _request_restart(self, handler: RendezvousHandler, reason: str) -> None:
+        from xrun.runtime.rendezvous import RendezvousError
+
+        try:
+            handler.request_restart(reason)
+        except RendezvousError as e:
+            _log(f"could not tell the peers to restart ({e}); next_rendezvous will")
+
+    def _finish(self, handler: RendezvousHandler, values: dict[int, Any]) -> RunResult:
+        from xrun.runtime.rendezvous import RendezvousClosedError, RendezvousError
+
+        self._raise_on_signal = True
+        try:
+            handler.finish(_FINISH_TIMEOUT)
+        except RendezvousClosedError as e:
+            if getattr(e, "failed", False):
+                return RunResult(1, values, message=f"a peer failed: {getattr(e, 'reason', e)}")
+        except RendezvousError as e:
+            # Our workers all succeeded; a peer that vanished while we waited is its own failure.
+            _log(f"while waiting for the other nodes to finish: {e}")
+        return RunResult(0, values)
+
+    def _master(self, handler: RendezvousHandler, info: RendezvousInfo) -> tuple[str, int]:
+        """Group rank 0 picks the workers' store address for this round and publishes it."""
+        if info.group_world_size == 1:
+            return _fmt_addr(info.addrs[0]), free_port()
+        key = f"xrun/master/{info.round}"
+        if info.group_rank == 0:
+            addr, port = _fmt_addr(info.addrs[0]), free_port()
+            handler.kv().set(key, f"{addr}\n{port}".encode())
+            return addr, port
+        # Rank 0 publishes right after the round forms; a much longer wait means it is gone.
+        timeout = float(self.config.rdzv_conf.get("read_timeout", 60))
+        addr, port_s = handler.kv().get(key, timeout).decode().split("\n")
+        return addr, int(port_s)
+
+    def _attempt_dir(self) -> str:
+        if not self._run_log_dir:
+            import tempfile
+
+            base = self.config.log_dir or tempfile.mkdtemp(prefix="xrun_")
+            os.makedirs(base, exist_ok=True)
+            # Several agents of one job may share a host and a log dir: the first one gets
+            # <run_id>, the others <run_id>.1, .2 ... (os.mkdir is atomic, so no two collide).
+            run_id = self.config.run_id or "none"
+            for i in range(1000):
+                path = os.path.join(base, run_id if i == 0 else f"{run_id}.{i}")
+                try:
+                    os.mkdir(path)
+                    break
+                except FileExistsError:
+                    continue
+            self._run_log_dir = path
+        path = os.path.join(self._run_log_dir, f"attempt_{self._attempt}")
+        self._attempt += 1
+        return path
+
+    def _start(self, info: RendezvousInfo, master_addr: str, master_port: int) -> PContext:
+        from xrun.runtime.procs import start_processes
+
+        cfg = self.config
+        attempt_dir = self._attempt_dir()
+        n = cfg.nproc_per_node
+        for lr in range(n):  # the workers write their error.json here, redirected or not
+            os.makedirs(os.path.join(attempt_dir, str(lr)), mode=0o700, exist_ok=True)
+        envs = {
+            lr: worker_env(
+                local_rank=lr,
+                local_world_size=n,
+                rank_offset=info.rank_offset,
+                world_size=info.world_size,
+                group_rank=info.group_rank,
+                group_world_size=info.group_world_size,
+                role=cfg.role,
+                master_addr=master_addr,
+                master_port=master_port,
+                restart_count=self._restart_count,
+                max_restarts=cfg.max_restarts,
+                run_id=cfg.run_id,
+                error_file=os.path.join(attempt_dir, str(lr), "error.json"),
+            )
+            for lr in range(n)
+        }
+        prefixes = {
+            lr: log_line_prefix(cfg.log_line_prefix_template, cfg.role, lr, info.rank_offset + lr)
+            for lr in range(n)
+        }
+        return start_processes(
+            name=cfg.role,
+            entrypoint=self.entrypoint,
+            args={lr: substitute_local_rank(self.args, lr) for lr in range(n)},
+            envs=envs,
+            log_dir=attempt_dir,
+            redirects=cfg.redirects,
+            tee=cfg.tee,
+            log_line_prefixes=prefixes,
+            start_method=cfg.start_method,
+            local_ranks_filter=cfg.local_ranks_filter,
+        )
+
+    def _watch(self, pc: PContext, handler: RendezvousHandler) -> tuple[str, Any]:
+        """Block until the workers end, the rendezvous changes or a signal arrives."""
+        sel = selectors.DefaultSelector()
+        try:
+            worker_fds = set(pc.fds())
+            for fd in worker_fds:
+                sel.register(fd, selectors.EVENT_READ, "worker")
+            from xrun.runtime.rendezvous import RendezvousClosedError, RendezvousEvent
+
+            try:
+                sel.register(handler.fileno(), selectors.EVENT_READ, "rdzv")
+            except RendezvousClosedError as e:
+                return "rdzv", (RendezvousEvent.CLOSED, e.reason)
+            if self._wakeup_r >= 0:
+                sel.register(self._wakeup_r, selectors.EVENT_READ, "signal")
+            # Without an exit fd per worker fall back to polling every monitor_interval.
+            timeout = None if len(worker_fds) >= self.config.nproc_per_node \
+                else self.config.monitor_interval
+            while True:
+                if self._signum:
+                    return "signal", self._signum
+                result = pc.wait(0)
+                if result is not None:
+                    return "done", result
+                # wait() closes the fd of a worker it reaped: forget it before select sees a
+                # closed (or, worse, reused) fd number.
+                running = set(pc.fds())
+                for fd in worker_fds - running:
+                    sel.unregister(fd)
+                worker_fds &= running
+                for key, _ in sel.select(timeout):
+                    if key.data == "worker":
+                        # A pidfd stays readable after its process exits: stop watching it, or
+                        # the loop would spin while the other workers still run.
+                        sel.unregister(key.fd)
+                        worker_fds.discard(key.fd)
+                    elif key.data == "signal":
+                        self._drain_wakeup()
+                    elif key.data == "rdzv":
+                        event = handler.poll_event()
+                        if event is not None:
+                            return "rdzv", event
+        finally:
+            sel.close()
+
+    # -- signals -------------------------------------------------------------------------------
+
+    _wakeup_r = -1
+
+    def _install_signals(self) -> Callable[[], None]:
+        """Handle the configured signals (main thread only); returns the undo function."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        old = {s: signal.signal(s, self._on_signal) for s in parse_signals(
+            self.config.signals_to_handle)}
+        self._wakeup_r = r
+
+        def restore() -> None:
+            for s, h in old.items():
+                signal.signal(s, h)
+            signal.set_wakeup_fd(old_fd)
+            os.close(r)
+            os.close(w)
+            self._wakeup_r = -1
+
+        return restore
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signum = self._signum or signum
+        if self._raise_on_signal:
+            raise _AgentSignal(signum)
+
+    def _check_signal(self) -> None:
+        if self._signum:
+            raise _AgentSignal(self._signum)
+
+    def _drain_wakeup(self) -> None:
+        try:
+            while os.read(self._wakeup_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _on_signal_exit(self, handler: RendezvousHandler | None, pc: PContext | None,
+                        signum: int) -> RunResult:
+        from xrun.runtime.rendezvous import RendezvousError
+
+        self._raise_on_signal = False
+        name = signal.Signals(signum).name
+        _log(f"got {name}: forwarding it to the workers and shutting down")
+        if pc is not None:
+            pc.close(signum, self.config.shutdown_timeout)
+        if handler is not None and self.config.min_nodes == self.config.max_nodes:
+            try:
+                handler.close(failed=True, reason=f"the agent on {self.host} got {name}")
+            except RendezvousError:
+                pass
+        return RunResult(128 + signum, message=f"the agent got {name}")
+
+
+
+def _is_port_race(result: RunProcsResult) -> bool:
+    """Did a worker die because the workers' store port was taken? Read from its error file's
+    message, else from the end of its stderr log (when redirected) - torch says EADDRINUSE."""
+    for lr, f in result.failures.items():
+        text = f.message
+        log = result.stderrs.get(lr)
+        if f.error_file_data is None and log:
+            try:
+                with open(log, "rb") as fp:
+                    fp.seek(max(0, os.path.getsize(log) - 4096))
+                    text = fp.read().decode(errors="replace")
+            except OSError:
+                pass
+        if any(m in text.lower() for m in _PORT_RACE_MARKERS):
+            return True
+    return False
+
+
+# -- the failure summary (torchrun's layout, so people and log scrapers read it the same) -------
+
+
+def _format_failure(idx: int, rank: int, f: ProcessFailure, host: str) -> str:
+    from datetime import datetime
+
+    msg: str = f.message or _NA
+    data = f.error_file_data
+    if isinstance(data, dict) and isinstance(data.get("message"), dict):
+        msg = data["message"].get("extraInfo", {}).get("py_callstack") or msg
+    sig = f.signal_name()
+    return (
+        f"[{idx}]:\n"
+        f"  time      : {datetime.fromtimestamp(f.timestamp).isoformat(sep='_')}\n"
+        f"  host      : {host}\n"
+        f"  rank      : {rank} (local_rank: {f.local_rank})\n"
+        f"  exitcode  : {f.exitcode} (pid: {f.pid}){f' ({sig})' if sig != _NA else ''}\n"
+        f"  error_file: {f.error_file or _NA}\n"
+        f"  traceback : {msg.rstrip().replace(chr(10), chr(10) + '  ')}"
+    )
+
+
+def root_cause(failures: Mapping[int, ProcessFailure]) -> int:
+    """The global rank of the first observed failure."""
+    return min(failures, key=lambda r: (failures[r].timestamp, failures[r].exit_time, r))
+
+
+def format_failures(name: str, failures: Mapping[int, ProcessFailure]) -> str:
+    host = socket.getfqdn()
+    title = f"{name} FAILED"
+    root = root_cause(failures)
+    parts = {r: _format_failure(i, r, f, host) for i, (r, f) in enumerate(sorted(failures.items()))}
+    width = min(60, max([len(title)] + [len(x) for p in parts.values() for x in p.splitlines()]))
+    others = [p for r, p in parts.items() if r != root] or ["  <NO_OTHER_FAILURES>"]
+    return "\n".join([
+        "", "=" * width, title, "-" * width, "Failures:", *others, "-" * width,
+        "Root Cause (first observed failure):", parts[root], "=" * width,
+    ])
+
+
+def write_agent_error_file(path: str, result: RunResult) -> None:
+    """The agent's own error file for its scheduler: the root cause's document (when the worker
+    recorded one) with ``errorCode`` set to the worker's exit code, else the summary."""
+    import json
+
+    if result.failures:
+        f = result.failures[root_cause(result.failures)]
+        data = f.error_file_data
+        if isinstance(data, dict) and isinstance(data.get("message"), dict):
+            doc: dict[str, Any] = json.loads(json.dumps(data))
+            doc["message"]["errorCode"] = f.exitcode
+        else:
+            doc = {"message": {"message": f"ChildFailedError: {f.message}",
+                               "extraInfo": {"py_callstack": result.message,
+                                             "timestamp": str(f.timestamp)},
+                               "errorCode": f.exitcode}}
+    else:
+        doc = {"message": {"message": f"AgentFailedError: {result.message}",
+                           "extraInfo": {"py_callstack": result.message,
+                                         "timestamp": str(int(time.time()))},
+                           "errorCode": result.exitcode}}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fp:
+        json.dump(doc, fp)
+    os.replace(tmp, path)

@@ -1,0 +1,160 @@
+"""``xrun`` commands other than ``run``: builtins, status, log, cancel, list, describe, runopts.
+
+Each ``cmd_<name>(ns)`` returns the exit code. An unknown handle raises AppNotFoundError (the
+CLI prints it, exit 1); a malformed one is a UsageError (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from xrun.errors import AppNotFoundError, UsageError
+from xrun.runner import Runner
+from xrun.specs import AppHandle
+
+
+def cmd_builtins(ns: argparse.Namespace) -> int:
+    from xrun.component import get_component, list_components
+
+    if ns.print_name:
+        import inspect
+
+        comp = get_component(ns.print_name)
+        module = inspect.getmodule(comp.fn)
+        # The whole module: a component usually needs its module's imports and helpers to run.
+        source = inspect.getsource(module if module is not None else comp.fn)
+        sys.stdout.write(source)
+        return 0
+    comps = list_components()
+    width = max((len(n) for n in comps), default=0)
+    print(f"Found {len(comps)} components (`xrun run NAME --help` shows one's options):")
+    for name, comp in comps.items():
+        print(f"  {name.ljust(width)}  {comp.summary()}")
+    return 0
+
+
+def _not_found(handle: str) -> AppNotFoundError:
+    return AppNotFoundError(f"app {handle} not found (finished long ago, or another session?)")
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    with Runner() as runner:
+        status = runner.status(ns.handle)
+        if status is None:
+            raise _not_found(ns.handle)
+        print(f"Handle: {ns.handle}")
+        print(status.format())
+    return 0
+
+
+def cmd_cancel(ns: argparse.Namespace) -> int:
+    with Runner() as runner:
+        runner.cancel(ns.handle)
+    print(f"xrun: cancelled {ns.handle}", file=sys.stderr)
+    return 0
+
+
+def cmd_describe(ns: argparse.Namespace) -> int:
+    from xrun.cli_yaml import dump
+    from xrun.specs import appdef_to_dict
+
+    with Runner() as runner:
+        app = runner.describe(ns.handle)
+        status = runner.status(ns.handle)
+        if app is None or status is None:
+            raise _not_found(ns.handle)
+        sys.stdout.write(dump(appdef_to_dict(app)))
+        print("# status")
+        for line in status.format().splitlines():
+            print(f"# {line}")
+    return 0
+
+
+def cmd_list(ns: argparse.Namespace) -> int:
+    from xrun.specs import make_app_handle
+
+    with Runner() as runner:
+        scheduler = ns.scheduler or runner.config.default_scheduler() or "local_cwd"
+        apps = runner.list(scheduler)
+        for a in apps:
+            handle = a.app_handle or make_app_handle(a.app_id, scheduler, runner.session_name)
+            print(f"{handle}\t{a.state.name}\t{a.name}")
+    return 0
+
+
+def cmd_runopts(ns: argparse.Namespace) -> int:
+    from xrun.schedulers.api import get_scheduler, scheduler_names
+
+    names = [ns.scheduler] if ns.scheduler else scheduler_names()
+    for name in names:
+        try:
+            opts = get_scheduler(name).run_opts()
+        except UsageError as e:
+            if ns.scheduler:
+                raise
+            # Listing all: one scheduler that cannot load (missing extra) must not hide the rest.
+            print(f"{name}:\n    (unavailable: {e})")
+            continue
+        print(f"{name}:\n{opts}" if str(opts) else f"{name}:\n    (no run options)")
+    return 0
+
+
+# --------------------------------------------------------------------------- log
+def parse_log_target(target: str) -> tuple[str, str | None, list[int] | None]:
+    """``HANDLE[/ROLE[/REPLICA[,REPLICA...]]]`` -> (handle, role, replica ids)."""
+    form = "SCHEDULER://SESSION/APP_ID[/ROLE[/REPLICA[,REPLICA...]]], e.g. local_cwd://default/app-1/trainer/0,1"
+    scheme, sep, rest = target.partition("://")
+    parts = rest.split("/")
+    if not sep or len(parts) < 2 or len(parts) > 4:
+        raise UsageError(f"log target {target!r} is malformed; expected {form}")
+    handle = str(AppHandle.parse(f"{scheme}://{parts[0]}/{parts[1]}"))
+    role = parts[2] if len(parts) > 2 and parts[2] else None
+    replicas: list[int] | None = None
+    if len(parts) == 4:
+        try:
+            replicas = [int(x) for x in parts[3].split(",")]
+        except ValueError:
+            raise UsageError(
+                f"log target {target!r}: replicas {parts[3]!r} must be numbers like 0 or 0,2; "
+                f"expected {form}"
+            ) from None
+        if any(r < 0 for r in replicas):
+            raise UsageError(f"log target {target!r}: replica ids must be >= 0")
+    return handle, role, replicas
+
+
+def cmd_log(ns: argparse.Namespace) -> int:
+    from xrun.cli_logs import LogPrinter
+    from xrun.schedulers.api import Stream
+
+    handle, role, replicas = parse_log_target(ns.target)
+    with Runner() as runner:
+        app = runner.describe(handle)
+        if app is None:
+            raise _not_found(handle)
+        roles = {r.name: r.num_replicas for r in app.roles}
+        if role is not None and role not in roles:
+            raise UsageError(f"app {handle} has no role {role!r}; roles: {', '.join(roles)}")
+        targets: list[tuple[str, int]] = []
+        for name, count in roles.items():
+            if role is not None and name != role:
+                continue
+            wanted = replicas if replicas is not None else list(range(count))
+            bad = [k for k in wanted if k >= count]
+            if bad:
+                raise UsageError(
+                    f"role {name!r} of {handle} has replicas 0..{count - 1}; no replica {bad[0]}"
+                )
+            targets += [(name, k) for k in wanted]
+        printer = LogPrinter(
+            runner,
+            handle,
+            targets,
+            out=sys.stdout,
+            follow=ns.follow,
+            regex=ns.regex,
+            streams=Stream(ns.streams) if ns.streams else None,
+        )
+        printer.run()
+    return 0

@@ -1,0 +1,94 @@
+"""Printing several replicas' logs at once, each line prefixed ``role/replica``.
+
+One thread per replica reads :meth:`Runner.log_lines`; a lock keeps lines whole. Colour (one per
+replica) only on a terminal and only when NO_COLOR is unset (https://no-color.org).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from xrun.runner import Runner
+    from xrun.schedulers.api import Stream
+
+_COLOURS = ("\033[32m", "\033[34m", "\033[35m", "\033[36m", "\033[33m", "\033[31m")
+_RESET = "\033[0m"
+
+
+def colour_enabled(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+
+
+class LogPrinter:
+    """Prints the log lines of ``targets`` (``(role, replica)`` pairs) to ``out``."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        handle: str,
+        targets: list[tuple[str, int]],
+        out: TextIO,
+        follow: bool,
+        regex: str | None = None,
+        streams: Stream | None = None,
+        always_prefix: bool = False,
+    ) -> None:
+        self._runner = runner
+        self._handle = handle
+        self._targets = targets
+        self._out = out
+        self._follow = follow
+        self._regex = regex
+        self._streams = streams
+        self._prefix = always_prefix or len(targets) > 1
+        self._colour = colour_enabled(out)
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+
+    def start(self) -> None:
+        width = max((len(f"{r}/{k}") for r, k in self._targets), default=0)
+        for i, (role, k) in enumerate(self._targets):
+            label = f"{role}/{k}".ljust(width)
+            if self._colour:
+                label = f"{_COLOURS[i % len(_COLOURS)]}{label}{_RESET}"
+            # Daemon: a scheduler whose tail never ends must not keep the CLI alive.
+            t = threading.Thread(target=self._pump, args=(role, k, label), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _pump(self, role: str, k: int, label: str) -> None:
+        try:
+            lines = self._runner.log_lines(
+                self._handle,
+                role,
+                k,
+                regex=self._regex,
+                should_tail=self._follow,
+                streams=self._streams,
+            )
+            for line in lines:
+                text = line.rstrip("\n")
+                with self._lock:
+                    self._out.write(f"{label} {text}\n" if self._prefix else f"{text}\n")
+                    self._out.flush()
+        except BaseException as e:  # re-raised by join() in the main thread
+            self.errors.append(e)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for every reader (at most ``timeout`` in all); re-raise a reader's error."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            t.join(left)
+        if self.errors:
+            raise self.errors[0]
+
+    def run(self) -> None:
+        self.start()
+        self.join()

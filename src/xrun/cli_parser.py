@@ -1,0 +1,102 @@
+"""The ``xrun`` argument parsers (argparse), built only when a command needs them.
+
+``xrun run`` parses its few options by hand (:func:`xrun.cli.parse_run_options`) and comes here
+only for ``--help`` or a mistake, because building these parsers costs more start-up time than
+the rest of a dry run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from xrun.errors import UsageError
+
+PROG = "xrun"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are UsageErrors: one line on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> Parser:
+    p = Parser(prog=PROG, description="Launch distributed PyTorch jobs.", allow_abbrev=False)
+    p.add_argument("--version", action="version", version=_version())
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    run = sub.add_parser(
+        "run",
+        help="run a component or a saved AppDef YAML",
+        allow_abbrev=False,
+        usage="xrun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun] [--wait] [--log] "
+        "[--workspace DIR] COMPONENT|SPEC.yaml [component args ...]",
+        description="COMPONENT is a builtin (dist.ddp; see `xrun builtins`), FILE.py:FUNCTION "
+        "or a plugin; its own options follow it (`xrun run dist.ddp --help`).",
+    )
+    run.add_argument(
+        "-s",
+        "--scheduler",
+        help="local_cwd (default; or [cli:run] in .xrunconfig), slurm, docker, ...",
+    )
+    run.add_argument(
+        "-cfg",
+        "--cfg",
+        action="append",
+        default=[],
+        metavar="K=V,...",
+        help="run options (see `xrun runopts S`); list values use ';'",
+    )
+    run.add_argument(
+        "--dryrun",
+        action="store_true",
+        help="print the AppDef (YAML) and the scheduler's request; submit nothing",
+    )
+    run.add_argument("--wait", action="store_true", help="wait until the app ends")
+    run.add_argument("--log", action="store_true", help="stream every replica's log (waits)")
+    run.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="a local directory the scheduler makes available (docker: image)",
+    )
+
+    b = sub.add_parser("builtins", help="list the builtin and plugin components")
+    b.add_argument(
+        "--print",
+        dest="print_name",
+        metavar="NAME",
+        help="print a component's source, as a template for your own",
+    )
+
+    for name, helptext in (
+        ("status", "show an app's status"),
+        ("cancel", "stop an app (it ends CANCELLED)"),
+        ("describe", "show an app's roles (YAML) and status"),
+    ):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("handle", metavar="HANDLE", help="SCHEDULER://SESSION/APP_ID")
+
+    lg = sub.add_parser("log", help="print an app's logs")
+    lg.add_argument("target", metavar="HANDLE[/ROLE[/REPLICA[,REPLICA...]]]")
+    lg.add_argument("-f", "--follow", action="store_true", help="follow until the app ends")
+    lg.add_argument("--regex", help="only lines matching this regular expression")
+    lg.add_argument(
+        "--streams",
+        choices=("stdout", "stderr", "combined"),
+        help="which stream (default: the scheduler's combined log)",
+    )
+
+    ls = sub.add_parser("list", help="list the apps a scheduler knows")
+    ls.add_argument("-s", "--scheduler", help="default local_cwd")
+
+    ro = sub.add_parser("runopts", help="show the run options of the schedulers")
+    ro.add_argument("scheduler", nargs="?", help="only this scheduler")
+    return p
+
+
+def _version() -> str:
+    from xrun import __version__
+
+    return f"xrun {__version__}"

@@ -1,0 +1,466 @@
+"""Components: typed functions returning an AppDef, found by name and called from argv.
+
+Finding one (:func:`get_component`):
+
+- ``dist.ddp``: a builtin, function ``ddp`` of module ``xrun.components.dist``;
+- ``path/to/file.py:fn``: function ``fn`` of a Python file;
+- ``PREFIX.fn``: entry point group ``xrun.components`` maps ``PREFIX`` to a module (e.g.
+  ``myteam = "myteam.components"`` gives ``myteam.train``). Plugins add prefixes; one equal to a
+  builtin module (``dist``, ``utils``) is ignored, so a package cannot replace ``dist.ddp``.
+
+Calling one (:func:`call_component`): each parameter ``p`` is an option ``--p`` (also ``-p`` when
+its name is one letter; ``--some-name`` works for ``--some_name``), required when it has no
+default; ``*args`` takes every argument after the component's own options (or after ``--``).
+Supported annotations: ``str``, ``int``, ``float``, ``bool`` (true/false/1/0/yes/no; a bare
+``--flag`` is true), ``Optional[X]``/``X | None``, ``list[str|int|float]`` (``a,b,c``) and
+``dict[str, str]`` (``k=v,k2=v2``; an item without ``=`` continues the previous value, so
+``CUDA_VISIBLE_DEVICES=0,1`` works). The parameter docs come from the Google-style docstring
+(docstring-parser is imported only to print ``--help``: it costs ~20 ms). ``--help`` prints
+them; so does ``-h`` unless the component has a parameter ``h`` (``dist.ddp``: the named
+resource, TorchX's convention).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from xrun.errors import UsageError
+from xrun.specs import AppDef
+
+BUILTIN_PACKAGE = "xrun.components"
+PLUGIN_GROUP = "xrun.components"
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+_SUPPORTED = "str, int, float, bool, Optional[X], list[str|int|float], dict[str, str]"
+
+
+# --------------------------------------------------------------------------- parameter types
+@dataclass(frozen=True)
+class ArgType:
+    """How one annotation reads a command-line string: ``name`` for help, ``convert`` for value."""
+
+    name: str
+    scalar: type | None = None  # str/int/float/bool, or the element type of a list
+    container: str = ""  # "", "list" or "dict"
+    optional: bool = False
+
+    def convert(self, text: str) -> Any:
+        """``text`` as this type; UsageError (without the option name; callers add it)."""
+        if self.container == "list":
+            assert self.scalar is not None
+            return [_scalar(self.scalar, item.strip()) for item in text.split(",") if item.strip()]
+        if self.container == "dict":
+            return _parse_dict(text)
+        assert self.scalar is not None
+        return _scalar(self.scalar, text)
+
+
+def _scalar(type_: type, text: str) -> Any:
+    if type_ is str:
+        return text
+    if type_ is bool:
+        low = text.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise UsageError(f"{text!r} is not a bool; expected true/false, 1/0 or yes/no")
+    try:
+        return type_(text.strip())
+    except ValueError:
+        raise UsageError(f"{text!r} is not a valid {type_.__name__}") from None
+
+
+def _parse_dict(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    last: str | None = None
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            last = key.strip()
+            out[last] = value
+        elif last is not None:
+            out[last] += "," + item  # a value that itself contains commas
+        elif item.strip():
+            raise UsageError(f"{item!r} is not KEY=VALUE; expected k=v,k2=v2")
+    return out
+
+
+def _arg_type(annotation: Any, where: str) -> ArgType:
+    """The :class:`ArgType` for an annotation, or UsageError naming the unsupported type."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            inner = _arg_type(rest[0], where)
+            return ArgType(f"{inner.name} | None", inner.scalar, inner.container, optional=True)
+    if annotation in (str, int, float, bool):
+        return ArgType(annotation.__name__, annotation)
+    if origin is list and len(args) == 1 and args[0] in (str, int, float):
+        return ArgType(f"list[{args[0].__name__}]", args[0], "list")
+    if origin is dict and args == (str, str):
+        return ArgType("dict[str, str]", str, "dict")
+    shown = getattr(annotation, "__name__", None) if not args else None
+    raise UsageError(f"{where}: unsupported type {shown or annotation!r}; supported: {_SUPPORTED}")
+
+
+@dataclass
+class Param:
+    name: str
+    type: ArgType
+    default: Any = inspect.Parameter.empty
+    varargs: bool = False
+
+    @property
+    def required(self) -> bool:
+        return not self.varargs and self.default is inspect.Parameter.empty
+
+    def flags(self) -> list[str]:
+        out = [f"--{self.name}"]
+        if "_" in self.name:
+            out.append(f"--{self.name.replace('_', '-')}")
+        if len(self.name) == 1:
+            out.insert(0, f"-{self.name}")
+        return out
+
+
+@dataclass
+class Component:
+    """A component function and its parsed signature."""
+
+    name: str
+    fn: Callable[..., Any]
+    params: list[Param] = field(default_factory=list)
+
+    @property
+    def varargs(self) -> Param | None:
+        return next((p for p in self.params if p.varargs), None)
+
+    def option(self, name: str) -> Param | None:
+        return next((p for p in self.params if not p.varargs and p.name == name), None)
+
+    def summary(self) -> str:
+        doc = inspect.getdoc(self.fn) or ""
+        return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def analyze(name: str, fn: Callable[..., Any]) -> Component:
+    """Read ``fn``'s signature; UsageError for what the CLI cannot turn into options."""
+    where = f"component {name}"
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as e:  # NameError for a typo'd string annotation, etc.
+        raise UsageError(f"{where}: cannot resolve its type annotations ({e})") from None
+    params: list[Param] = []
+    for p in inspect.signature(fn).parameters.values():
+        pwhere = f"{where}: parameter {p.name!r}"
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            raise UsageError(f"{pwhere}: **kwargs is not supported; declare each option")
+        if p.name not in hints:
+            raise UsageError(f"{pwhere} has no type annotation; annotate it ({_SUPPORTED})")
+        atype = _arg_type(hints[p.name], pwhere)
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            if atype.container or atype.optional:
+                raise UsageError(f"{pwhere}: *args must be annotated with a scalar type")
+            params.append(Param(p.name, atype, varargs=True))
+        else:
+            params.append(Param(p.name, atype, p.default))
+    return Component(name, fn, params)
+
+
+# --------------------------------------------------------------------------- discovery
+def _builtin_modules() -> list[str]:
+    import pkgutil
+
+    pkg = sys.modules.get(BUILTIN_PACKAGE) or __import__(BUILTIN_PACKAGE, fromlist=["_"])
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+
+
+def _plugin_modules() -> dict[str, str]:
+    """Entry point prefix -> module name (group ``xrun.components``), builtins excluded."""
+    from importlib.metadata import entry_points
+
+    builtins = set(_builtin_modules())
+    return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP) if ep.name not in builtins}
+
+
+def _functions(module: ModuleType) -> dict[str, Callable[..., Any]]:
+    """Public functions defined in ``module`` (not imported into it)."""
+    return {
+        n: f
+        for n, f in vars(module).items()
+        if inspect.isfunction(f) and not n.startswith("_") and f.__module__ == module.__name__
+    }
+
+
+def _components_of(module: ModuleType) -> dict[str, Callable[..., Any]]:
+    """Functions whose return annotation is AppDef (helpers in a module are not components)."""
+    out = {}
+    for n, f in _functions(module).items():
+        ret = inspect.signature(f).return_annotation
+        if ret is AppDef or ret == "AppDef":
+            out[n] = f
+    return out
+
+
+def list_components() -> dict[str, Component]:
+    """Every builtin and plugin component by name (``xrun builtins``)."""
+    import importlib
+
+    found: dict[str, Component] = {}
+    sources = [(m, f"{BUILTIN_PACKAGE}.{m}") for m in _builtin_modules()]
+    sources += sorted(_plugin_modules().items())
+    for prefix, module_name in sources:
+        module = importlib.import_module(module_name)
+        for fn_name, fn in _components_of(module).items():
+            found[f"{prefix}.{fn_name}"] = analyze(f"{prefix}.{fn_name}", fn)
+    return found
+
+
+def _is_file_ref(name: str) -> bool:
+    path = name.rpartition(":")[0] if ":" in name else name
+    return path.endswith(".py") or os.sep in path
+
+
+def get_component(name: str) -> Component:
+    """Find and analyze a component (builtin, ``file.py:fn`` or plugin); UsageError if bad."""
+    if _is_file_ref(name):
+        return _from_file(name)
+    prefix, dot, fn_name = name.rpartition(".")
+    if not dot or not prefix or not fn_name:
+        raise UsageError(
+            f"component {name!r} is not MODULE.FUNCTION (e.g. dist.ddp) or FILE.py:FUNCTION; "
+            f"{_closest(name)}"
+        )
+    module_name = _module_for_prefix(prefix)
+    if module_name is None:
+        raise UsageError(f"unknown component {name!r}; {_closest(name)}")
+    import importlib
+
+    module = importlib.import_module(module_name)
+    fn = getattr(module, fn_name, None)
+    if not inspect.isfunction(fn) or fn_name.startswith("_"):
+        raise UsageError(f"unknown component {name!r}; {_closest(name)}")
+    return analyze(name, fn)
+
+
+def _module_for_prefix(prefix: str) -> str | None:
+    import importlib.util
+
+    builtin = f"{BUILTIN_PACKAGE}.{prefix}"
+    # find_spec without importing every builtin module: one stat per lookup.
+    if "." not in prefix and not prefix.startswith("_") and importlib.util.find_spec(builtin):
+        return builtin
+    return _plugin_modules().get(prefix)
+
+
+def _closest(name: str) -> str:
+    names = list(list_components())
+    import difflib  # lazy: only error paths need it
+
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    if close:
+        return f"did you mean {', '.join(close)}? (`xrun builtins` lists all)"
+    return "run `xrun builtins` to list the components"
+
+
+def _from_file(ref: str) -> Component:
+    path, colon, fn_name = ref.rpartition(":") if ":" in ref else (ref, "", "")
+    if not fn_name:
+        raise UsageError(
+            f"component {ref!r} names a file but no function; expected FILE.py:FUNCTION"
+        )
+    if not os.path.isfile(path):
+        raise UsageError(f"component file {path!r} does not exist (in {os.getcwd()})")
+    module = _load_file(path)
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        defined = ", ".join(sorted(_functions(module))) or "none"
+        raise UsageError(
+            f"component file {path!r} has no function {fn_name!r}; functions defined: {defined}"
+        )
+    return analyze(ref, fn)
+
+
+def _load_file(path: str) -> ModuleType:
+    import importlib.util
+
+    mod_name = "xrun_component_" + "".join(c if c.isalnum() else "_" for c in path)
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"component file {path!r} cannot be loaded as Python")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before exec so dataclasses/typing in the file can find their own module.
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        sys.modules.pop(mod_name, None)
+        raise UsageError(
+            f"component file {path!r}: syntax error at line {e.lineno}: {e.msg}"
+        ) from None
+    except Exception as e:  # the file's own import-time failure, reported as such
+        sys.modules.pop(mod_name, None)
+        raise UsageError(
+            f"component file {path!r} failed to import: {type(e).__name__}: {e}"
+        ) from None
+    return module
+
+
+# --------------------------------------------------------------------------- argv -> call
+class HelpRequested(Exception):
+    """``--help`` was given: the caller prints :func:`format_help` and exits 0."""
+
+
+@dataclass
+class ParsedArgs:
+    options: dict[str, str] = field(default_factory=dict)
+    varargs: list[str] = field(default_factory=list)
+
+
+def _lookup(comp: Component) -> dict[str, Param]:
+    table: dict[str, Param] = {}
+    for p in comp.params:
+        if not p.varargs:
+            for f in p.flags():
+                table[f] = p
+    return table
+
+
+def parse_argv(comp: Component, argv: Sequence[str]) -> ParsedArgs:
+    """Split argv into raw option strings and ``*args`` (values are converted later)."""
+    table = _lookup(comp)
+    help_flags = {"--help"} | ({"-h"} if "-h" not in table else set())
+    out = ParsedArgs()
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            out.varargs.extend(argv[i + 1 :])
+            break
+        if tok in help_flags:
+            raise HelpRequested()
+        if not tok.startswith("-") or tok == "-" or _is_number(tok):
+            out.varargs.extend(argv[i:])
+            break
+        flag, eq, value = tok.partition("=")
+        param = table.get(flag)
+        if param is None:
+            import difflib  # lazy: only error paths need it
+
+            close = difflib.get_close_matches(flag, list(table), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            tail = " or put it after `--` to pass it to *args" if comp.varargs else ""
+            raise UsageError(f"{comp.name}: unknown option {flag}{hint}; see --help{tail}")
+        if not eq:
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            bare_flag = (
+                param.type.scalar is bool
+                and not param.type.container
+                and (nxt is None or (nxt.startswith("-") and not _is_number(nxt)))
+            )
+            if bare_flag:
+                value = "true"
+            elif nxt is None:
+                raise UsageError(f"{comp.name}: option {flag} needs a value ({param.type.name})")
+            else:
+                value = nxt
+                i += 1
+        out.options[param.name] = value
+        i += 1
+    if out.varargs and comp.varargs is None:
+        raise UsageError(
+            f"{comp.name}: unexpected argument {out.varargs[0]!r}; it takes no positional "
+            "arguments (options only, see --help)"
+        )
+    return out
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
+
+
+def convert_value(comp: Component, param: Param, raw: str, source: str) -> Any:
+    """Convert one raw string, re-raising with ``source`` (an option or a config key) named."""
+    try:
+        return param.type.convert(raw)
+    except UsageError as e:
+        raise UsageError(f"{comp.name}: {source}={raw!r}: {e}") from None
+
+
+def call_component(
+    comp: Component,
+    argv: Sequence[str],
+    defaults: Mapping[str, tuple[str, str]] | None = None,
+) -> AppDef:
+    """Build the AppDef: component defaults < ``defaults`` < ``argv``.
+
+    ``defaults`` maps a parameter name to ``(raw value, where it came from)`` (a config file
+    section), so a bad value there is reported with its file.
+    """
+    parsed = parse_argv(comp, argv)
+    kwargs: dict[str, Any] = {}
+    for pname, (raw, source) in (defaults or {}).items():
+        param = comp.option(pname)
+        if param is None:
+            valid = ", ".join(p.name for p in comp.params if not p.varargs)
+            raise UsageError(f"{source}: {comp.name} has no parameter {pname!r}; valid: {valid}")
+        kwargs[pname] = convert_value(comp, param, raw, source)
+    for pname, raw in parsed.options.items():
+        param = comp.option(pname)
+        assert param is not None
+        kwargs[pname] = convert_value(comp, param, raw, f"--{pname}")
+    missing = [p for p in comp.params if p.required and p.name not in kwargs]
+    if missing:
+        flags = ", ".join(f"--{p.name} {p.type.name.upper()}" for p in missing)
+        raise UsageError(f"{comp.name}: missing required argument(s) {flags}; see --help")
+    args: list[Any] = []
+    var = comp.varargs
+    if var is not None:
+        args = [convert_value(comp, var, a, f"*{var.name}") for a in parsed.varargs]
+    app = comp.fn(*args, **kwargs)
+    if not isinstance(app, AppDef):
+        raise UsageError(f"component {comp.name} returned {type(app).__name__}, expected AppDef")
+    return app
+
+
+def format_help(comp: Component) -> str:
+    """``--help`` text: the docstring's description and every parameter's doc and default."""
+    import docstring_parser  # lazy: ~20 ms, needed only here
+
+    doc = docstring_parser.parse(inspect.getdoc(comp.fn) or "")
+    param_docs = {p.arg_name.lstrip("*"): (p.description or "") for p in doc.params}
+    usage = [f"usage: xrun run [xrun options] {comp.name} [options]"]
+    usage += [f"{p.flags()[0]} {p.name.upper()}" for p in comp.params if p.required]
+    usage += [f"[{p.name} ...]" for p in comp.params if p.varargs]
+    lines = [" ".join(usage), ""]
+    desc = "\n\n".join(d for d in (doc.short_description, doc.long_description) if d)
+    if desc:
+        lines += [desc, ""]
+    lines.append("arguments:")
+    for p in comp.params:
+        if p.varargs:
+            head = f"  {p.name} ... ({p.type.name})"
+            tail = "(everything after the options, or after `--`)"
+        else:
+            is_flag = p.type.scalar is bool and not p.type.container
+            value = f"[{p.name.upper()}]" if is_flag else p.name.upper()
+            head = f"  {', '.join(p.flags())} {value} ({p.type.name})"
+            tail = "(required)" if p.required else f"(default: {p.default!r})"
+        text = " ".join(param_docs.get(p.name, "").split())
+        lines.append(head)
+        lines.append(f"        {text} {tail}" if text else f"        {tail}")
+    return "\n".join(lines) + "\n"

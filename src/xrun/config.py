@@ -1,0 +1,173 @@
+"""``.xrunconfig``: defaults for run options and component arguments.
+
+An INI file (Python's configparser; ``#`` or ``;`` start comments)::
+
+    # defaults for `-cfg` of one scheduler: the section is the scheduler's name
+    [local_cwd]
+    log_dir = /scratch/xrun-logs
+
+    [slurm]
+    partition = debug
+    time = 00:30:00
+
+    # defaults for a component's arguments, written as on the command line
+    [component:dist.ddp]
+    j = 2x2
+    env = NCCL_DEBUG=INFO,OMP_NUM_THREADS=1
+
+    # defaults for `xrun run` itself
+    [cli:run]
+    scheduler = local_cwd
+
+Two files are read: ``~/.xrunconfig`` and ``./.xrunconfig`` (the current directory). Precedence,
+highest first: the command line > the cwd file > the home file > the component's own defaults
+(or the scheduler's run-option defaults). A key in a file overrides the same key of a
+lower-precedence file only; other keys of that section still come from below.
+
+Errors name the file, section and key: an unknown section, an unknown run option or component
+parameter, a value that does not convert to the option's type.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from xrun.errors import UsageError
+
+if TYPE_CHECKING:
+    from xrun.schedulers.api import CfgVal, runopts
+
+FILENAME = ".xrunconfig"
+COMPONENT_PREFIX = "component:"
+CLI_RUN = "cli:run"
+_CLI_RUN_KEYS = ("scheduler",)
+# Schedulers known without scanning entry points (the scan costs ~30 ms on every start).
+_BUILTIN_SCHEDULERS = ("local_cwd", "slurm", "docker")
+
+# (value as written, "FILE [SECTION] KEY") - the second part is what errors quote.
+Sourced = tuple[str, str]
+# pathlib is avoided on purpose: importing it costs ~10 ms of every CLI start.
+PathArg = str | os.PathLike[str]
+
+
+@dataclass
+class Config:
+    """The merged view of the config files; ``files`` lowest precedence first."""
+
+    files: list[str] = field(default_factory=list)
+    sections: dict[str, dict[str, Sourced]] = field(default_factory=dict)
+
+    def section(self, name: str) -> dict[str, Sourced]:
+        return dict(self.sections.get(name, {}))
+
+    def scheduler_defaults(self, scheduler: str) -> dict[str, Sourced]:
+        return self.section(scheduler)
+
+    def component_defaults(self, component: str) -> dict[str, Sourced]:
+        return self.section(COMPONENT_PREFIX + component)
+
+    def default_scheduler(self) -> str | None:
+        entry = self.sections.get(CLI_RUN, {}).get("scheduler")
+        return entry[0].strip() if entry else None
+
+
+def config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> list[str]:
+    """The files that exist, lowest precedence first (home, then cwd; once if the same)."""
+    dirs = (home or os.path.expanduser("~"), cwd or os.getcwd())
+    out: list[str] = []
+    for d in dirs:
+        p = os.path.join(d, FILENAME)
+        if os.path.isfile(p) and all(not os.path.samefile(p, q) for q in out):
+            out.append(p)
+    return out
+
+
+def load(cwd: PathArg | None = None, home: PathArg | None = None) -> Config:
+    """Read and merge the config files (configparser is imported only when one exists)."""
+    paths = config_paths(cwd, home)
+    cfg = Config(files=paths)
+    for path in paths:
+        for section, items in _read(path).items():
+            _check_section(path, section, items)
+            merged = cfg.sections.setdefault(section, {})
+            for key, value in items.items():
+                merged[key] = (value, f"{path} [{section}] {key}")
+    return cfg
+
+
+def _read(path: str) -> dict[str, dict[str, str]]:
+    import configparser
+
+    # No interpolation: '%' in a value (e.g. a Slurm time format) must stay as written.
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep memMB's case
+    try:
+        with open(path, encoding="utf-8") as f:
+            parser.read_file(f, source=str(path))
+    except (configparser.Error, UnicodeDecodeError) as e:
+        first = " ".join(str(e).split())
+        raise UsageError(f"config file {path} is not a valid INI file: {first}") from None
+    return {s: dict(parser.items(s)) for s in parser.sections()}
+
+
+def _check_section(path: str, section: str, items: dict[str, str]) -> None:
+    if section.startswith(COMPONENT_PREFIX):
+        if not section[len(COMPONENT_PREFIX) :].strip():
+            raise UsageError(f"{path} [{section}]: name the component, e.g. [component:dist.ddp]")
+        return
+    if section == CLI_RUN:
+        for key in items:
+            if key not in _CLI_RUN_KEYS:
+                raise UsageError(
+                    f"{path} [{section}] {key}: unknown key; valid: {', '.join(_CLI_RUN_KEYS)}"
+                )
+        return
+    if section in _BUILTIN_SCHEDULERS:
+        return
+    from xrun.schedulers.api import scheduler_names
+
+    known = scheduler_names()
+    if section in known:
+        return
+    valid = [*known, CLI_RUN, COMPONENT_PREFIX + "NAME"]
+    import difflib  # lazy: only error paths need it
+
+    close = difflib.get_close_matches(section, valid, n=1)
+    hint = f" (did you mean [{close[0]}]?)" if close else ""
+    raise UsageError(
+        f"{path}: unknown section [{section}]{hint}; valid: " + ", ".join(f"[{v}]" for v in valid)
+    )
+
+
+def resolve_run_options(
+    opts: runopts, defaults: dict[str, Sourced], scheduler: str
+) -> dict[str, CfgVal]:
+    """Config-file run options checked against ``opts``, converted to their types.
+
+    A bad key or value raises UsageError naming the file, section and key (``opts.resolve``
+    would only name the key).
+    """
+    from xrun.schedulers.api import runopts as RunOpts
+
+    out: dict[str, CfgVal] = {}
+    for key, (raw, source) in defaults.items():
+        opt = opts.get(key)
+        if opt is None:
+            names = [o.name for o in opts]
+            import difflib  # lazy: only error paths need it
+
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(
+                f"{source}: unknown run option for {scheduler}{hint}; valid: "
+                f"{', '.join(names) or 'none'}"
+            )
+        single = RunOpts()
+        single.add(opt.name, opt.type_, opt.help)
+        try:
+            out[key] = single.resolve({key: raw}, scheduler)[key]
+        except UsageError as e:
+            raise UsageError(f"{source}: {e}") from None
+    return out

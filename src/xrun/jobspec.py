@@ -1,0 +1,113 @@
+"""The ``-j`` grammar: how many nodes and how many processes per node.
+
+``[[MIN:]NNODES x]NPROC``::
+
+    4       one node, 4 processes
+    2x4     2 nodes, 4 processes each
+    1:3x8   elastic: between 1 and 3 nodes, 8 processes each
+    0:1x4   elastic: 0 or 1 node (the scheduler may start the job with none running)
+
+Anything else is a :class:`~xrun.errors.UsageError` that names the bad part and shows these
+examples. Standard library only: this is on the start-up path of every ``xrun run``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from xrun.errors import UsageError
+
+_EXAMPLES = "e.g. -j 4 (1 node x 4), -j 2x4 (2 nodes x 4), -j 1:3x8 (elastic 1..3 nodes x 8)"
+_FORM = "[[MIN:]NNODES x]NPROC"
+# Parts are plain decimal digits: no sign, no spaces, no '0x' surprises from int().
+_J_RE = re.compile(r"(?:(?:(?P<min>\d+):)?(?P<nnodes>\d+)x)?(?P<nproc>\d+)")
+_NODES_RE = re.compile(r"(?:(?P<min>\d+):)?(?P<nnodes>\d+)")
+
+
+class JobSize(NamedTuple):
+    """A parsed ``-j``: ``min_nnodes <= max_nnodes`` nodes of ``nproc_per_node`` processes."""
+
+    min_nnodes: int
+    max_nnodes: int
+    nproc_per_node: int
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_nnodes != self.max_nnodes
+
+    def nnodes_arg(self) -> str:
+        """``MIN:MAX`` for the runtime agent's ``--nnodes``.
+
+        The agent is itself one node, so it needs at least 1 even when the scheduler may run
+        zero replicas (``-j 0:1x4``).
+        """
+        return f"{max(self.min_nnodes, 1)}:{self.max_nnodes}"
+
+    def __str__(self) -> str:
+        nodes = str(self.max_nnodes) if not self.elastic else f"{self.min_nnodes}:{self.max_nnodes}"
+        return f"{nodes}x{self.nproc_per_node}"
+
+
+def _why(text: str) -> str:
+    """The specific reason ``text`` is not ``[[MIN:]NNODES x]NPROC`` (for the error message)."""
+    if not text.strip():
+        return "it is empty"
+    if text != text.strip() or " " in text:
+        return "it contains spaces"
+    if text.count("x") > 1:
+        return "it has more than one 'x'"
+    nodes, sep, nproc = text.rpartition("x")
+    if sep and not nodes:
+        return "NNODES before 'x' is missing"
+    if sep and not nproc:
+        return "NPROC after 'x' is missing"
+    if not sep and ":" in text:
+        return "an elastic MIN:MAX needs 'xNPROC' after it"
+    if ":" in nproc:
+        return f"':' belongs in the NNODES part (MIN:MAX before 'x'), not in {nproc!r}"
+    for part in [*(nodes.split(":") if sep else []), nproc]:
+        if part.startswith("-"):
+            return f"{part!r} is negative"
+        if not part:
+            return "a number is missing around ':'"
+        if not part.isdigit():
+            return f"{part!r} is not a whole number"
+    return "it does not match the form"
+
+
+def parse_j(text: str) -> JobSize:
+    """Parse ``-j``; raise UsageError naming the bad part and the expected form."""
+    m = _J_RE.fullmatch(text)
+    if m is None:
+        raise UsageError(f"-j {text!r} is invalid: {_why(text)}; expected {_FORM}, {_EXAMPLES}")
+    nproc = int(m["nproc"])
+    nnodes = int(m["nnodes"]) if m["nnodes"] is not None else 1
+    min_nnodes = int(m["min"]) if m["min"] is not None else nnodes
+    if nproc < 1:
+        raise UsageError(f"-j {text!r} is invalid: NPROC must be >= 1; {_EXAMPLES}")
+    if nnodes < 1:
+        raise UsageError(f"-j {text!r} is invalid: NNODES must be >= 1; {_EXAMPLES}")
+    if min_nnodes > nnodes:
+        raise UsageError(
+            f"-j {text!r} is invalid: MIN {min_nnodes} is greater than NNODES {nnodes} "
+            f"(write MIN:MAX, e.g. -j {nnodes}:{min_nnodes}x{nproc}); {_EXAMPLES}"
+        )
+    return JobSize(min_nnodes, nnodes, nproc)
+
+
+def parse_nnodes(text: str) -> tuple[int, int]:
+    """``[MIN:]NNODES`` (no process count; used by ``dist.spmd``) -> ``(min, max)``."""
+    m = _NODES_RE.fullmatch(text)
+    if m is None:
+        raise UsageError(
+            f"-j {text!r} is invalid: expected [MIN:]NNODES, e.g. -j 2 or -j 1:4 "
+            "(processes per node come from the named resource's GPUs)"
+        )
+    nnodes = int(m["nnodes"])
+    min_nnodes = int(m["min"]) if m["min"] is not None else nnodes
+    if nnodes < 1 or min_nnodes > nnodes:
+        raise UsageError(
+            f"-j {text!r} is invalid: need NNODES >= 1 and MIN <= NNODES, e.g. -j 2 or -j 1:4"
+        )
+    return min_nnodes, nnodes

@@ -1,0 +1,113 @@
+"""``.xrunconfig``: files, precedence (cwd > home > component defaults) and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xrun.config import config_paths, load, resolve_run_options
+from xrun.errors import UsageError
+from xrun.runner import Runner
+from xrun.schedulers.api import runopts
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    home, cwd = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    cwd.mkdir()
+    return home, cwd
+
+
+def test_no_files_no_config(dirs: tuple[Path, Path]) -> None:
+    home, cwd = dirs
+    cfg = load(cwd, home)
+    assert cfg.files == [] and cfg.sections == {}
+    assert cfg.default_scheduler() is None
+
+
+def test_cwd_overrides_home_key_by_key(dirs: tuple[Path, Path]) -> None:
+    home, cwd = dirs
+    (home / ".xrunconfig").write_text(
+        "[component:dist.ddp]\nj = 2x2\ncpu = 4\n[local_cwd]\nlog_dir = /home-logs\n"
+        "[cli:run]\nscheduler = slurm\n"
+    )
+    (cwd / ".xrunconfig").write_text("# a comment\n[component:dist.ddp]\nj = 1x4\n")
+    cfg = load(cwd, home)
+    assert cfg.files == [str(home / ".xrunconfig"), str(cwd / ".xrunconfig")]
+    d = cfg.component_defaults("dist.ddp")
+    assert d["j"][0] == "1x4" and d["j"][1] == f"{cwd / '.xrunconfig'} [component:dist.ddp] j"
+    assert d["cpu"][0] == "4" and str(home) in d["cpu"][1]
+    assert cfg.scheduler_defaults("local_cwd") == {
+        "log_dir": ("/home-logs", f"{home / '.xrunconfig'} [local_cwd] log_dir")
+    }
+    assert cfg.default_scheduler() == "slurm"
+
+
+def test_same_directory_is_read_once(dirs: tuple[Path, Path]) -> None:
+    home, _ = dirs
+    (home / ".xrunconfig").write_text("[local_cwd]\nlog_dir = x\n")
+    assert config_paths(home, home) == [str(home / ".xrunconfig")]
+
+
+def test_keys_keep_their_case_and_percent_is_literal(dirs: tuple[Path, Path]) -> None:
+    home, cwd = dirs
+    (cwd / ".xrunconfig").write_text("[component:dist.ddp]\nmemMB = 2048\nname = a%b\n")
+    d = load(cwd, home).component_defaults("dist.ddp")
+    assert d["memMB"][0] == "2048" and d["name"][0] == "a%b"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "[local_cwdd]\nx = 1\n",
+            r"unknown section \[local_cwdd\] \(did you mean \[local_cwd\]\?\)",
+        ),
+        ("[component:]\nx = 1\n", r"\[component:\]: name the component"),
+        ("[cli:run]\nschedular = slurm\n", r"\[cli:run\] schedular: unknown key"),
+        ("no section header\n", "is not a valid INI file"),
+        ("[local_cwd]\na = 1\na = 2\n", "is not a valid INI file"),
+    ],
+)
+def test_bad_files_name_the_file_and_section(
+    dirs: tuple[Path, Path], text: str, expected: str
+) -> None:
+    home, cwd = dirs
+    (cwd / ".xrunconfig").write_text(text)
+    with pytest.raises(UsageError, match=expected) as info:
+        load(cwd, home)
+    assert str(cwd / ".xrunconfig") in str(info.value)
+
+
+def test_run_options_are_checked_against_the_scheduler() -> None:
+    opts = runopts()
+    opts.add("log_dir", str, "where")
+    opts.add("grace", float, "seconds", default=1.0)
+    src = "/f/.xrunconfig [local_cwd] "
+    got = resolve_run_options(opts, {"grace": ("2.5", src + "grace")}, "local_cwd")
+    assert got == {"grace": 2.5}
+    with pytest.raises(UsageError, match=r"/f/.xrunconfig \[local_cwd\] grace: .*'soon'"):
+        resolve_run_options(opts, {"grace": ("soon", src + "grace")}, "local_cwd")
+    with pytest.raises(UsageError, match=r"\[local_cwd\] log_dri: unknown run option.*'log_dir'"):
+        resolve_run_options(opts, {"log_dri": ("x", src + "log_dri")}, "local_cwd")
+
+
+def test_runner_applies_the_config_under_explicit_values(dirs: tuple[Path, Path]) -> None:
+    home, cwd = dirs
+    (home / ".xrunconfig").write_text(
+        "[local_cwd]\nlog_dir = /from-home\nstop_grace_s = 3\n[component:utils.echo]\nmsg = home\n"
+        "num_replicas = 2\n"
+    )
+    (cwd / ".xrunconfig").write_text(
+        "[local_cwd]\nlog_dir = /from-cwd\n[component:utils.echo]\nmsg = cwd\n"
+    )
+    with Runner(config=load(cwd, home)) as runner:
+        cfg = runner.run_cfg("local_cwd", {})
+        assert cfg["log_dir"] == "/from-cwd" and cfg["stop_grace_s"] == 3.0
+        assert runner.run_cfg("local_cwd", {"log_dir": "/cli"})["log_dir"] == "/cli"
+        app = runner.component_app("utils.echo", [])
+        assert app.roles[0].args == ["cwd"] and app.roles[0].num_replicas == 2
+        app = runner.component_app("utils.echo", ["--msg", "cli"])
+        assert app.roles[0].args == ["cli"]

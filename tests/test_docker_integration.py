@@ -1,0 +1,362 @@
+"""The docker scheduler against the real Docker Engine the suite starts (tests/docker_fixture.py).
+
+Every job runs in ``xrun-python:latest`` (Debian + python3, no pip) or in a workspace image
+built on it; status/logs/cancel/list from "another shell" go through the real ``xrun`` console
+script in a subprocess.
+"""
+
+# ruff: noqa: F811  (the docker_engine fixture is imported, then named by the tests)
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Until tests/conftest.py imports it for the whole suite.
+from docker_fixture import docker_engine  # noqa: F401
+
+from xrun.components.dist import ddp
+from xrun.errors import AppNotFoundError, SchedulerError, UsageError
+from xrun.schedulers.api import Stream
+from xrun.schedulers.docker import DockerScheduler
+from xrun.specs import AppDef, AppState, BindMount, Resource, Role, VolumeMount
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
+
+XRUN = str(Path(sys.executable).with_name("xrun"))
+
+# Ranks check their env, then all of them exchange a value with rank 0 over TCP (the agent
+# needs no torch, so neither does this): rank 0 sums the others' ranks and sends the sum back.
+WORKER = textwrap.dedent(
+    """
+    import os, socket, sys, time
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local, group = int(os.environ["LOCAL_RANK"]), int(os.environ["GROUP_RANK"])
+    assert rank == group * int(os.environ["LOCAL_WORLD_SIZE"]) + local, os.environ
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1
+    if rank == 0:
+        srv = socket.create_server(("", port))
+        conns = [srv.accept()[0] for _ in range(world - 1)]
+        total = sum(int(c.recv(64)) for c in conns)
+        for c in conns:
+            c.sendall(str(total).encode())
+    else:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = socket.create_connection((addr, port), timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        conn.sendall(str(rank).encode())
+        total = int(conn.recv(64))
+    print(f"rank {rank}/{world} on {socket.gethostname()} got {total}", flush=True)
+    sys.exit(0 if total == sum(range(1, world)) else 3)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def sched(docker_engine: str) -> Iterator[DockerScheduler]:
+    s = DockerScheduler("default")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ws = tmp_path_factory.mktemp("ws")
+    (ws / "worker.py").write_text(WORKER)
+    return ws
+
+
+def _xrun(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The real console script, as another shell would run it (same XDG_STATE_HOME)."""
+    return subprocess.run([XRUN, *args], capture_output=True, text=True, timeout=60, check=check)
+
+
+def _leftovers(app_id: str) -> list[str]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        label = {"label": f"xrun.app_id={app_id}"}
+        return [c.name for c in client.containers.list(all=True, filters=label)] + [
+            n.name for n in client.networks.list(filters=label)
+        ]
+    finally:
+        client.close()
+
+
+def _plain(name: str, image: str, *scripts: str) -> AppDef:
+    """One role whose replica i runs ``sh -c scripts[i]``."""
+    cmd = (
+        "case ${replica_id} in " + " ".join(f"{i}) {s};;" for i, s in enumerate(scripts)) + " esac"
+    )
+    return AppDef(name, [Role("r", image, "sh", ["-c", cmd], num_replicas=len(scripts))])
+
+
+def test_ddp_2x2_of_xrun_runtime_across_two_containers(
+    sched: DockerScheduler, workspace: Path
+) -> None:
+    app = ddp(script="worker.py", j="2x2", image="xrun-python:latest", name="ddp/trainer")
+    t0 = time.monotonic()
+    app_id = sched.submit(app, {}, workspace=str(workspace))
+    assert app.roles[0].image.startswith("xrun-workspace:")  # the workspace image was built
+    resp = sched.wait(app_id, timeout=90)
+    elapsed = time.monotonic() - t0
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    reps = resp.roles_statuses[0].replicas
+    assert [(r.id, r.state, r.exit_code) for r in reps] == [
+        (0, AppState.SUCCEEDED, 0),
+        (1, AppState.SUCCEEDED, 0),
+    ]
+    # Ranks 0,1 ran in replica 0's container, 2,3 in replica 1's; all agreed on the sum.
+    for k, ranks in ((0, (0, 1)), (1, (2, 3))):
+        text = "".join(sched.log_iter(app_id, "trainer", k))
+        for r in ranks:
+            assert f"rank {r}/4 on {app_id}-trainer-{k} got 6" in text, text
+    # Another process sees the same end, through the real CLI.
+    out = _xrun("status", f"docker://default/{app_id}").stdout
+    assert "State: SUCCEEDED" in out and f"trainer/1: SUCCEEDED host={app_id}-trainer-1" in out
+    assert _leftovers(app_id) == []
+    print(f"2x2 ddp on docker: submit to SUCCEEDED in {elapsed:.1f}s")
+
+
+def test_a_failing_replica_fails_the_app_and_stops_the_others(
+    sched: DockerScheduler,
+    docker_engine: str,
+) -> None:
+    app = _plain("gang", docker_engine, "sleep 300", "echo boom >&2; exit 3")
+    app_id = sched.submit(app, {}, workspace="")
+    t0 = time.monotonic()
+    resp = sched.wait(app_id, timeout=60)
+    assert resp is not None and resp.state == AppState.FAILED, resp
+    # init=True: the sleeping replica stops on SIGTERM at once, not after the 10 s timeout.
+    assert time.monotonic() - t0 < 8
+    reps = {r.id: r for r in resp.roles_statuses[0].replicas}
+    assert (reps[1].state, reps[1].exit_code) == (AppState.FAILED, 3)
+    assert reps[0].state == AppState.CANCELLED
+    assert "replica r/1 exited with code 3 (last stderr line: boom)" in resp.msg
+    assert _leftovers(app_id) == []
+    # The record outlives the containers: the same answer later, from another process.
+    assert "State: FAILED" in _xrun("status", f"docker://default/{app_id}").stdout
+    assert list(sched.log_iter(app_id, "r", 1)) == ["boom\n"]
+
+
+def test_cancel_from_another_process_ends_cancelled(
+    sched: DockerScheduler,
+    docker_engine: str,
+) -> None:
+    app_id = sched.submit(_plain("cancelme", docker_engine, "sleep 300", "sleep 300"), {}, "")
+    handle = f"docker://default/{app_id}"
+    assert sched.describe(app_id).state in (AppState.PENDING, AppState.RUNNING)  # type: ignore[union-attr]
+    assert "State: RUNNING" in _xrun("status", handle).stdout
+    _xrun("cancel", handle)
+    resp = sched.describe(app_id)
+    assert resp is not None and resp.state == AppState.CANCELLED, resp
+    assert {r.state for r in resp.roles_statuses[0].replicas} == {AppState.CANCELLED}
+    assert _leftovers(app_id) == []
+    sched.cancel(app_id)  # idempotent
+    assert sched.describe(app_id).state == AppState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_unknown_app_is_not_found(sched: DockerScheduler) -> None:
+    assert sched.describe("nope-00000000") is None
+    assert not sched.exists("nope-00000000")
+    with pytest.raises(AppNotFoundError):
+        sched.cancel("nope-00000000")
+    with pytest.raises(AppNotFoundError):
+        list(sched.log_iter("nope-00000000", "r", 0))
+    proc = _xrun("status", "docker://default/nope-00000000", check=False)
+    assert proc.returncode != 0 and "State: SUCCEEDED" not in proc.stdout
+
+
+def test_logs_follow_a_running_replica_per_stream(
+    sched: DockerScheduler,
+    docker_engine: str,
+) -> None:
+    app = _plain(
+        "logs",
+        docker_engine,
+        "for i in 1 2 3; do echo out$i; sleep 0.1; echo err$i >&2; sleep 0.2; done",
+        "echo other",
+    )
+    app_id = sched.submit(app, {}, workspace="")
+    # Followed while it runs: ends by itself when the replica does, with every line.
+    followed = list(sched.log_iter(app_id, "r", 0, should_tail=True, streams=Stream.STDOUT))
+    assert followed == ["out1\n", "out2\n", "out3\n"]
+    assert list(sched.log_iter(app_id, "r", 0, regex="^err[13]", streams=Stream.STDERR)) == [
+        "err1\n",
+        "err3\n",
+    ]
+    assert sched.wait(app_id, timeout=30).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    assert _leftovers(app_id) == []
+    # After cleanup the logs come from the state dir, still per stream and in order.
+    combined = list(sched.log_iter(app_id, "r", 0))
+    assert combined == ["out1\n", "err1\n", "out2\n", "err2\n", "out3\n", "err3\n"]
+    cli = _xrun("log", f"docker://default/{app_id}/r/1").stdout
+    assert cli.strip().endswith("other")
+    with pytest.raises(UsageError, match="no replica r/5"):
+        list(sched.log_iter(app_id, "r", 5))
+
+
+def test_list_shows_running_and_finished_apps(
+    sched: DockerScheduler,
+    docker_engine: str,
+) -> None:
+    done = sched.submit(_plain("listdone", docker_engine, "true"), {}, "")
+    assert sched.wait(done, timeout=30).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    running = sched.submit(_plain("listrun", docker_engine, "sleep 300"), {}, "")
+    try:
+        states = {a.app_id: (a.state, a.name, a.app_handle) for a in sched.list()}
+        assert states[done] == (AppState.SUCCEEDED, "listdone", f"docker://default/{done}")
+        assert states[running][0] in (AppState.PENDING, AppState.RUNNING)
+        out = _xrun("list", "-s", "docker").stdout
+        assert f"docker://default/{done}" in out and f"docker://default/{running}" in out
+    finally:
+        sched.cancel(running)
+    assert _leftovers(running) == []
+
+
+def test_missing_image_that_cannot_be_pulled_is_a_usage_error(sched: DockerScheduler) -> None:
+    # A registry on a closed local port: the pull fails at once instead of timing out.
+    app = _plain("noimg", "127.0.0.1:9/xrun/none:1", "true")
+    with pytest.raises(UsageError, match="is not on the Docker Engine and pulling it failed"):
+        sched.submit(app, {}, workspace="")
+
+
+def test_run_and_wait_through_the_cli(docker_engine: str, workspace: Path) -> None:
+    """`xrun run -s docker --wait` from the workspace (the default --workspace is the cwd)."""
+    proc = subprocess.run(
+        [XRUN, "run", "-s", "docker", "--wait", "dist.ddp", "-j", "2x1", "--script", "worker.py"],
+        capture_output=True, text=True, timeout=90, cwd=workspace,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    handle = proc.stdout.strip()
+    assert handle.startswith("docker://default/worker-") and "ended SUCCEEDED" in proc.stderr
+    log = _xrun("log", handle).stdout
+    assert "rank 1/2 on" in log and "got 1" in log
+
+
+def test_concurrent_describes_finalize_once(
+    sched: DockerScheduler,
+    docker_engine: str,
+) -> None:
+    import docker
+
+    app_id = sched.submit(_plain("race", docker_engine, "echo a", "echo b"), {}, "")
+    client = docker.from_env()
+    label = {"label": f"xrun.app_id={app_id}"}
+    deadline = time.monotonic() + 30
+    # Both replicas end with nobody asking; then several processes ask at once.
+    while {c.status for c in client.containers.list(all=True, filters=label)} != {"exited"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    client.close()
+    others = [DockerScheduler("default") for _ in range(4)]
+    results: list[object] = []
+    errors: list[BaseException] = []
+
+    def ask(s: DockerScheduler) -> None:
+        try:
+            results.append(s.describe(app_id).state)  # type: ignore[union-attr]
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask, args=(s,)) for s in others]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and results == [AppState.SUCCEEDED] * 4
+    assert list(sched.log_iter(app_id, "r", 1)) == ["b\n"]
+    assert _leftovers(app_id) == []
+    for s in others:
+        s.close()
+
+
+def test_the_container_spec_is_applied(
+    sched: DockerScheduler,
+    docker_engine: str,
+    tmp_path: Path,
+) -> None:
+    """Env, a read-only bind mount, a volume, memory and /dev/shm limits (peers resolving each
+    other by name: the 2x2 test, whose ranks connect to MASTER_ADDR = replica 0's name)."""
+    (tmp_path / "hello.txt").write_text("from the host")
+    check = (
+        "cat /in/hello.txt; echo; (touch /in/x 2>/dev/null && echo rw) || echo ro; "
+        "echo vol > /vol/f && cat /vol/f; echo FOO=$FOO; echo R0=$XRUN_RANK0_HOST; "
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max; "
+        "df -k /dev/shm | tail -1"
+    )
+    role = Role(
+        "spec",
+        docker_engine,
+        "sh",
+        ["-c", check],
+        env={"FOO": "bar ${replica_id}"},
+        num_replicas=2,
+        resource=Resource(cpu=1, gpu=0, memMB=256),
+        mounts=[
+            BindMount(str(tmp_path), "/in", read_only=True),
+            VolumeMount(f"xrun-test-{os.getpid()}", "/vol"),
+        ],
+    )
+    app_id = sched.submit(AppDef("spec", [role]), {"shm_size": "128m"}, workspace="")
+    resp = sched.wait(app_id, timeout=30)
+    logs = {k: [x.rstrip("\n") for x in sched.log_iter(app_id, "spec", k)] for k in (0, 1)}
+    assert resp is not None and resp.state == AppState.SUCCEEDED, (resp.msg if resp else None, logs)
+    lines = [line.rstrip("\n") for line in sched.log_iter(app_id, "spec", 1, streams=Stream.STDOUT)]
+    assert lines[:6] == [
+        "from the host",
+        "ro",
+        "vol",
+        "FOO=bar 1",
+        f"R0={app_id}-spec-0",
+        str(256 << 20),
+    ]
+    assert lines[6].split()[1] == str(128 * 1024)  # /dev/shm size in KiB
+    import docker
+
+    client = docker.from_env()
+    client.volumes.get(f"xrun-test-{os.getpid()}").remove(force=True)
+    client.close()
+
+
+def test_max_retries_restarts_a_failed_replica(
+    sched: DockerScheduler,
+    docker_engine: str,
+) -> None:
+    # Fails the first time only: the container's own filesystem survives a restart.
+    once = "if [ -e /tmp/ran ]; then echo second; else touch /tmp/ran; echo first; exit 1; fi"
+    role = Role("r", docker_engine, "sh", ["-c", once], max_retries=2)
+    app_id = sched.submit(AppDef("retry", [role]), {}, workspace="")
+    resp = sched.wait(app_id, timeout=30)
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    assert resp.num_restarts == 1
+    assert [line.strip() for line in sched.log_iter(app_id, "r", 0)] == ["first", "second"]
+
+
+def test_a_refused_start_leaves_nothing_behind(
+    sched: DockerScheduler,
+    docker_engine: str,
+) -> None:
+    role = Role(
+        "r", docker_engine, "true", num_replicas=2,
+        mounts=[BindMount("/nonexistent/xrun/data", "/data")],
+    )  # fmt: skip
+    with pytest.raises(SchedulerError, match="nonexistent/xrun/data") as e:
+        sched.submit(AppDef("refused", [role]), {}, workspace="")
+    app_id = re.search(r"app (refused-[a-z0-9]+)", str(e.value)).group(1)  # type: ignore[union-attr]
+    assert _leftovers(app_id) == [] and sched.describe(app_id) is None

@@ -1,0 +1,325 @@
+"""The docker scheduler without an engine: request values, naming, status rules, state files,
+the workspace build context, and the two setup errors (no SDK, no engine)."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xrun.components.dist import ddp
+from xrun.errors import UsageError
+from xrun.schedulers.docker import DockerScheduler, _lines
+from xrun.schedulers.docker_request import (
+    RANK0_ENV,
+    app_state,
+    container_name,
+    make_app_id,
+    materialize,
+    replica_state,
+)
+from xrun.schedulers.docker_state import AppStateStore, split_timestamp
+from xrun.schedulers.docker_workspace import DEFAULT_DOCKERFILE, build_context, image_tag
+from xrun.specs import AppDef, AppState, BindMount, DeviceMount, Resource, Role, VolumeMount
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _role(**kw: object) -> Role:
+    base: dict[str, object] = {"name": "worker", "image": "img:1", "entrypoint": "echo"}
+    base.update(kw)
+    return Role(**base)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- naming
+def test_container_name_is_app_role_index() -> None:
+    assert container_name("ddp-1a2b", "trainer", 3) == "ddp-1a2b-trainer-3"
+
+
+def test_container_name_sanitizes_to_a_dns_label() -> None:
+    name = container_name("ddp-1a2b", "My_Role.v2", 0)
+    assert name == "ddp-1a2b-my-role-v2-0"
+    assert DNS_LABEL.match(name)
+
+
+def test_long_names_are_truncated_unique_and_keep_the_index() -> None:
+    long_a, long_b = "a" * 80 + "x", "a" * 80 + "y"
+    names = {container_name("app-12345678", r, i) for r in (long_a, long_b) for i in (0, 11)}
+    assert len(names) == 4
+    for n in names:
+        assert len(n) <= 63 and DNS_LABEL.match(n), n
+    assert container_name("app-12345678", long_a, 11).endswith("-11")
+
+
+def test_app_id_is_a_short_dns_label() -> None:
+    app_id = make_app_id("My Very_Long Application Name That Goes On And On", "ab12cd34")
+    assert DNS_LABEL.match(app_id) and app_id.endswith("-ab12cd34") and len(app_id) <= 39
+
+
+# ----------------------------------------------------------------------------- materialize
+def test_ddp_2x2_materializes_one_container_per_replica() -> None:
+    app = ddp("--lr", "0.1 x", script="train.py", j="2x2", image="xrun-python:latest", name="t/tr")
+    job = materialize(app, "t-abc", {"shm_size": "2g"})
+    assert job.network == "t-abc"
+    assert [c.name for c in job.containers] == ["t-abc-tr-0", "t-abc-tr-1"]
+    for i, c in enumerate(job.containers):
+        # Every replica finds the rendezvous host through the same env var: replica 0's name.
+        assert c.env[RANK0_ENV] == "t-abc-tr-0"
+        assert c.command[:2] == ["sh", "-c"]
+        assert "--rdzv-endpoint ${XRUN_RANK0_HOST}:29500" in c.command[2]
+        assert "--rdzv-id t-abc" in c.command[2]
+        assert c.command[2].endswith("train.py --lr '0.1 x'")
+        assert c.labels == {
+            "xrun.app": "t",
+            "xrun.app_id": "t-abc",
+            "xrun.role": "tr",
+            "xrun.replica": str(i),
+            "xrun.session": "default",
+        }
+        assert c.nano_cpus == 2_000_000_000 and c.mem_limit == "1024m" and c.shm_size == "2g"
+        assert c.ports == [29500] and c.gpus == 0 and c.restart_policy() is None
+
+
+def test_macros_env_mounts_resources_and_retries() -> None:
+    role = _role(
+        args=["${app_id}", "${replica_id}", "$$HOME"],
+        env={"WHO": "${replica_id}", "A": "role"},
+        num_replicas=2,
+        max_retries=3,
+        resource=Resource(cpu=-1, gpu=2, memMB=-1),
+        mounts=[
+            BindMount("/data", "/mnt/data", read_only=True),
+            VolumeMount("vol", "/cache"),
+            DeviceMount("/dev/fuse", "/dev/fuse", "rw"),
+        ],
+    )
+    job = materialize(
+        AppDef("x", [role]),
+        "x-1",
+        {"env": {"A": "cfg", "B": "cfg"}, "copy_env": ["XR_*"]},
+        environ={"XR_TOKEN": "t", "A": "shell", "OTHER": "no"},
+    )
+    c = job.containers[1]
+    assert c.command == ["echo", "x-1", "1", "$HOME"]
+    # The role's own env beats the run option, which beats the copied shell env.
+    assert c.env == {
+        "WHO": "1",
+        "A": "role",
+        "B": "cfg",
+        "XR_TOKEN": "t",
+        RANK0_ENV: "x-1-worker-0",
+    }
+    assert c.mounts == [BindMount("/data", "/mnt/data", True), VolumeMount("vol", "/cache")]
+    assert c.devices == ["/dev/fuse:/dev/fuse:rw"]
+    assert c.nano_cpus is None and c.mem_limit is None and c.gpus == 2
+    assert c.restart_policy() == {"Name": "on-failure", "MaximumRetryCount": 3}
+    assert role.args[0] == "${app_id}"  # the AppDef itself is not touched
+
+
+def test_roles_that_collide_after_sanitizing_are_rejected() -> None:
+    app = AppDef("x", [_role(name="a_b"), _role(name="a.b")])
+    with pytest.raises(UsageError, match="rename one of the roles"):
+        materialize(app, "x-1", {})
+
+
+def test_dryrun_prints_docker_run_lines_without_sdk_or_engine() -> None:
+    """--dryrun needs neither the docker SDK nor an engine (the SDK import is lazy)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from xrun.components.dist import ddp
+        from xrun.schedulers.docker import create_scheduler
+        info = create_scheduler("s1").submit_dryrun(ddp(script="t.py", j="2x1"), {})
+        assert "docker" not in sys.modules, "the docker SDK was imported"
+        print(info)
+        """
+    )
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert out.count("docker run --detach --init") == 2
+    assert "--env XRUN_RANK0_HOST=t-" in out and "--label xrun.session=s1" in out
+    assert "--entrypoint sh" in out and "'exec python3 -m xrun.runtime" in out
+
+
+def test_runopts_reject_unknown_keys_and_convert_strings() -> None:
+    sched = DockerScheduler("default")
+    with pytest.raises(UsageError, match="shm_size"):
+        sched.run_opts().resolve({"shm_sise": "1g"}, "docker")
+    cfg = sched.run_opts().resolve({"env": "A:1;B:2", "copy_env": "X_*,Y", "privileged": "yes"})
+    assert cfg["env"] == {"A": "1", "B": "2"} and cfg["copy_env"] == ["X_*", "Y"]
+    assert cfg["privileged"] is True and cfg["shm_size"] == "1g"
+
+
+def test_a_role_without_image_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="has no image"):
+        DockerScheduler("default").submit_dryrun(AppDef("x", [_role(image="")]), {})
+
+
+# ----------------------------------------------------------------------------- setup errors
+def test_missing_sdk_is_a_usage_error_naming_the_extra() -> None:
+    # The SDK is installed here; hiding it is the only way to see this path.
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["docker"] = None
+        from xrun.errors import UsageError
+        from xrun.schedulers.docker import create_scheduler
+        try:
+            create_scheduler("default").list()
+        except UsageError as e:
+            print(e)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert (
+        out.stdout.strip()
+        == "the docker scheduler needs the docker SDK: pip install 'xrun[docker]'"
+    )
+
+
+def test_unreachable_engine_is_one_line_naming_docker_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/xrun/docker.sock")
+    with pytest.raises(UsageError) as e:
+        DockerScheduler("default").describe("x-1")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert (
+        "unix:///nonexistent/xrun/docker.sock (DOCKER_HOST)" in msg and "docker-engine.sh up" in msg
+    )
+
+
+# ----------------------------------------------------------------------------- status rules
+def _attrs(status: str, code: int = 0, restarts: int = 0, retries: int = 0) -> dict[str, object]:
+    policy = {"Name": "on-failure", "MaximumRetryCount": retries} if retries else {"Name": ""}
+    return {
+        "State": {"Status": status, "ExitCode": code},
+        "RestartCount": restarts,
+        "HostConfig": {"RestartPolicy": policy},
+    }
+
+
+@pytest.mark.parametrize(
+    ("attrs", "expected"),
+    [
+        (_attrs("created"), (AppState.PENDING, None)),
+        (_attrs("running"), (AppState.RUNNING, None)),
+        (_attrs("restarting"), (AppState.RUNNING, None)),
+        (_attrs("exited", 0), (AppState.SUCCEEDED, 0)),
+        (_attrs("exited", 1), (AppState.FAILED, 1)),
+        (_attrs("dead", 137), (AppState.FAILED, 137)),
+        # The engine is about to restart it: not a failure yet.
+        (_attrs("exited", 1, restarts=1, retries=2), (AppState.RUNNING, 1)),
+        (_attrs("exited", 1, restarts=2, retries=2), (AppState.FAILED, 1)),
+    ],
+)
+def test_replica_state(attrs: dict[str, object], expected: tuple[AppState, int | None]) -> None:
+    assert replica_state(attrs) == expected
+
+
+def test_app_state_gang_rules() -> None:
+    S = AppState
+    assert app_state([S.SUCCEEDED, S.RUNNING], False) == S.RUNNING
+    assert app_state([S.SUCCEEDED, S.SUCCEEDED], False) == S.SUCCEEDED
+    assert app_state([S.FAILED, S.RUNNING], False) == S.FAILED
+    assert app_state([S.PENDING, S.PENDING], False) == S.PENDING
+    assert app_state([S.FAILED, S.RUNNING], True) == S.CANCELLED
+    assert app_state([], False) == S.UNKNOWN
+
+
+# ----------------------------------------------------------------------------- state files
+def test_saved_logs_merge_streams_by_time_and_filter_since_until(tmp_path: Path) -> None:
+    store = AppStateStore(tmp_path)
+    store.save_log(
+        "a-1",
+        "r",
+        0,
+        "stdout",
+        b"2026-01-01T00:00:01.5Z out1\n2026-01-01T00:00:03.000000001Z out3\n",
+    )
+    store.save_log("a-1", "r", 0, "stderr", b"2026-01-01T00:00:02Z err2\n")
+    lines = list(store.read_logs("a-1", "r", 0, ["stdout", "stderr"], None, None))
+    assert lines == ["out1\n", "err2\n", "out3\n"]
+    t2 = split_timestamp("2026-01-01T00:00:02Z x")[0]
+    assert list(store.read_logs("a-1", "r", 0, ["stdout", "stderr"], t2, t2 + 0.5)) == ["err2\n"]
+    assert list(store.read_logs("a-1", "r", 0, ["stderr"], None, None)) == ["err2\n"]
+
+
+def test_split_timestamp_keeps_sub_second_precision() -> None:
+    a = split_timestamp("2026-11-22T09:28:40.250000000Z hello world")
+    b = split_timestamp("2026-11-22T09:28:40Z x")
+    assert a[1] == "hello world" and abs(a[0] - b[0] - 0.25) < 1e-6
+
+
+def test_a_path_like_app_id_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="malformed"):
+        AppStateStore(tmp_path).load_final("../../etc")
+
+
+def test_lines_reassembles_chunks_cut_anywhere() -> None:
+    chunks = [b"ab", b"c\nde", b"f\n\ng", b"h"]
+    assert list(_lines(chunks)) == ["abc\n", "def\n", "\n", "gh\n"]
+
+
+# ----------------------------------------------------------------------------- workspace
+def _names(context: bytes) -> set[str]:
+    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+        return set(tar.getnames())
+
+
+def test_build_context_has_workspace_and_xrun_but_no_caches(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("")
+    for junk in (".git", "__pycache__", ".venv"):
+        (tmp_path / junk).mkdir()
+        (tmp_path / junk / "f").write_text("x")
+    context, dockerfile = build_context(tmp_path)
+    names = _names(context)
+    assert dockerfile == "Dockerfile"
+    assert {"workspace/train.py", "workspace/pkg/m.py", "Dockerfile"} <= names
+    assert not any(
+        n.startswith(("workspace/.git", "workspace/__pycache__", "workspace/.venv")) for n in names
+    )
+    # The whole installed package, sub-packages included, so `python3 -m xrun.runtime` imports.
+    for mod in ("xrun/__init__.py", "xrun/errors.py", "xrun/runtime/__main__.py",
+                "xrun/runtime/agent.py", "xrun/schedulers/api.py", "xrun/components/dist.py"):  # fmt: skip
+        assert mod in names
+    assert not any("__pycache__" in n for n in names)
+    assert "PYTHONPATH=/opt/xrun" in DEFAULT_DOCKERFILE
+
+
+def test_image_tag_follows_content_and_base(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("1")
+    ctx1, _ = build_context(tmp_path)
+    assert image_tag(ctx1, "b:1") == image_tag(build_context(tmp_path)[0], "b:1")
+    assert image_tag(ctx1, "b:1") != image_tag(ctx1, "b:2")
+    (tmp_path / "a.py").write_text("2")
+    assert image_tag(build_context(tmp_path)[0], "b:1") != image_tag(ctx1, "b:1")
+
+
+def test_dockerfile_xrun_replaces_the_recipe(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile.xrun").write_text("ARG IMAGE\nFROM ${IMAGE}\n")
+    context, dockerfile = build_context(tmp_path)
+    assert dockerfile == "workspace/Dockerfile.xrun" and "Dockerfile" not in _names(context)
+
+
+def test_workspace_must_be_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is not a directory"):
+        build_context(tmp_path / "missing")
+
+
+def test_a_huge_workspace_is_refused_before_reading_it(tmp_path: Path) -> None:
+    big = tmp_path / "data.bin"
+    with open(big, "wb") as f:
+        f.truncate((1 << 30) + 1)  # sparse: costs no disk
+    with pytest.raises(UsageError, match="more than 1024 MiB"):
+        build_context(tmp_path)
