@@ -29,7 +29,7 @@ def measure_1(reps: int, smoke: bool) -> list[Row]:
     job = c.Job("noop.py", nproc=4)
     row = Row("1x4 do-nothing job, end to end", "s", "xrun <= floor + 0.25 s",
               reference="torchrun", check=at_most("xrun", 0.25, plus="floor"))
-    row.results = interleave(_runs(job, ALL, 120), reps)
+    row.results = interleave(_runs(job, ALL, 120), reps, warmup=not smoke)
     return [row]
 
 
@@ -37,7 +37,7 @@ def measure_2(reps: int, smoke: bool) -> list[Row]:
     job = c.Job("noop.py", nnodes=2, nproc=2)
     row = Row("2x2 do-nothing job (two agents, rendezvous), end to end", "s", "xrun <= 0.45 s",
               reference="torchrun", check=at_most("xrun", 0.45))
-    row.results = interleave(_runs(job, ALL, 120), reps)
+    row.results = interleave(_runs(job, ALL, 120), reps, warmup=not smoke)
     return [row]
 
 
@@ -47,5 +47,5 @@ def measure_3(reps: int, smoke: bool) -> list[Row]:
     job = c.Job("allreduce.py", nproc=nproc)
     row = Row(f"gloo all_reduce job 1x{nproc}", "s", "xrun <= floor + 0.3 s",
               reference="torchrun", check=at_most("xrun", 0.3, plus="floor"))
-    row.results = interleave(_runs(job, ALL, 300), max(1, reps - 2) if not smoke else reps)
+    row.results = interleave(_runs(job, ALL, 300), max(1, reps - 2), warmup=not smoke)
     return [row]

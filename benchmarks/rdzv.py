@@ -10,6 +10,7 @@ and stops when the last ``next_rendezvous`` returns.
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 import threading
@@ -91,8 +92,32 @@ def run(n_agents: int, timeout: float = 120.0) -> float:
 
 
 def run_torch(n_agents: int, timeout: float = 60.0) -> float:
-    """torch's dynamic rendezvous (c10d backend, TCPStore) with min = max = n; raises
-    TimeoutError when it does not finish within ``timeout`` s."""
+    """torch's dynamic rendezvous (c10d backend, TCPStore), min = max = n, same measurement.
+
+    Runs in a child process (torch is imported there only): a rendezvous that does not finish
+    leaves C++ threads behind that no timeout can stop, so the child is killed instead. Raises
+    TimeoutError when it does not finish within ``timeout`` s (torch import time excluded).
+    """
+    import subprocess
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", str(n_agents), str(timeout)]
+    try:
+        out = subprocess.run(
+            # + room for importing torch; under the 30 s grace a caller (benchmarks/scale.py)
+            # gives this process, so that this child is never orphaned
+            cmd, capture_output=True, text=True, timeout=timeout + 25, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"torch: {n_agents} agents did not rendezvous within {timeout:g}s") from None
+    lines = out.stdout.split()
+    if out.returncode != 0 or not lines:
+        if "did not rendezvous" in out.stderr:
+            raise TimeoutError(f"torch: {n_agents} agents did not rendezvous within {timeout:g}s")
+        raise RuntimeError(f"torch benchmark child failed ({out.returncode}): {out.stderr[-2000:]}")
+    return float(lines[-1])
+
+
+def _torch_child(n_agents: int, timeout: float) -> float:
     from datetime import timedelta
 
     from torch.distributed import TCPStore
@@ -139,4 +164,11 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--torch-child"]:
+        try:
+            print(f"{_torch_child(int(sys.argv[2]), float(sys.argv[3])):.6f}", flush=True)
+        except TimeoutError as e:
+            print(e, file=sys.stderr, flush=True)
+            os._exit(3)  # torch's stuck threads would hang a normal exit
+        os._exit(0)
     main(sys.argv[1:])

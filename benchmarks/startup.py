@@ -37,14 +37,14 @@ def measure_5(reps: int, smoke: bool) -> list[Row]:
         "xrun": _python("import xrun"),
         "torchx": _python("import torchx") if importlib.util.find_spec("torchx")
         else _unavailable("torchx is not installed (optional)"),
-    }, n)
+    }, n, warmup=not smoke)
     dry = Row("run --dryrun -s local_cwd dist.ddp -j 1x4", "s", "xrun <= 0.10 s",
               reference="torchx", check=at_most("xrun", 0.10))
     dry.results = interleave({
         "python (bare)": _python("pass"),
         "torchx": _dryrun("torchx", "torchx"),
         "xrun": _dryrun("xrun", "xrun.cli"),
-    }, n)
+    }, n, warmup=not smoke)
     return [imp, dry]
 
 

@@ -27,12 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from xrun.runtime.agent import Agent, write_agent_error_file
 
-    name = entrypoint if isinstance(entrypoint, str) else args[0]
-    if isinstance(entrypoint, str) and args[:1] == ("-u",):
-        name = args[-1] if args[1:2] != ("-m",) else args[2]
-    script = [a for a in args if a not in ("-u", "-m")][:1]
     try:
-        result = Agent(config, entrypoint, args, name=script[0] if script else str(name)).run()
+        result = Agent(config, entrypoint, args, name=_job_name(entrypoint, args)).run()
     except UsageError as e:  # found late, e.g. an endpoint host that does not resolve
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
@@ -48,6 +44,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             except OSError as e:
                 print(f"{PROG}: could not write {own}: {e}", file=sys.stderr)
     return result.exitcode
+
+
+def _job_name(entrypoint: object, args: tuple[str, ...]) -> str:
+    """What the failure summary calls the job: the script, module or binary the user named."""
+    if not isinstance(entrypoint, str):  # --run-path: (script, *script args)
+        return args[0]
+    if args[:1] == ("-u",):  # python -u [-m] <script or module> ...
+        return args[2] if args[1:2] == ("-m",) else args[1]
+    return entrypoint  # --no-python
 
 
 if __name__ == "__main__":

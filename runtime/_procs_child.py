@@ -117,9 +117,9 @@ def function_main(
         pass
     die_with_parent(_pdeathsig_call(), parent_pid)
     if _redirect(1, sys.stdout, _fd(stdout)):
-        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
+        sys.stdout = open(1, "w", closefd=False)  # lives as long as the process
     if _redirect(2, sys.stderr, _fd(stderr)):
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
     os.environ.update(env)
 
     import pickle

@@ -17,9 +17,11 @@ import os
 import selectors
 import threading
 
-# Bigger pipes mean fewer wake-ups for us and fewer stalls for a worker printing in bursts.
-# 1 MiB is the default /proc/sys/fs/pipe-max-size for unprivileged processes.
-_PIPE_SIZE = 1 << 20
+# Bigger pipes let a worker print a burst while this thread waits for a CPU. Not bigger:
+# pipe buffers count against the user's pipe-user-pages-soft (64 MiB by default), past which
+# the kernel gives every new pipe of that user a single page; 8 workers x 2 streams x 256 KiB
+# is 4 MiB per agent, so several agents on a node stay well clear of it.
+_PIPE_SIZE = 256 << 10
 # Not bigger: CPython allocates the whole size before each read, and an allocation of 1 MiB
 # goes to mmap/munmap every time (measured: 21 us per read instead of 2 us).
 _READ_SIZE = 64 << 10
@@ -127,9 +129,14 @@ class Tee:
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float = 1.0) -> None:
         """Wait up to ``timeout`` s for every pipe's end of file, then drain what is buffered
-        and stop. The wait matters when a worker's own children still hold its pipe."""
+        and stop.
+
+        Everything the workers wrote is in the pipes by now and the drain reads it all, so the
+        wait is only a grace for a process that escaped the workers' groups (a daemon started
+        with setsid) and still holds a pipe: short, so such a daemon cannot stall every exit.
+        """
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():

@@ -121,14 +121,14 @@ def _log(msg: str) -> None:
 
 def free_port() -> int:
     """A port that is free right now on every interface (the workers' store binds all of them)."""
-    with socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET) as s:
+    for family in (socket.AF_INET6, socket.AF_INET):  # a v6 wildcard also covers v4
         try:
-            s.bind(("", 0))
+            with socket.socket(family) as s:
+                s.bind(("", 0))
+                return int(s.getsockname()[1])
         except OSError:  # IPv6 disabled in the kernel
-            with socket.socket(socket.AF_INET) as s4:
-                s4.bind(("", 0))
-                return int(s4.getsockname()[1])
-        return int(s.getsockname()[1])
+            continue
+    raise OSError("no free TCP port: cannot bind port 0 on IPv6 or IPv4")
 
 
 def _fmt_addr(host: str) -> str:
@@ -252,7 +252,7 @@ class Agent:
                                               for r in range(cfg.nproc_per_node)})
             failures = {offset + r: f for r, f in result.failures.items()}
             pc.close(signal.SIGTERM, cfg.shutdown_timeout)
-            root = min(failures.values(), key=lambda f: (f.exit_time or f.timestamp))
+            root = failures[root_cause(failures)]
             reason = (f"local_rank {root.local_rank} on {self.host} failed: "
                       f"{root.message.splitlines()[-1] if root.message else root.exitcode}")
             if self._port_retries < _PORT_RACE_RETRIES and _is_port_race(result):

@@ -300,6 +300,11 @@ def parse(argv: Sequence[str] | None = None) -> tuple[LaunchConfig, Callable[...
     from xrun.runtime.procs import Std
 
     ns = build_parser().parse_args(argv)
+    for names, _, why in _UNSUPPORTED:  # torchrun would read these from the env too
+        var = "PET_" + names[-1].lstrip("-").upper()
+        if os.environ.get(var):
+            raise UsageError(f"{var} (torchrun's {names[0]}) is not supported by xrun ({why}): "
+                             "unset it")
     min_nodes, max_nodes = parse_nnodes(ns.nnodes)
     nproc = parse_nproc(ns.nproc_per_node)
     backend = ns.rdzv_backend

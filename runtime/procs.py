@@ -180,6 +180,12 @@ class PContext:
         self._failures: dict[int, ProcessFailure] = {}  # read each error file once
         self._closed = False
 
+    def __enter__(self) -> PContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def pids(self) -> dict[int, int]:
         return {w.local_rank: w.pid for w in self._workers}
 

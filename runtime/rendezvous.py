@@ -51,7 +51,6 @@ import contextlib
 import enum
 import errno
 import heapq
-import ipaddress
 import json
 import logging
 import os
@@ -74,6 +73,7 @@ from xrun.runtime.store import (
     StoreTimeoutError,
     add_fields,
     encode_request,
+    is_ip_literal,
     lease_fields,
     wait_fields,
 )
@@ -153,14 +153,23 @@ class RendezvousEvent(enum.Enum):
 class RdzvConfig:
     """The typed form of ``--rdzv-conf`` (seconds for every timeout)."""
 
+    # How long next_rendezvous waits for a world to form (also: for the store to come up).
     join_timeout: float = 600.0
+    # With MIN..MAX nodes: how long after the latest arrival a round with >= MIN nodes waits
+    # for more before it forms.
     last_call_timeout: float = 30.0
+    # How long the store's host keeps serving after close() so that peers read the verdict.
     close_timeout: float = 30.0
+    # A node renews its lease every heartbeat_interval; one silent for heartbeat_timeout is
+    # dropped (a node whose agent died is dropped at once: its connection closes).
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 15.0
+    # How long a store request may take beyond its own server-side wait.
     read_timeout: float = 60.0
+    # A file holding the job's secret (see load_token).
     token_file: str | None = None
-    is_host: bool | None = None  # torchrun's key: force (or forbid) serving the store here
+    # torchrun's key: force (true) or forbid (false) serving the store on this node.
+    is_host: bool | None = None
 
 
 _SECONDS_KEYS = (
@@ -301,10 +310,8 @@ def bind_address(host: str) -> str:
     """The address the store listens on: the endpoint's own address, never 0.0.0.0."""
     if host == "localhost":
         return "127.0.0.1"
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
+    if is_ip_literal(host):
+        return host
     infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     v4 = [i[4][0] for i in infos if i[0] == socket.AF_INET]
     return str(v4[0] if v4 else infos[0][4][0])
@@ -797,7 +804,8 @@ class RendezvousHandler:
                 return
         else:
             members.sort()
-        c.set(self._k(rnd, "world"), _World.encode(members))
+        # world first: whoever reads cur = r + 1 finds round r formed.
+        c.post_set(self._k(rnd, "world"), _World.encode(members))
         c.set(self._prefix + "cur", str(rnd + 1).encode())
 
     def _timeout_msg(self) -> str:
@@ -820,17 +828,23 @@ class RendezvousHandler:
         )
 
     def _release_lease(self, rnd: int, index: int) -> None:
+        releases = [
+            (Op.LEASE, (lease_fields(self._k(rnd, f"lease/{index}"), 0, "", b""),)),
+            (Op.LEASE, (lease_fields(self._k(rnd, f"finlease/{index}"), 0, "", b""),)),
+        ]
         with self._lock:
             if self._lease != (rnd, index):
                 return
             self._lease = None
+            if self._watch is not None:
+                # Heartbeats travel on the watch connection: release there too, so that the
+                # server cannot apply a renewal sent just before after the release, revive the
+                # lease and later mark a round that we left as stale.
+                with contextlib.suppress(OSError):
+                    self._watch.send(b"".join(encode_request(0, op, *f) for op, f in releases))
+                    return
         with contextlib.suppress(StoreError):
-            self._client.pipeline(
-                [
-                    (Op.LEASE, (lease_fields(self._k(rnd, f"lease/{index}"), 0, "", b""),)),
-                    (Op.LEASE, (lease_fields(self._k(rnd, f"finlease/{index}"), 0, "", b""),)),
-                ]
-            )
+            self._client.pipeline(releases)
 
     def _leave_round(self) -> None:
         if self._lease is not None:
@@ -939,24 +953,36 @@ class RendezvousHandler:
 
     def finish(self, timeout: float) -> None:
         """Our workers all succeeded. The store's host waits (<= timeout) for the round's other
-        nodes to finish or leave before it may shut the store down: "leave together"."""
+        nodes to finish or leave before it may shut the store down: "leave together". Then it
+        closes the job: not failed when every node finished, failed (naming the others) if not,
+        so that a node still running, or re-forming after a late failure, stops rather than
+        waiting for a store that is about to go away."""
         self._finished = True
         self._leave_round()
-        if self._round < 0 or self._world is None:
+        world = self._world
+        if self._round < 0 or world is None:
             return
         with contextlib.suppress(StoreError):
             self._client.set(self._k(self._round, f"fin/{self._index}"), b"done")
-            if self._server is not None:
-                self._wait_fin(timeout)
-                self._client.set(
-                    self._closed_key, json.dumps({"failed": False, "reason": "the job finished"}).encode()
-                )
+            if self._server is None:
+                return
+            fins = self._wait_fin(timeout)
+            unfinished = [a for a, v in zip(world.addrs, fins, strict=True) if v != b"done"]
+            if unfinished:
+                verdict = {
+                    "failed": True,
+                    "reason": f"node {self.addr} finished, but {', '.join(unfinished)} did not "
+                    f"finish within {timeout:g}s (or left without finishing)",
+                }
+            else:
+                verdict = {"failed": False, "reason": "the job finished"}
+            self._client.set(self._closed_key, json.dumps(verdict).encode())
 
-    def _wait_fin(self, timeout: float) -> None:
-        if self._world is None:
-            return
+    def _wait_fin(self, timeout: float) -> list[bytes | None]:
+        """Wait until every member of the round has left; each one's ``fin`` value."""
+        assert self._world is not None
         keys = [self._k(self._round, f"fin/{i}") for i in self._world.indices]
-        self._client.wait(keys, timeout=timeout)
+        return self._client.wait(keys, timeout=timeout) or self._client.multi_get(keys)
 
     def kv(self) -> KeyValue:
         """The agent's keys. They travel on a connection of their own, so that a blocking

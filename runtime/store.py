@@ -18,6 +18,8 @@ Handshake (before any request):
 2. client -> server: ``b"XRUNKV1"`` + MAC, where MAC = HMAC-SHA256(token, ``b"xrun-kv-auth"`` +
    nonce) (32 bytes) or empty when the client has no token
 3. server -> client: ``b"\\x00"`` (accepted) or ``b"\\x01"`` + a UTF-8 reason, then it closes.
+   A client may send its first requests right behind step 2 and read the verdict with their
+   answers (the rendezvous does: one round trip less per agent).
 
 A client that does not finish step 2 within ``handshake_timeout`` is dropped. The MAC is
 compared in constant time and the token itself never crosses the wire.
@@ -49,20 +51,19 @@ fields as OK (what was present when time ran out). Answers to parked WAITs may o
 answers on the same connection; clients match them by id.
 
 Limits that keep one bad client from hurting the others: frames over ``max_frame`` and bytes that
-do not parse close that connection; a client that does not authenticate within
-``handshake_timeout`` is dropped; at most 256 parked waits per connection; a client that leaves
-more than 64 MiB of answers unread is dropped. The server binds the address it is given (the
-rendezvous passes the endpoint's own address, never 0.0.0.0).
+do not parse close that connection; before it authenticates a client may send no frame over
+256 bytes, and one that does not authenticate within ``handshake_timeout`` is dropped; at most
+256 parked waits per connection; a client that leaves more than 64 MiB of answers unread is
+dropped. The server binds the address it is given (the rendezvous passes the endpoint's own
+address, never 0.0.0.0).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import hashlib
 import hmac
-import ipaddress
 import logging
 import os
 import random
@@ -73,6 +74,11 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    # Imported for real only by StoreServer: agents that merely connect skip asyncio's ~20 ms.
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +87,7 @@ AUTH_CONTEXT = b"xrun-kv-auth"
 NONCE_LEN = 16
 DEFAULT_MAX_FRAME = 4 << 20
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+MAX_HANDSHAKE_FRAME = 256
 # A misbehaving client must not pin unbounded server memory with parked waits.
 MAX_WAITS_PER_CONNECTION = 256
 
@@ -306,8 +313,9 @@ class _Data:
         self.leases.clear()
 
 
-class _Conn(asyncio.Protocol):
-    """One client connection: handshake, then frames in, answers out."""
+class _Conn:
+    """One client connection, an asyncio protocol (duck-typed, so that importing this module
+    does not import asyncio): handshake, then frames in, answers out."""
 
     # Answers a client does not read pile up in the transport; past this, drop the client.
     MAX_UNSENT = 64 << 20
@@ -327,15 +335,15 @@ class _Conn(asyncio.Protocol):
 
     # -- asyncio callbacks --------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         self.server._conns.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.nonce = os.urandom(NONCE_LEN)
+        # The nonce only matters when a token is checked (and urandom is a system call).
+        self.nonce = os.urandom(NONCE_LEN) if self.server._token else bytes(NONCE_LEN)
         flags = 1 if self.server._token else 0
         transport.write(_pack_bytes(MAGIC + bytes([flags]) + self.nonce))
         self.hs_timer = self.server._loop.call_later(
@@ -352,6 +360,9 @@ class _Conn(asyncio.Protocol):
             pos = 0
             while len(buf) - pos >= 4:
                 (n,) = _LEN.unpack_from(buf, pos)
+                if not self.authed and n > MAX_HANDSHAKE_FRAME:
+                    # Before it proves the token, a client gets no room to make us buffer much.
+                    raise ProtocolError(f"handshake frame of {n} bytes")
                 if n > max_frame:
                     raise ProtocolError(f"frame of {n} bytes exceeds the {max_frame}-byte limit")
                 if len(buf) - pos - 4 < n:
@@ -377,6 +388,12 @@ class _Conn(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
+
+    def pause_writing(self) -> None:
+        pass  # flush() drops a client whose unread answers pile up past MAX_UNSENT
+
+    def resume_writing(self) -> None:
+        pass
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._conns.discard(self)
@@ -523,9 +540,11 @@ class StoreServer:
         self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
         _raise_fd_limit()
+        import asyncio
+
         self._loop = asyncio.new_event_loop()
         self._data = _Data(self._loop)
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.Server | None = None
         self._conns: set[_Conn] = set()
         started = threading.Event()
         self._thread = threading.Thread(
@@ -535,13 +554,18 @@ class StoreServer:
         started.wait()
 
     def _run(self, started: threading.Event) -> None:
+        import asyncio
+
         asyncio.set_event_loop(self._loop)
 
         async def _start() -> None:
             # backlog again: asyncio re-listens with its default of 100, and a burst of agents
             # overflowing it stalls on SYN retransmits (1 s, 3 s, ...).
+            def factory() -> asyncio.Protocol:
+                return cast("asyncio.Protocol", _Conn(self))  # duck-typed, see _Conn
+
             self._server = await self._loop.create_server(
-                lambda: _Conn(self), sock=self._sock, backlog=self._backlog
+                factory, sock=self._sock, backlog=self._backlog
             )
 
         self._loop.run_until_complete(_start())
@@ -620,12 +644,15 @@ def lease_fields(
     )
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        return False
+def is_ip_literal(host: str) -> bool:
+    """``host`` is an IPv4/IPv6 address, not a name to resolve."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+            return True
+        except OSError:
+            pass
+    return False
 
 
 class Connection:
@@ -687,7 +714,7 @@ class Connection:
 
     @staticmethod
     def _connect(host: str, port: int, timeout: float, read_timeout: float) -> socket.socket:
-        if not _is_ip(host):
+        if not is_ip_literal(host):
             sock = socket.create_connection((host, port), timeout=timeout)
         else:  # skip getaddrinfo: one system call (and GIL hand-off) less per connection
             sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)

@@ -15,19 +15,21 @@ or exited) until someone does.
 
 The docker SDK is imported on first use of the engine: ``--dryrun`` needs neither the SDK nor
 an engine.
+
+The pieces: ``docker_request`` (AppDef -> DockerJob, the value --dryrun prints; the status
+rules), ``docker_workspace`` (the image build context), ``docker_engine`` (the SDK calls),
+``docker_state`` (what is kept on disk per app), ``docker_status`` (reading containers).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import secrets
 import string
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.schedulers.api import (
@@ -40,13 +42,20 @@ from xrun.schedulers.api import (
     filter_regex,
     runopts,
 )
+from xrun.schedulers.docker_engine import (
+    build_image,
+    connect,
+    create_args,
+    engine_errors,
+    ensure_images,
+    parallel,
+)
 from xrun.schedulers.docker_request import (
     LABEL_APP,
     LABEL_APP_ID,
     LABEL_REPLICA,
     LABEL_ROLE,
     LABEL_SESSION,
-    DockerContainer,
     DockerJob,
     app_state,
     format_job,
@@ -55,22 +64,17 @@ from xrun.schedulers.docker_request import (
     replica_state,
 )
 from xrun.schedulers.docker_state import AppStateStore, replicas_from_json, replicas_to_json
-from xrun.schedulers.docker_workspace import build_context, image_tag
-from xrun.specs import AppDef, AppState, BindMount, ReplicaStatus, Role, RoleStatus, is_terminal
+from xrun.schedulers.docker_status import (
+    end_message,
+    job_from_containers,
+    role_statuses,
+    split_lines,
+)
+from xrun.schedulers.docker_workspace import build_context
+from xrun.specs import AppDef, AppState, Role, is_terminal
 
 # Seconds a replica gets between SIGTERM (delivered by --init's tini to the agent) and SIGKILL.
 STOP_TIMEOUT = 10
-_DEFAULT_HOST = "unix:///var/run/docker.sock"
-_X = TypeVar("_X")
-
-
-def _parallel(fn: Callable[[_X], object], items: list[_X]) -> None:
-    """Run ``fn`` over ``items`` in threads (starting/stopping 8 containers one by one is slow)."""
-    if not items:
-        return
-    with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:
-        for fut in [pool.submit(fn, it) for it in items]:
-            fut.result()
 
 
 class DockerScheduler(Scheduler[DockerJob]):
@@ -83,45 +87,16 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     # ------------------------------------------------------------------ engine
     def _client(self) -> Any:
-        if self.__client is not None:
-            return self.__client
-        try:
-            import docker
-        except ImportError:
-            raise UsageError(
-                "the docker scheduler needs the docker SDK: pip install 'xrun[docker]'"
-            ) from None
-        host = os.environ.get("DOCKER_HOST") or _DEFAULT_HOST
-        try:
-            client = docker.from_env()
-            client.ping()
-        except docker.errors.DockerException as e:
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise UsageError(
-                f"cannot reach the Docker Engine at {host} (DOCKER_HOST) ({reason}); start one "
-                f"(on a dev machine: scripts/docker-engine.sh up) or set DOCKER_HOST to a running one"
-            ) from None
-        self.__client = client
-        return client
+        if self.__client is None:
+            self.__client = connect()
+        return self.__client
 
     @contextlib.contextmanager
     def _engine_errors(self) -> Iterator[Any]:
-        """Yield the client; the engine's refusals become one-line SchedulerErrors (the CLI
-        prints them without a traceback), a lost connection the same UsageError as no engine."""
+        """The client, with the engine's errors made one-line (see docker_engine.engine_errors)."""
         client = self._client()
-        import docker
-        import requests
-
-        try:
+        with engine_errors():
             yield client
-        except docker.errors.APIError as e:
-            raise SchedulerError(f"the Docker Engine refused: {e.explanation or e}") from None
-        except requests.exceptions.ConnectionError as e:
-            host = os.environ.get("DOCKER_HOST") or _DEFAULT_HOST
-            raise UsageError(
-                f"lost the Docker Engine at {host} (DOCKER_HOST) ({e}); is it still running? "
-                f"(on a dev machine: scripts/docker-engine.sh up)"
-            ) from None
 
     def close(self) -> None:
         if self.__client is not None:
@@ -175,64 +150,10 @@ class DockerScheduler(Scheduler[DockerJob]):
         with self._engine_errors() as client:
             for role in app.roles:
                 if role.image not in built:
-                    built[role.image] = self._build_image(
+                    built[role.image] = build_image(
                         client, context, dockerfile, role.image, workspace
                     )
                 role.image = built[role.image]
-
-    def _build_image(
-        self, client: Any, context: bytes, dockerfile: str, base: str, workspace: str
-    ) -> str:
-        import docker
-
-        tag = image_tag(context, base)
-        try:
-            client.images.get(tag)
-            return tag  # same workspace, same base: the image is already there
-        except docker.errors.ImageNotFound:
-            pass
-        self._ensure_images(client, [base])
-        try:
-            client.images.build(
-                fileobj=io.BytesIO(context),
-                custom_context=True,
-                dockerfile=dockerfile,
-                tag=tag,
-                buildargs={"IMAGE": base},
-                pull=False,
-                rm=True,
-                forcerm=True,
-            )
-        except docker.errors.BuildError as e:
-            tail = " | ".join(
-                str(chunk.get("stream", chunk.get("error", ""))).strip()
-                for chunk in list(e.build_log)[-4:]
-                if isinstance(chunk, dict)
-            )
-            raise UsageError(
-                f"building the workspace image from {workspace!r} on {base!r} failed: {e.msg} "
-                f"(last output: {tail}); fix {dockerfile.removeprefix('workspace/')} or the image"
-            ) from None
-        return tag
-
-    def _ensure_images(self, client: Any, images: Iterable[str]) -> None:
-        """Pull only what the engine lacks: a local image (e.g. one built here) is never pulled."""
-        import docker
-
-        for image in sorted(set(images)):
-            try:
-                client.images.get(image)
-                continue
-            except docker.errors.ImageNotFound:
-                pass
-            try:
-                client.images.pull(image)
-            except docker.errors.APIError as e:
-                raise UsageError(
-                    f"image {image!r} is not on the Docker Engine and pulling it failed "
-                    f"({e.explanation or e}); build or load it first (xrun's python3 base image: "
-                    f"scripts/docker-engine.sh image) or fix the image name"
-                ) from None
 
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
         with self._engine_errors() as client:
@@ -241,69 +162,27 @@ class DockerScheduler(Scheduler[DockerJob]):
     def _schedule(self, client: Any, job: DockerJob) -> str:
         import docker
 
-        self._ensure_images(client, [c.image for c in job.containers])
+        ensure_images(client, [c.image for c in job.containers])
         labels = {LABEL_APP: job.app_name, LABEL_APP_ID: job.app_id, LABEL_SESSION: job.session}
         network = client.networks.create(job.network, driver="bridge", labels=labels)
         created: list[Any] = []
         try:
             for spec in job.containers:
-                created.append(client.containers.create(**self._create_args(client, job, spec)))
+                created.append(client.containers.create(**create_args(client, job, spec)))
             # Written once every container exists: from here on a missing container means
             # someone removed it, not that schedule() is still busy.
             self._store.save_job(job.app_id, job.to_dict())
-            _parallel(lambda c: c.start(), created)
+            parallel(lambda c: c.start(), created)
         except docker.errors.APIError as e:
             # Nothing of a half-started app may stay behind (e.g. a bind mount whose source
             # does not exist fails at start, after the first replicas already run).
-            _parallel(lambda c: c.remove(force=True), created)
+            parallel(lambda c: c.remove(force=True), created)
             network.remove()
             self._store.forget(job.app_id)
             raise SchedulerError(
                 f"docker refused app {job.app_id}: {e.explanation or e}; nothing was left running"
             ) from None
         return job.app_id
-
-    def _create_args(self, client: Any, job: DockerJob, c: DockerContainer) -> dict[str, Any]:
-        from docker.types import DeviceRequest, Mount
-
-        args: dict[str, Any] = {
-            "image": c.image,
-            "entrypoint": [c.command[0]],
-            "command": c.command[1:],
-            "name": c.name,
-            "hostname": c.name,
-            "environment": c.env,
-            "labels": c.labels,
-            # tini as PID 1 forwards SIGTERM to the agent: a Python PID 1 ignores it, and every
-            # stop would then wait the whole timeout.
-            "init": True,
-            "network": job.network,
-            "networking_config": {job.network: client.api.create_endpoint_config(aliases=[c.name])},
-            "ports": {f"{p}/tcp": None for p in c.ports},
-            "mounts": [
-                Mount(
-                    target=m.dst_path,
-                    source=m.src_path if isinstance(m, BindMount) else m.src,
-                    type="bind" if isinstance(m, BindMount) else "volume",
-                    read_only=m.read_only,
-                )
-                for m in c.mounts
-            ],
-            "devices": c.devices,
-            "privileged": c.privileged,
-        }
-        if c.nano_cpus:
-            args["nano_cpus"] = c.nano_cpus
-        if c.mem_limit:
-            args["mem_limit"] = c.mem_limit
-        if c.shm_size:
-            args["shm_size"] = c.shm_size
-        if c.gpus:
-            args["device_requests"] = [DeviceRequest(count=c.gpus, capabilities=[["gpu"]])]
-        policy = c.restart_policy()
-        if policy:
-            args["restart_policy"] = policy
-        return args
 
     # ------------------------------------------------------------------ status
     def _containers(self, app_id: str) -> list[Any]:
@@ -339,7 +218,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             app_id=app_id,
             state=state,
             num_restarts=max(int(c.attrs.get("RestartCount") or 0) for c in containers),
-            roles_statuses=_role_statuses(containers, stopped=set()),
+            roles_statuses=role_statuses(containers, stopped=set()),
             roles=self._roles(app_id, containers),
         )
 
@@ -363,7 +242,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             alive = [
                 c for c in containers if before[c.name] in (AppState.RUNNING, AppState.PENDING)
             ]
-            _parallel(lambda c: c.stop(timeout=STOP_TIMEOUT), alive)
+            parallel(lambda c: c.stop(timeout=STOP_TIMEOUT), alive)
             for c in alive:
                 c.reload()
             stopped = {c.name for c in alive}
@@ -374,8 +253,8 @@ class DockerScheduler(Scheduler[DockerJob]):
                         stdout=stream == "stdout", stderr=stream == "stderr", timestamps=True
                     )
                     self._store.save_log(app_id, role, k, stream, data)
-            roles = _role_statuses(containers, stopped)
-            msg = _end_message(app_id, state, roles, self._store, containers_gone=not containers)
+            roles = role_statuses(containers, stopped)
+            msg = end_message(app_id, state, roles, self._store, containers_gone=not containers)
             record = {
                 "state": state.name,
                 "num_restarts": max(
@@ -386,10 +265,10 @@ class DockerScheduler(Scheduler[DockerJob]):
             }
             if self._store.load_job(app_id) is None and containers:
                 # Submitted from elsewhere: keep what `xrun log`/`describe` need after cleanup.
-                self._store.save_job(app_id, _job_from_containers(app_id, containers))
+                self._store.save_job(app_id, job_from_containers(app_id, containers))
             self._store.save_final(app_id, record)
             client = self._client()
-            _parallel(lambda c: c.remove(force=True), containers)
+            parallel(lambda c: c.remove(force=True), containers)
             for net in client.networks.list(filters={"label": f"{LABEL_APP_ID}={app_id}"}):
                 net.remove()
         return self._from_final(app_id, record)
@@ -407,7 +286,7 @@ class DockerScheduler(Scheduler[DockerJob]):
     def _roles(self, app_id: str, containers: list[Any] | None = None) -> list[Role]:
         """The app's roles from ``job.json``, or, for an app submitted from another machine or
         state dir, from its containers' labels and config."""
-        job = self._store.load_job(app_id) or _job_from_containers(app_id, containers or [])
+        job = self._store.load_job(app_id) or job_from_containers(app_id, containers or [])
         roles: dict[str, Role] = {}
         for c in job.get("containers", []):
             if c["role"] not in roles:
@@ -486,7 +365,7 @@ class DockerScheduler(Scheduler[DockerJob]):
                             since=since,
                             until=until,
                         )
-                        yield from _lines(chunks)
+                        yield from split_lines(chunks)
                         return
                 except docker.errors.NotFound:
                     pass  # removed by a finaliser meanwhile: its logs are in the state dir now
@@ -539,94 +418,6 @@ class DockerScheduler(Scheduler[DockerJob]):
                 )
             )
         return out
-
-
-def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
-    """Whole lines ("\\n"-terminated, like a file's) from docker's arbitrarily cut chunks."""
-    buf = b""
-    for chunk in chunks:
-        buf += chunk
-        *done, buf = buf.split(b"\n")
-        for line in done:
-            yield line.decode("utf-8", "replace") + "\n"
-    if buf:
-        yield buf.decode("utf-8", "replace") + "\n"
-
-
-def _job_from_containers(app_id: str, containers: list[Any]) -> dict[str, Any]:
-    """``job.json``'s shape, rebuilt from the engine's view of the containers."""
-    specs = []
-    for c in sorted(containers, key=lambda c: c.name):
-        config = c.attrs.get("Config") or {}
-        specs.append(
-            {
-                "name": c.name,
-                "role": c.labels[LABEL_ROLE],
-                "replica_id": int(c.labels[LABEL_REPLICA]),
-                "image": config.get("Image", ""),
-                "command": list(config.get("Entrypoint") or []) + list(config.get("Cmd") or []),
-            }
-        )
-    first = containers[0].labels if containers else {}
-    return {
-        "app_id": app_id,
-        "app_name": first.get(LABEL_APP, ""),
-        "session": first.get(LABEL_SESSION, ""),
-        "containers": specs,
-    }
-
-
-def _role_statuses(containers: list[Any], stopped: set[str]) -> list[RoleStatus]:
-    """Per-role replica statuses; a replica in ``stopped`` was stopped by xrun (CANCELLED)."""
-    roles: dict[str, list[ReplicaStatus]] = {}
-    for c in containers:
-        state, code = replica_state(c.attrs)
-        if c.name in stopped:
-            state = AppState.CANCELLED
-        role = c.labels[LABEL_ROLE]
-        roles.setdefault(role, []).append(
-            ReplicaStatus(
-                id=int(c.labels[LABEL_REPLICA]),
-                state=state,
-                role=role,
-                hostname=c.name,
-                exit_code=code,
-            )
-        )
-    return [
-        RoleStatus(role=r, replicas=sorted(reps, key=lambda x: x.id))
-        for r, reps in sorted(roles.items())
-    ]
-
-
-def _end_message(
-    app_id: str,
-    state: AppState,
-    roles: list[RoleStatus],
-    store: AppStateStore,
-    containers_gone: bool,
-) -> str:
-    if containers_gone:
-        return f"the containers of {app_id} are gone (removed outside xrun?)"
-    if state == AppState.CANCELLED:
-        return "cancelled"
-    if state != AppState.FAILED:
-        return ""
-    parts = []
-    for r in roles:
-        for rep in r.replicas:
-            if rep.state != AppState.FAILED:
-                continue
-            last = [
-                line.rstrip("\n")
-                for line in store.read_logs(app_id, r.role, rep.id, ["stderr"], None, None)
-                if line.strip()
-            ]
-            hint = f" (last stderr line: {last[-1][:200]})" if last else ""
-            parts.append(f"replica {r.role}/{rep.id} exited with code {rep.exit_code}{hint}")
-    stopped = sum(rep.state == AppState.CANCELLED for r in roles for rep in r.replicas)
-    tail = f"; stopped the other {stopped} replica(s)" if stopped else ""
-    return "; ".join(parts) + tail
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> DockerScheduler:

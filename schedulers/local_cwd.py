@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import select
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -123,8 +121,26 @@ def format_request(req: LocalRequest) -> str:
 def make_app_id(name: str) -> str:
     """``<name as a slug>-<10 random chars>``: readable, unique, safe as a dir name."""
     slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:40] or "app"
+    # os.urandom rather than `secrets`: that module pulls in hashlib/OpenSSL (~10 ms at start-up)
+    n = int.from_bytes(os.urandom(8), "big")
     alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-    return f"{slug}-{''.join(secrets.choice(alphabet) for _ in range(10))}"
+    token = ""
+    for _ in range(10):
+        n, d = divmod(n, 36)
+        token += alphabet[d]
+    return f"{slug}-{token}"
+
+
+def _which(cmd: str, path: str, cwd: str) -> str | None:
+    """Where ``cmd`` would be executed from, searching ``path`` (as execvpe does), or None."""
+    if os.sep in cmd:
+        full = os.path.join(cwd, cmd)
+        return full if os.path.isfile(full) and os.access(full, os.X_OK) else None
+    for d in path.split(os.pathsep):
+        full = os.path.join(d or ".", cmd)
+        if os.path.isfile(full) and os.access(full, os.X_OK):
+            return full
+    return None
 
 
 def visible_gpus() -> list[str]:
@@ -179,6 +195,48 @@ _REPLICA_STATES = {
 }
 
 
+class _Child:
+    """A supervisor that this process started (forked or exec'd): wait for it and reap it."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.popen = popen  # kept so subprocess does not reap it behind our back
+        self.code: int | None = None
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Block up to ``timeout`` s (None: for ever); the exit code once it has ended."""
+        if self.code is not None:
+            return self.code
+        if self.popen is not None:
+            try:
+                self.code = self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return None
+            return self.code
+        if timeout is not None:
+            try:
+                fd: int | None = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):  # no pidfds (old kernel, not Linux): poll
+                fd = None
+            if fd is not None:
+                try:
+                    select.select([fd], [], [], timeout)
+                finally:
+                    os.close(fd)
+            deadline = time.monotonic() + timeout
+            while True:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid or time.monotonic() >= deadline:
+                    break
+                time.sleep(POLL_S)
+            if pid == 0:
+                return None
+        else:
+            _, status = os.waitpid(self.pid, 0)
+        self.code = os.waitstatus_to_exitcode(status)
+        return self.code
+
+
 # --------------------------------------------------------------------------- the scheduler
 class LocalCwdScheduler(Scheduler[LocalRequest]):
     backend = "local_cwd"
@@ -186,7 +244,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
     def __init__(self, session_name: str) -> None:
         super().__init__(session_name)
         # Supervisors this process started: wait() on them directly (no polling).
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._children: dict[str, _Child] = {}
 
     def run_opts(self) -> runopts:
         opts = runopts()
@@ -270,12 +328,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     @staticmethod
     def _check_entrypoint(role: str, entrypoint: str, path: str, cwd: str) -> None:
-        found = (
-            shutil.which(entrypoint, path=path)
-            if os.sep not in entrypoint
-            else (entrypoint if os.access(os.path.join(cwd, entrypoint), os.X_OK) else None)
-        )
-        if not found:
+        if not _which(entrypoint, path, cwd):
             raise UsageError(
                 f"role {role!r}: entrypoint {entrypoint!r} is not an executable on PATH or "
                 f"relative to {cwd}; give an existing command (e.g. python3) or a path to an "
@@ -302,44 +355,81 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
                 os.close(os.open(f, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         write_json_atomic(paths.request, req.to_json())
         store.register(req.app_id, req.app_dir)
+        if os.getcwd() != req.cwd:
+            raise SchedulerError(
+                f"the cwd changed from {req.cwd} to {os.getcwd()} since the dry run; "
+                "schedule() runs the replicas in the dry run's cwd: change back, or dry-run again"
+            )
         self._children[req.app_id] = self._start_supervisor(paths, req.cwd)
         return req.app_id
 
-    def _start_supervisor(self, paths: store.AppPaths, cwd: str) -> subprocess.Popen[bytes]:
-        # -S: skip the site-packages scan (the supervisor needs the stdlib only); -P (3.11+):
-        # do not put the schedulers dir first on sys.path, where it could shadow stdlib names.
-        flags = ["-S", "-P"] if sys.version_info >= (3, 11) else ["-S"]
+    def _start_supervisor(self, paths: store.AppPaths, cwd: str) -> _Child:
+        """Start the app's supervisor and wait until it reports the replicas started."""
         rfd, wfd = os.pipe()
-        log_fd = os.open(paths.supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, *flags, SUPERVISOR, paths.state_dir, "--ready-fd", str(wfd)],
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                pass_fds=(wfd,),
-                start_new_session=True,  # not in our process group: Ctrl-C/SIGKILL of us spare it
-            )
+            child = self._fork_supervisor(paths, wfd) or self._exec_supervisor(paths, cwd, wfd)
         finally:
             os.close(wfd)
-            os.close(log_fd)
         try:
             ready, _, _ = select.select([rfd], [], [], _START_TIMEOUT_S)
             answer = os.read(rfd, 16) if ready else b""
         finally:
             os.close(rfd)
         if answer.startswith(b"ok"):
-            return proc
+            return child
         if not ready:
-            proc.kill()
-        proc.wait()
+            _killpg(child.pid, signal.SIGKILL)
+        code = child.wait(None)
         with open(paths.supervisor_log, errors="replace") as f:
             tail = f.read()[-2000:].strip()
         raise SchedulerError(
-            f"the local_cwd supervisor did not start the app (exit code {proc.returncode}); "
+            f"the local_cwd supervisor did not start the app (exit code {code}); "
             f"its log {paths.supervisor_log}:\n{tail}"
         )
+
+    @staticmethod
+    def _fork_supervisor(paths: store.AppPaths, ready_fd: int) -> _Child | None:
+        """Fork the supervisor off this process: no interpreter start-up on the hot path.
+
+        Only from a single-threaded process's main thread (a fork copies just the calling
+        thread; another thread's locks would stay locked in the child forever), and only where
+        the cwd is the app's cwd (it is: the request was made here). None: exec instead.
+        """
+        import threading
+
+        if (
+            threading.active_count() != 1
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return None
+        if not hasattr(os, "fork"):
+            return None
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            from xrun.schedulers.local_supervisor import serve_forked
+
+            serve_forked(paths.state_dir, ready_fd, paths.supervisor_log)
+        return _Child(pid)
+
+    @staticmethod
+    def _exec_supervisor(paths: store.AppPaths, cwd: str, ready_fd: int) -> _Child:
+        # -S: skip the site-packages scan (the supervisor needs the stdlib only); -P (3.11+):
+        # do not put the schedulers dir first on sys.path, where it could shadow stdlib names.
+        flags = ["-S", "-P"] if sys.version_info >= (3, 11) else ["-S"]
+        log_fd = os.open(paths.supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, *flags, SUPERVISOR, paths.state_dir, "--ready-fd", str(ready_fd)],
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                pass_fds=(ready_fd,),
+                start_new_session=True,  # not in our process group: Ctrl-C/SIGKILL of us spare it
+            )
+        finally:
+            os.close(log_fd)
+        return _Child(proc.pid, proc)
 
     # ---- queries
     def _paths(self, app_id: str) -> store.AppPaths:
@@ -448,10 +538,8 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
     def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
         child = self._children.get(app_id)
         if child is not None:
-            try:
-                child.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
+            if child.wait(timeout) is not None:
+                del self._children[app_id]
             return self.describe(app_id)
         paths = store.find(app_id)
         if paths is None:
@@ -549,8 +637,8 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     def close(self) -> None:
         # Reap supervisors that have ended; live ones go on without us (by design).
-        for app_id, proc in list(self._children.items()):
-            if proc.poll() is not None:
+        for app_id, child in list(self._children.items()):
+            if child.wait(0) is not None:
                 del self._children[app_id]
 
 

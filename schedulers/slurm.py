@@ -10,7 +10,8 @@ batch script; see that module for the layout of a job), ``schedule`` pipes it to
 - logs: the replica files under ``<chdir>/slurm-logs/<jobid>/``; the location is recorded in a
   state file (``$XDG_STATE_HOME/xrun/slurm/<jobid>.json``) and, for other users or machines,
   is also read back from the job's ``StdOut`` path.
-- list: the jobs whose comment starts with ``xrun:``.
+- list: the jobs whose comment starts with ``xrun:`` (``xrun:APP;ROLE=N;...``: the roles and
+  replica counts, so that any shell finds each replica's logs).
 
 ``python3`` in the tasks: the batch script puts the submitting interpreter's bin dir first on
 ``PATH`` (run option ``python_path``), as local_cwd does; that suits clusters whose nodes share
@@ -42,11 +43,11 @@ from xrun.schedulers.api import (
 )
 from xrun.schedulers.local_logs import iter_log_lines
 from xrun.schedulers.slurm_script import (
-    COMMENT_PREFIX,
     LOG_SUBDIR,
     ClusterInfo,
     SlurmBatchRequest,
     build_request,
+    parse_comment,
 )
 from xrun.schedulers.slurm_status import (
     SACCT_COMP_FIELDS,
@@ -63,7 +64,16 @@ from xrun.schedulers.slurm_status import (
     parse_squeue_json,
     parse_squeue_text,
 )
-from xrun.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_terminal
+from xrun.specs import (
+    AppDef,
+    AppState,
+    ReplicaStatus,
+    Role,
+    RoleStatus,
+    appdef_from_dict,
+    appdef_to_dict,
+    is_terminal,
+)
 
 NOT_FOUND = "Slurm commands not found ({cmd}); is this a Slurm login node?"
 # While following logs, how often to ask Slurm whether the job has ended.
@@ -213,13 +223,13 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             said = "; ".join(ln.strip() for ln in proc.stderr.splitlines() if ln.strip())
             raise UsageError(
                 f"`{' '.join(req.sbatch_argv)}` rejected the job (exit {proc.returncode}): "
-                f"{said or proc.stdout.strip()}"
+                f"{said or proc.stdout.strip()} (xrun run --dryrun prints the script it was given)"
             )
         job_id = proc.stdout.strip().split(";")[0]
-        self._record(job_id, req)
+        self._record(job_id, req, dryrun_info.app)
         return job_id
 
-    def _record(self, job_id: str, req: SlurmBatchRequest) -> None:
+    def _record(self, job_id: str, req: SlurmBatchRequest, app: AppDef | None) -> None:
         os.makedirs(state_dir(), exist_ok=True)
         path = os.path.join(state_dir(), f"{job_id}.json")
         data = {
@@ -227,6 +237,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             "log_dir": os.path.join(req.log_root, job_id),
             "roles": req.roles,
             "session": self.session_name,
+            "app": appdef_to_dict(app) if app is not None else None,
         }
         with open(path + ".tmp", "w") as f:
             json.dump(data, f)
@@ -249,6 +260,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         select = ["-j", app_id] if app_id else ["--me"]
         if self._json_ok is not False:
             proc = _run(["squeue", "--json", *select])
+            if _gone(proc):
+                return []
             if proc.returncode == 0:
                 try:
                     records = parse_squeue_json(proc.stdout)
@@ -259,6 +272,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             # No openapi/data_parser plugin here: use the text form from now on.
             self._json_ok = False
         proc = _run(["squeue", "-h", "-t", "all", *select, "-o", SQUEUE_FORMAT])
+        if _gone(proc):
+            return []
         return parse_squeue_text(proc.stdout) if proc.returncode == 0 else None
 
     def _records(self, app_id: str) -> list[SlurmJobRecord]:
@@ -288,17 +303,24 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         return []
 
     def _log_dir(self, app_id: str, recs: list[SlurmJobRecord]) -> str | None:
-        recorded = self._recorded(app_id).get("log_dir")
-        if recorded:
-            return str(recorded)
-        for r in recs:  # StdOut is <log_root>/slurm-%j.out (see slurm_script)
+        """Slurm's word first (StdOut is ``<log_root>/slurm-%j.out``, see slurm_script): it
+        works from any account and cannot be stale; then the file ``schedule`` wrote (the
+        job has left slurmctld and sacct has no paths)."""
+        for r in recs:
             if r.std_out and os.path.basename(os.path.dirname(r.std_out)) == LOG_SUBDIR:
                 return os.path.join(os.path.dirname(r.std_out), app_id)
-        return None
+        recorded = self._recorded(app_id).get("log_dir")
+        return str(recorded) if recorded else None
 
     def _roles(
         self, app_id: str, log_dir: str | None, recs: list[SlurmJobRecord]
     ) -> dict[str, int]:
+        """Role -> replicas, in het order: from the job's comment (any shell), else the file
+        ``schedule`` wrote, else the log dir's layout."""
+        for r in recs:
+            parsed = parse_comment(r.comment)
+            if parsed and parsed[1]:
+                return parsed[1]
         roles = self._recorded(app_id).get("roles")
         if roles:
             return {str(k): int(v) for k, v in roles.items()}
@@ -340,8 +362,18 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             msg=msg,
             structured_error_msg=msg if state == AppState.FAILED else "",
             roles_statuses=statuses,
-            roles=[Role(name=r, image="", num_replicas=n) for r, n in roles.items()],
+            roles=self._role_specs(app_id, roles),
         )
+
+    def _role_specs(self, app_id: str, roles: dict[str, int]) -> list[Role]:
+        """The submitted roles when this account submitted the job, else names and counts."""
+        saved = self._recorded(app_id).get("app")
+        if saved:
+            try:
+                return appdef_from_dict(saved, f"{state_dir()}/{app_id}.json").roles
+            except UsageError:
+                pass
+        return [Role(name=r, image="", num_replicas=n) for r, n in roles.items()]
 
     @staticmethod
     def _replica(k: int, role: str, base: str, hosts: list[str], app: AppState) -> ReplicaStatus:
@@ -369,6 +401,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterable[str]:
+        """Replica ``k``'s log files (all attempts of a requeued job, appended); ``since`` and
+        ``until`` are ignored: the files carry no timestamps."""
         recs = self._records(app_id)
         if not recs:
             raise AppNotFoundError(f"slurm job {app_id} is unknown to squeue, scontrol and sacct")
@@ -418,20 +452,24 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         out = []
         for app_id, recs in by_app.items():
             leader = min(recs, key=lambda r: r.het_offset)
-            if not leader.comment.startswith(COMMENT_PREFIX):
+            parsed = parse_comment(leader.comment)
+            if parsed is None:
                 continue  # not submitted by xrun
             state, _ = fold_state(recs)
-            # The comment is xrun:APP[,USER COMMENT] (see slurm_script).
-            app_name = leader.comment[len(COMMENT_PREFIX) :].split(",", 1)[0]
             out.append(
                 ListAppResponse(
                     app_id=app_id,
                     state=state,
-                    name=app_name or leader.name,
+                    name=parsed[0] or leader.name,
                     app_handle=f"slurm://{self.session_name}/{app_id}",
                 )
             )
         return out
+
+
+def _gone(proc: subprocess.CompletedProcess[str]) -> bool:
+    """squeue -j of a job slurmctld no longer knows: an error, not an empty answer."""
+    return proc.returncode != 0 and "invalid job id" in proc.stderr.lower()
 
 
 def _read_lines(path: str) -> list[str]:

@@ -124,8 +124,13 @@ def _role_sbatch_opts(role: Role, cfg: dict[str, object], info: ClusterInfo) -> 
     opts: list[str] = []
     lo = role.min_replicas if role.min_replicas is not None else role.num_replicas
     lo = max(lo, 1)
-    nodes = str(role.num_replicas) if lo == role.num_replicas else f"{lo}-{role.num_replicas}"
-    opts += [f"--nodes={nodes}", "--ntasks-per-node=1"]
+    elastic = lo < role.num_replicas
+    if elastic:
+        # No --ntasks-per-node here: with it Slurm derives ntasks=MIN and allocates MIN nodes
+        # even when MAX are free (22.05, measured); srun then puts one task on each node.
+        opts.append(f"--nodes={lo}-{role.num_replicas}")
+    else:
+        opts += [f"--nodes={role.num_replicas}", "--ntasks-per-node=1"]
     res = role.resource
     if res.cpu > 0:
         opts.append(f"--cpus-per-task={res.cpu}")
@@ -138,6 +143,8 @@ def _role_sbatch_opts(role: Role, cfg: dict[str, object], info: ClusterInfo) -> 
     if res.gpu > 0:
         if info.version >= (24, 11):
             opts.append(f"--gpus-per-node={res.gpu}")
+        elif elastic:
+            opts.append(f"--gres=gpu:{res.gpu}")  # per node, without fixing the task count
         else:
             # Before 24.11 the per-node form needs --ntasks alongside --gpus-per-task (23.11).
             opts += [f"--gpus-per-task={res.gpu}", f"--ntasks={lo}"]
@@ -178,13 +185,33 @@ def signal_name(cfg: dict[str, object]) -> str | None:
     return name
 
 
+def format_comment(app: AppDef, extra: str = "") -> str:
+    """``xrun:APP;ROLE=N;ROLE=N[,EXTRA]``: marks the job as xrun's (for ``list``) and tells any
+    shell the roles and replica counts, which the log layout needs."""
+    roles = "".join(f";{r.name}={r.num_replicas}" for r in app.roles)
+    return f"{COMMENT_PREFIX}{app.name}{roles}" + (f",{extra}" if extra else "")
+
+
+def parse_comment(comment: str) -> tuple[str, dict[str, int]] | None:
+    """(app name, roles) from :func:`format_comment`'s text; None for a job not xrun's."""
+    if not comment.startswith(COMMENT_PREFIX):
+        return None
+    head = comment[len(COMMENT_PREFIX) :].split(",", 1)[0]
+    name, *parts = head.split(";")
+    roles: dict[str, int] = {}
+    for part in parts:
+        role, _, n = part.partition("=")
+        if role and n.isdigit():
+            roles[role] = int(n)
+    return name, roles
+
+
 def _job_sbatch_opts(app: AppDef, cfg: dict[str, object], log_root: str, chdir: str) -> list[str]:
     """Options for the whole job (first component): name, marker comment, output, requeue."""
     max_retries = max(r.max_retries for r in app.roles)
     opts = [
         f"--job-name={cfg.get('job_name') or app.name}",
-        f"--comment={COMMENT_PREFIX}{app.name}"
-        + (f",{cfg['comment']}" if cfg.get("comment") else ""),
+        f"--comment={format_comment(app, str(cfg.get('comment') or ''))}",
         f"--chdir={chdir}",
         f"--output={log_root}/slurm-%j.out",
         "--open-mode=append",
@@ -370,16 +397,22 @@ def build_request(
             ")",
         ]
         srun_opts = f"--het-group={i} " if len(app.roles) > 1 else ""
+        srun_opts += "--ntasks-per-node=1 "
         if role.resource.cpu > 0:
             # srun does not inherit sbatch's --cpus-per-task in every version (22.05 does not).
             srun_opts += f"--cpus-per-task={role.resource.cpu} "
         groups.append(f'{srun_opts}bash -c "${var}"')
         offset += role.num_replicas
     lines.append("")
-    lines.append(
-        "# One step for all replicas; one replica failing stops the others.\n"
-        "srun --kill-on-bad-exit=1 " + " \\\n    : ".join(groups) + " &"
-    )
+    elastic = any(r.min_replicas is not None and r.min_replicas < r.num_replicas for r in app.roles)
+    if elastic:
+        # An elastic job carries on without a failed node: its agents re-form the group.
+        lines.append("# One step for all replicas; elastic: the others go on if one fails.")
+        srun = "srun "
+    else:
+        lines.append("# One step for all replicas; one replica failing stops the others.")
+        srun = "srun --kill-on-bad-exit=1 "
+    lines.append(srun + " \\\n    : ".join(groups) + " &")
     lines.append(_EPILOGUE.format(max_retries=max_retries, batch_trap=batch_trap))
 
     argv = ["sbatch", "--parsable"]

@@ -224,6 +224,10 @@ cmd_down() {
         engine_answers && log "the engine on $SOCK was not started by this script; leaving it alone"
         return 0
     fi
+    # Its own containerd (a child) exits after it; wait for that too, so that `down` returning
+    # means no process of the engine is left.
+    local children
+    children=$(pgrep -P "$pid" 2>/dev/null || true)
     kill -TERM "$pid"
     # dockerd stops its containers first (up to its shutdown timeout, 15 s by default).
     for _ in $(seq 1 300); do pid_alive "$pid" || break; sleep 0.1; done
@@ -231,6 +235,10 @@ cmd_down() {
         log "dockerd pid $pid ignored SIGTERM for 30 s; killing it"
         kill -9 "$pid" || true
     fi
+    local child
+    for child in $children; do
+        for _ in $(seq 1 100); do pid_alive "$child" || break; sleep 0.1; done
+    done
     rm -f "$STATE/started-by-script" "$STATE/started-for-leases" "$STATE/dockerd.pid"
     log "dockerd stopped"
 }

@@ -2,7 +2,7 @@
 # A real four-node Slurm cluster on this one machine, for xrun's Slurm tests and demos.
 #
 #   scripts/slurm-cluster.sh up             install what is missing, start munged, slurmctld and
-#                                           slurmd c1..c4, wait until every node is idle
+#                                           slurmd c1..c4, wait until every node answers
 #   scripts/slurm-cluster.sh down           stop the daemons this script started, undo /etc/hosts
 #   scripts/slurm-cluster.sh install        only install the packages (slurm, munge, shellcheck)
 #   scripts/slurm-cluster.sh status         exit 0 and print `sinfo` when the cluster answers
@@ -135,21 +135,27 @@ hosts_remove() {
 
 cluster_answers() { timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP'; }
 
-wait_idle() {
-    local deadline=$((SECONDS + 60)) states
+# Ready: every node answers (idle, or busy with jobs of parallel test processes).
+nodes_ready() {
+    local states
+    states=$(sinfo -h -N -o '%t' 2>/dev/null | sort -u) || return 1
+    [ -n "$states" ] && ! grep -qvxE 'idle|alloc|mix|comp' <<<"$states"
+}
+
+wait_ready() {
+    local deadline=$((SECONDS + 60))
     while [ $SECONDS -lt $deadline ]; do
-        states=$(sinfo -h -N -o '%t' 2>/dev/null | sort -u | tr '\n' ' ')
-        [ "$states" = "idle " ] && return 0
+        nodes_ready && return 0
         sleep 0.1
     done
-    log "nodes not idle after 60 s (states: $states); logs in $STATE/log"
+    log "nodes not ready after 60 s: $(sinfo -h -N -o '%N=%t' | tr '\n' ' '); logs in $STATE/log"
     return 1
 }
 
 do_up() {
     install_packages
     mkdir -p "$STATE"
-    if cluster_answers && wait_idle; then
+    if cluster_answers && wait_ready; then
         return 0
     fi
     local t0=$EPOCHREALTIME
@@ -162,7 +168,7 @@ do_up() {
         slurmd -N "$n" -f "$CONF" 9>&-
     done
     touch "$STATE/started"
-    wait_idle
+    wait_ready
     log "up in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.2f", b - a}') s"
 }
 
@@ -211,7 +217,7 @@ do_acquire() {
         do_up
         touch "$STATE/acquired"
     else
-        wait_idle || true
+        wait_ready
     fi
     echo "$holder" >>"$STATE/holders"
 }

@@ -54,6 +54,11 @@ def wait_for(pred: Callable[[], object], timeout: float = 20, what: str = "") ->
         time.sleep(0.02)
 
 
+def _serving(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -309,12 +314,8 @@ def test_sigterm_while_waiting_for_peers(procs: list[subprocess.Popen[str]]) -> 
     p = popen(procs, agent("--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                            f"127.0.0.1:{port}", "--rdzv-id", "lonely", BEHAVE, "/nonexistent"))
 
-    def serving() -> bool:
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
     # once it serves the store it is in next_rendezvous, waiting for a node that never comes
-    wait_for(serving, what="the agent's rendezvous store")
+    wait_for(lambda: _serving(port), what="the agent's rendezvous store")
     time.sleep(0.2)
     t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
@@ -352,9 +353,10 @@ def test_elastic_join_mid_run(tmp_path: Path, procs: list[subprocess.Popen[str]]
     assert second.wait(timeout=60) == 0, second.communicate()[1]
     assert first.wait(timeout=60) == 0, first.communicate()[1]
     evs = events(tmp_path)[len(alone):]
-    assert sorted(int(str(e["RANK"])) for e in evs) == [0, 1, 2, 3]
+    # (on a loaded machine the second agent may first form a world alone; it ends at 4)
+    assert sorted(int(str(e["RANK"])) for e in evs if e["WORLD_SIZE"] == "4") == [0, 1, 2, 3]
     # a membership change is not a failure restart
-    assert {(e["WORLD_SIZE"], e["TORCHELASTIC_RESTART_COUNT"]) for e in evs} == {("4", "0")}
+    assert {e["TORCHELASTIC_RESTART_COUNT"] for e in evs} == {"0"}
     for e in alone:
         assert not alive(int(str(e["pid"])))
 
@@ -367,7 +369,8 @@ def test_elastic_peer_killed_the_other_reforms(tmp_path: Path,
               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "el2", "--rdzv-conf", FAST)
     actions = (BEHAVE, str(tmp_path), "ready", "sleep-unless-world:1:60")
     host = popen(procs, agent(*common, *actions))
-    time.sleep(0.3)  # the first agent binds the store; the other is a client we may kill
+    # the first agent serves the store; the second is a client we may kill
+    wait_for(lambda: _serving(port), what="the first agent's rendezvous store")
     other = popen(procs, agent(*common, *actions))
     wait_for(lambda: {e["WORLD_SIZE"] for e in events(tmp_path)} == {"2"}
              and len(events(tmp_path)) == 2, what="a two-node world")

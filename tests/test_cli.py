@@ -366,3 +366,18 @@ def test_default_scheduler_from_config(cli: Env) -> None:
     r = cli.run("run", "--dryrun", "utils.echo")
     assert r.returncode == 2 and "unknown scheduler 'nosuch'" in r.stderr  # the file was used
     assert cli.run("run", "--dryrun", "-s", "local_cwd", "utils.echo").returncode == 0
+
+
+@pytest.mark.timeout(60)
+def test_log_into_a_closed_pipe_is_quiet(cli: Env) -> None:
+    r = cli.run("run", "utils.sh", "seq 1 100000")
+    handle = r.stdout.strip()
+    proc = subprocess.Popen(
+        [XRUN, "log", handle], cwd=cli.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "HOME": str(cli.home)},
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"1\n"
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=30) == 0 and err == b""

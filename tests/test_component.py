@@ -270,6 +270,8 @@ def test_unknown_builtin_suggests_the_closest() -> None:
         get_component("ddp")
     with pytest.raises(UsageError, match="unknown component 'dist._app'"):
         get_component("dist._app")  # private helpers are not components
+    with pytest.raises(UsageError, match="unknown component 'dist.quote_arg'"):
+        get_component("dist.quote_arg")  # nor public ones that do not return an AppDef
 
 
 def test_builtins_are_listed_with_their_first_doc_line() -> None:
@@ -311,6 +313,7 @@ def plugin_path(tmp_path: Path) -> Iterator[Path]:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myteam\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
         "[xrun.components]\nmyteam = myteam_comps\ndist = myteam_comps\n"
+        "broken = no_such_module_for_xrun_test\n"
     )
     sys.path.insert(0, str(tmp_path))
     try:
@@ -328,3 +331,12 @@ def test_plugins_add_components_and_never_replace_builtins(plugin_path: Path) ->
     # `dist = myteam_comps` must not shadow the builtin dist.ddp
     assert get_component("dist.ddp").fn.__module__ == "xrun.components.dist"
     assert comps["dist.ddp"].fn.__module__ == "xrun.components.dist"
+
+
+def test_a_broken_plugin_is_reported_and_does_not_hide_the_others(plugin_path: Path) -> None:
+    problems: list[str] = []
+    comps = list_components(problems)
+    assert "myteam.hello" in comps and "dist.ddp" in comps
+    assert len(problems) == 1 and "'no_such_module_for_xrun_test'" in problems[0]
+    with pytest.raises(UsageError, match="failed to import: ModuleNotFoundError"):
+        get_component("broken.anything")

@@ -27,9 +27,11 @@ from xrun.components.dist import ddp
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.schedulers.api import Stream
 from xrun.schedulers.docker import DockerScheduler
+from xrun.schedulers.docker_state import default_root
 from xrun.specs import AppDef, AppState, BindMount, Resource, Role, VolumeMount
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
+# 300 s: the first test also pays for the one-time engine install and image build (~40-80 s).
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 XRUN = str(Path(sys.executable).with_name("xrun"))
 
@@ -162,11 +164,16 @@ def test_cancel_from_another_process_ends_cancelled(
     handle = f"docker://default/{app_id}"
     assert sched.describe(app_id).state in (AppState.PENDING, AppState.RUNNING)  # type: ignore[union-attr]
     assert "State: RUNNING" in _xrun("status", handle).stdout
+    # As if submitted from another machine (no job.json here): the roles come from the labels.
+    (default_root() / app_id / "job.json").unlink()
+    roles = sched.describe(app_id).roles  # type: ignore[union-attr]
+    assert [(r.name, r.num_replicas, r.entrypoint) for r in roles] == [("r", 2, "sh")]
     _xrun("cancel", handle)
     resp = sched.describe(app_id)
     assert resp is not None and resp.state == AppState.CANCELLED, resp
     assert {r.state for r in resp.roles_statuses[0].replicas} == {AppState.CANCELLED}
     assert _leftovers(app_id) == []
+    assert [r.num_replicas for r in resp.roles] == [2]  # kept for `xrun log` after cleanup
     sched.cancel(app_id)  # idempotent
     assert sched.describe(app_id).state == AppState.CANCELLED  # type: ignore[union-attr]
 
@@ -286,10 +293,24 @@ def test_concurrent_describes_finalize_once(
         s.close()
 
 
+@pytest.fixture
+def volume() -> Iterator[str]:
+    """A named volume's name; the volume (created by the engine on first use) is removed after."""
+    import docker
+
+    name = f"xrun-test-{os.getpid()}-{time.monotonic_ns()}"
+    yield name
+    client = docker.from_env()
+    try:
+        client.volumes.get(name).remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    finally:
+        client.close()
+
+
 def test_the_container_spec_is_applied(
-    sched: DockerScheduler,
-    docker_engine: str,
-    tmp_path: Path,
+    sched: DockerScheduler, docker_engine: str, tmp_path: Path, volume: str
 ) -> None:
     """Env, a read-only bind mount, a volume, memory and /dev/shm limits (peers resolving each
     other by name: the 2x2 test, whose ranks connect to MASTER_ADDR = replica 0's name)."""
@@ -310,7 +331,7 @@ def test_the_container_spec_is_applied(
         resource=Resource(cpu=1, gpu=0, memMB=256),
         mounts=[
             BindMount(str(tmp_path), "/in", read_only=True),
-            VolumeMount(f"xrun-test-{os.getpid()}", "/vol"),
+            VolumeMount(volume, "/vol"),
         ],
     )
     app_id = sched.submit(AppDef("spec", [role]), {"shm_size": "128m"}, workspace="")
@@ -327,11 +348,6 @@ def test_the_container_spec_is_applied(
         str(256 << 20),
     ]
     assert lines[6].split()[1] == str(128 * 1024)  # /dev/shm size in KiB
-    import docker
-
-    client = docker.from_env()
-    client.volumes.get(f"xrun-test-{os.getpid()}").remove(force=True)
-    client.close()
 
 
 def test_max_retries_restarts_a_failed_replica(
@@ -360,3 +376,42 @@ def test_a_refused_start_leaves_nothing_behind(
         sched.submit(AppDef("refused", [role]), {}, workspace="")
     app_id = re.search(r"app (refused-[a-z0-9]+)", str(e.value)).group(1)  # type: ignore[union-attr]
     assert _leftovers(app_id) == [] and sched.describe(app_id) is None
+
+
+def test_dockerfile_xrun_replaces_the_recipe_and_a_broken_one_is_a_usage_error(
+    sched: DockerScheduler, docker_engine: str, tmp_path: Path
+) -> None:
+    (tmp_path / "job.sh").write_text("echo custom=$CUSTOM; ls /opt/xrun/xrun/runtime/agent.py\n")
+    (tmp_path / "Dockerfile.xrun").write_text(
+        "ARG IMAGE\nFROM ${IMAGE}\nENV CUSTOM=yes\nCOPY xrun /opt/xrun/xrun\n"
+        "COPY workspace /code\nWORKDIR /code\n"
+    )
+    app = AppDef("custom", [Role("r", docker_engine, "sh", ["job.sh"])])
+    app_id = sched.submit(app, {}, workspace=str(tmp_path))
+    assert sched.wait(app_id, timeout=30).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    assert [x.strip() for x in sched.log_iter(app_id, "r", 0)] == [
+        "custom=yes",
+        "/opt/xrun/xrun/runtime/agent.py",
+    ]
+    (tmp_path / "Dockerfile.xrun").write_text("ARG IMAGE\nFROM ${IMAGE}\nCOPY missing-dir /x\n")
+    app = AppDef("custom", [Role("r", docker_engine, "sh", ["job.sh"])])
+    with pytest.raises(UsageError, match=r"building the workspace image .* fix Dockerfile\.xrun"):
+        sched.submit(app, {}, workspace=str(tmp_path))
+
+
+def test_old_workspace_images_are_pruned_but_shared_layers_stay(docker_engine: str) -> None:
+    import docker
+
+    from xrun.schedulers.docker_engine import prune_workspace_images
+
+    client = docker.from_env()
+    try:
+        # A tag of the base image: older than every image built on it, so it goes first.
+        tag = f"xrun-workspace:prune-test-{os.getpid()}"
+        client.images.get(docker_engine).tag(tag)
+        count = len(client.images.list(name="xrun-workspace"))
+        prune_workspace_images(client, keep=count - 1)
+        tags = {t for im in client.images.list() for t in im.tags}
+        assert tag not in tags and docker_engine in tags  # only the tag went
+    finally:
+        client.close()

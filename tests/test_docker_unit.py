@@ -11,12 +11,13 @@ import sys
 import tarfile
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from xrun.components.dist import ddp
 from xrun.errors import UsageError
-from xrun.schedulers.docker import DockerScheduler, _lines
+from xrun.schedulers.docker import DockerScheduler
 from xrun.schedulers.docker_request import (
     RANK0_ENV,
     app_state,
@@ -26,6 +27,12 @@ from xrun.schedulers.docker_request import (
     replica_state,
 )
 from xrun.schedulers.docker_state import AppStateStore, split_timestamp
+from xrun.schedulers.docker_status import (
+    end_message,
+    job_from_containers,
+    role_statuses,
+    split_lines,
+)
 from xrun.schedulers.docker_workspace import DEFAULT_DOCKERFILE, build_context, image_tag
 from xrun.specs import AppDef, AppState, BindMount, DeviceMount, Resource, Role, VolumeMount
 
@@ -266,7 +273,7 @@ def test_a_path_like_app_id_is_rejected(tmp_path: Path) -> None:
 
 def test_lines_reassembles_chunks_cut_anywhere() -> None:
     chunks = [b"ab", b"c\nde", b"f\n\ng", b"h"]
-    assert list(_lines(chunks)) == ["abc\n", "def\n", "\n", "gh\n"]
+    assert list(split_lines(chunks)) == ["abc\n", "def\n", "\n", "gh\n"]
 
 
 # ----------------------------------------------------------------------------- workspace
@@ -323,3 +330,56 @@ def test_a_huge_workspace_is_refused_before_reading_it(tmp_path: Path) -> None:
         f.truncate((1 << 30) + 1)  # sparse: costs no disk
     with pytest.raises(UsageError, match="more than 1024 MiB"):
         build_context(tmp_path)
+
+
+# ----------------------------------------------------------------------------- reading containers
+def _container(name: str, role: str, k: int, status: str, code: int) -> SimpleNamespace:
+    """The three attributes of an SDK container object that docker_status reads."""
+    return SimpleNamespace(
+        name=name,
+        labels={"xrun.role": role, "xrun.replica": str(k), "xrun.app": "a", "xrun.session": "s"},
+        attrs={
+            "State": {"Status": status, "ExitCode": code},
+            "Config": {"Image": "img:1", "Entrypoint": ["sh"], "Cmd": ["-c", "x"]},
+        },
+    )
+
+
+def test_statuses_and_end_message_of_a_gang_failure(tmp_path: Path) -> None:
+    cs = [_container("a-1-r-1", "r", 1, "exited", 2), _container("a-1-r-0", "r", 0, "exited", 143)]
+    roles = role_statuses(cs, stopped={"a-1-r-0"})
+    assert [(r.id, r.state, r.exit_code) for r in roles[0].replicas] == [
+        (0, AppState.CANCELLED, 143),  # stopped by xrun: not a failure of its own
+        (1, AppState.FAILED, 2),
+    ]
+    store = AppStateStore(tmp_path)
+    store.save_log(
+        "a-1",
+        "r",
+        1,
+        "stderr",
+        b"2026-01-01T00:00:01Z Traceback\n2026-01-01T00:00:02Z KeyError: 'x'\n",
+    )
+    msg = end_message("a-1", AppState.FAILED, roles, store, containers_gone=False)
+    assert (
+        msg
+        == "replica r/1 exited with code 2 (last stderr line: KeyError: 'x'); stopped the other 1 replica(s)"
+    )
+
+
+def test_job_record_rebuilt_from_containers() -> None:
+    job = job_from_containers("a-1", [_container("a-1-r-1", "r", 1, "running", 0)])
+    assert job == {
+        "app_id": "a-1",
+        "app_name": "a",
+        "session": "s",
+        "containers": [
+            {
+                "name": "a-1-r-1",
+                "role": "r",
+                "replica_id": 1,
+                "image": "img:1",
+                "command": ["sh", "-c", "x"],
+            }
+        ],
+    }

@@ -138,7 +138,11 @@ def test_cpp_style_error_file(tmp_path):
     path = tmp_path / "e.json"
     path.write_text(json.dumps({"message": "c10::Error: CUDA OOM", "timestamp": 1700000000}))
     f = ProcessFailure.from_exit(2, 99, -6, str(path), 1800000000.5)
-    assert (f.message, f.timestamp, f.signal_name()) == ("c10::Error: CUDA OOM", 1700000000, "SIGABRT")
+    assert (f.message, f.timestamp, f.signal_name()) == (
+        "c10::Error: CUDA OOM",
+        1700000000,
+        "SIGABRT",
+    )
 
 
 def test_failure_messages_without_error_file(tmp_path):

@@ -24,7 +24,7 @@ from xrun.errors import UsageError
 from xrun.jobspec import JobSize, parse_j
 from xrun.specs import AppDef, AppHandle, Role, parse_mounts
 
-FUZZ = settings(max_examples=150, deadline=None,
+FUZZ = settings(max_examples=100, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
 # One directory for the whole module: hypothesis reruns a test body many times, and
 # function-scoped fixtures would not be reset between examples.
@@ -189,7 +189,7 @@ def test_handles(text: str) -> None:
     else:
         assert AppHandle.parse(str(h)) == h
         parsed = True
-    code, out, err = run_cli("status", text)
+    code, out, err = run_cli("status", "--", text)  # `--`: a text like "-x" is not an option
     assert out == "" and "Traceback" not in err
     if not parsed:
         assert_usage_error(code, err, "malformed app handle")

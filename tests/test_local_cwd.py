@@ -306,6 +306,51 @@ def test_app_survives_sigkill_of_its_launcher(tmp_path: Path) -> None:
     assert list(sched.log_iter(app_id, "w", 1)) == ["done 1\n"]
 
 
+def test_supervisor_is_forked_when_safe_and_execd_from_a_thread(
+    sched: LocalCwdScheduler, tmp_path: Path
+) -> None:
+    """A threaded launcher must not fork (see _fork_supervisor): the exec'd supervisor works too."""
+    import threading
+
+    def supervisor_cmdline(app_id: str) -> bytes:
+        state = json.loads((tmp_path / "logs" / app_id / ".xrun" / "state.json").read_text())
+        return Path(f"/proc/{state['supervisor']['pid']}/cmdline").read_bytes()
+
+    app = _sh("while [ ! -e go ]; do sleep 0.01; done; echo via ${app_id}")
+    forked = sched.submit(app, _cfg(tmp_path))
+    got: list[str] = []
+    t = threading.Thread(target=lambda: got.append(sched.submit(app, _cfg(tmp_path))))
+    t.start()
+    t.join()
+    execd = got[0]
+    assert b"local_supervisor.py" not in supervisor_cmdline(forked)
+    assert b"local_supervisor.py" in supervisor_cmdline(execd)
+    (tmp_path / "go").touch()
+    for app_id in (forked, execd):
+        resp = sched.wait(app_id, timeout=30)
+        assert resp is not None and resp.state == AppState.SUCCEEDED
+        assert app_id not in sched._children, "wait() reaps the supervisor"
+        assert list(sched.log_iter(app_id, "w")) == [f"via {app_id}\n"]
+
+
+@pytest.mark.timeout(60)
+def test_cancel_still_works_when_the_supervisor_was_killed(
+    sched: LocalCwdScheduler, tmp_path: Path
+) -> None:
+    app_id = sched.submit(_sh("touch up.${replica_id}; exec sleep 300", n=2), _cfg(tmp_path))
+    _wait_for(lambda: (tmp_path / "up.0").exists() and (tmp_path / "up.1").exists())
+    state = json.loads((tmp_path / "logs" / app_id / ".xrun" / "state.json").read_text())
+    os.kill(state["supervisor"]["pid"], signal.SIGKILL)
+    sched.wait(app_id, timeout=10)  # reaps it (it is our child)
+    resp = sched.describe(app_id)
+    assert resp is not None and resp.state == AppState.UNKNOWN
+    assert "supervisor" in resp.msg and "2 replica(s) still run" in resp.msg
+    sched.cancel(app_id)
+    resp = sched.describe(app_id)
+    assert resp is not None and resp.state == AppState.CANCELLED
+    assert not any(is_alive(r["pid"], r["start"]) for r in state["replicas"])
+
+
 def test_failed_replica_error_file_is_reported(sched: LocalCwdScheduler, tmp_path: Path) -> None:
     script = (
         'import json, os; json.dump({"message": {"message": "ValueError: bad lr", "extraInfo": {}}}, '

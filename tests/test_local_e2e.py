@@ -90,7 +90,7 @@ def _worker_pids(marker: str) -> dict[int, int]:
 
 @pytest.mark.timeout(240)
 def test_ddp_1x2_trains_and_a_killed_worker_changes_nothing(tmp_path: Path) -> None:
-    train = ["--epochs", "4", "--steps-per-epoch", "5", "--step-sleep", "0.1"]
+    train = ["--epochs", "3", "--steps-per-epoch", "5", "--step-sleep", "0.1"]
     quiet = _xrun(
         *_run_args(tmp_path, "-j", "1x2", "--script", TRAIN, "--",
                    *train, "--checkpoint-dir", "quiet", "--out", "quiet.json"),

@@ -31,7 +31,7 @@ class Point:
 
 def returns_by_rank(rank: int) -> object:
     env = {k: os.environ[k] for k in ("MY_RANK", "TORCHELASTIC_ERROR_FILE")}
-    return [rank * 7, {"rank": rank, "env": env}, Point(rank, ["a", "b"])][rank]
+    return [{"rank": rank, "env": env}, Point(rank, ["a", "b"])][rank]
 
 
 def raises_or_sleeps(rank: int) -> None:
@@ -40,9 +40,9 @@ def raises_or_sleeps(rank: int) -> None:
     time.sleep(30)
 
 
-def ready_then_sleeps(ready_file: str) -> None:
-    open(ready_file, "w").close()
-    time.sleep(60)
+def _ready_code(ready_file) -> str:
+    """Python source that marks it runs (the user's code: past the worker's prctl), then sleeps."""
+    return f"import time; open({str(ready_file)!r}, 'w').close(); time.sleep(60)"
 
 
 def kills_itself() -> None:
@@ -117,9 +117,21 @@ def test_std_parse_bad(text, nprocs, says):
 @pytest.mark.parametrize(
     ("args", "envs", "says"),
     [
-        ({0: (), 2: ()}, {0: {}, 2: {}}, "args must have one entry per local rank 0..1: missing local ranks [1], unexpected local ranks [2]"),
-        ({0: (), 1: ()}, {0: {}}, "envs must have one entry per local rank 0..1: missing local ranks [1]"),
-        ({0: ()}, {0: {}, 1: {}}, "envs must have one entry per local rank 0..0: unexpected local ranks [1]"),
+        (
+            {0: (), 2: ()},
+            {0: {}, 2: {}},
+            "args must have one entry per local rank 0..1: missing local ranks [1], unexpected local ranks [2]",
+        ),
+        (
+            {0: (), 1: ()},
+            {0: {}},
+            "envs must have one entry per local rank 0..1: missing local ranks [1]",
+        ),
+        (
+            {0: ()},
+            {0: {}, 1: {}},
+            "envs must have one entry per local rank 0..0: unexpected local ranks [1]",
+        ),
     ],
 )
 def test_rank_keys_must_be_exactly_0_to_n(args, envs, says):
@@ -144,18 +156,19 @@ def test_unpicklable_function_is_a_usage_error_naming_the_fix():
 
 @pytest.mark.timeout(60)
 def test_functions_return_values_spawn(tmp_path):
-    ctx = start_processes("fn", returns_by_rank, {r: (r,) for r in range(3)}, _envs(3), log_dir=str(tmp_path))
+    ctx = start_processes(
+        "fn", returns_by_rank, {r: (r,) for r in range(2)}, _envs(2), log_dir=str(tmp_path)
+    )
     try:
         result = ctx.wait(timeout=50)
     finally:
         ctx.close()
     assert result is not None and not result.is_failed()
-    assert result.return_values[0] == 0
-    assert result.return_values[1] == {
-        "rank": 1,
-        "env": {"MY_RANK": "1", "TORCHELASTIC_ERROR_FILE": str(tmp_path / "1" / "error.json")},
+    assert result.return_values[0] == {
+        "rank": 0,
+        "env": {"MY_RANK": "0", "TORCHELASTIC_ERROR_FILE": str(tmp_path / "0" / "error.json")},
     }
-    assert result.return_values[2] == Point(2, ["a", "b"])
+    assert result.return_values[1] == Point(1, ["a", "b"])
 
 
 @pytest.mark.timeout(60)
@@ -164,8 +177,15 @@ def test_function_output_reaches_files_under_every_start_method(tmp_path, method
     # The redirected fds travel differently per method (inherited, passed at spawn, sent to
     # the fork server): each must land in the rank's file.
     ctx = start_processes(
-        "fn", prints, {r: (r,) for r in range(2)}, _envs(2), log_dir=str(tmp_path),
-        redirects={0: Std.ALL}, tee={1: Std.OUT}, local_ranks_filter={1}, start_method=method,
+        "fn",
+        prints,
+        {r: (r,) for r in range(2)},
+        _envs(2),
+        log_dir=str(tmp_path),
+        redirects={0: Std.ALL},
+        tee={1: Std.OUT},
+        local_ranks_filter={1},
+        start_method=method,
     )
     try:
         result = ctx.wait(timeout=50)
@@ -180,8 +200,13 @@ def test_function_output_reaches_files_under_every_start_method(tmp_path, method
 @pytest.mark.timeout(60)
 def test_function_exception_is_recorded_and_wait_returns_on_first_failure(tmp_path):
     ctx = start_processes(
-        "fn", raises_or_sleeps, {r: (r,) for r in range(3)}, _envs(3), log_dir=str(tmp_path),
-        redirects=Std.ERR, start_method="fork",
+        "fn",
+        raises_or_sleeps,
+        {r: (r,) for r in range(3)},
+        _envs(3),
+        log_dir=str(tmp_path),
+        redirects=Std.ERR,
+        start_method="fork",
     )
     try:
         result = ctx.wait(timeout=20)  # the sleepers would take 30 s
@@ -259,8 +284,12 @@ def test_envs_win_over_log_dir_error_file(tmp_path):
     mine = str(tmp_path / "mine.json")
     code = "import os; print(os.environ['TORCHELASTIC_ERROR_FILE'])"
     ctx = start_processes(
-        "bin", PY, {0: ("-c", code)}, {0: {"TORCHELASTIC_ERROR_FILE": mine}},
-        log_dir=str(tmp_path / "logs"), redirects=Std.OUT,
+        "bin",
+        PY,
+        {0: ("-c", code)},
+        {0: {"TORCHELASTIC_ERROR_FILE": mine}},
+        log_dir=str(tmp_path / "logs"),
+        redirects=Std.OUT,
     )
     ctx.wait(timeout=20)
     ctx.close()
@@ -303,7 +332,9 @@ def _drive(tmp_path, timeout: float = 60, **cfg) -> subprocess.CompletedProcess[
 
 def test_redirects_go_to_private_files_only(tmp_path):
     logs = tmp_path / "logs"
-    code = "import os, sys; print('o', os.environ['R']); print('e', os.environ['R'], file=sys.stderr)"
+    code = (
+        "import os, sys; print('o', os.environ['R']); print('e', os.environ['R'], file=sys.stderr)"
+    )
     proc = _drive(tmp_path, codes=[code, code], log_dir=str(logs), redirects=3)
     assert proc.stdout == "" and proc.stderr == ""
     for r in (0, 1):
@@ -316,8 +347,14 @@ def test_redirects_go_to_private_files_only(tmp_path):
 def test_per_rank_redirect_map(tmp_path):
     code = "import os; print('hi', os.environ['MY_RANK'])"
     ctx = start_processes(
-        "bin", PY, {0: ("-c", code), 1: ("-c", code)}, _envs(2), log_dir=str(tmp_path),
-        redirects={0: Std.OUT}, tee={1: Std.ERR}, local_ranks_filter={0},
+        "bin",
+        PY,
+        {0: ("-c", code), 1: ("-c", code)},
+        _envs(2),
+        log_dir=str(tmp_path),
+        redirects={0: Std.OUT},
+        tee={1: Std.ERR},
+        local_ranks_filter={0},
     )
     result = ctx.wait(timeout=20)
     ctx.close()
@@ -376,6 +413,48 @@ def test_tee_never_loses_or_splits_lines(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_tee_shows_a_line_while_the_worker_still_runs(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    code = "import time; print('early', flush=True); time.sleep(5)"
+    cfg = {"codes": [code], "tee": 1}
+    driver = subprocess.Popen([PY, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        assert driver.stdout.readline() == "[w0]:early\n"
+        assert time.monotonic() - t0 < 4  # well before the worker's exit at 5 s
+        assert driver.poll() is None
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+@pytest.mark.timeout(30)
+def test_close_is_not_held_up_by_a_daemon_that_keeps_the_pipe(tmp_path, capfd):
+    pid_file = tmp_path / "daemon.pid"
+    code = textwrap.dedent(
+        f"""
+        import subprocess
+        # a new session: outside the worker's process group, so close() cannot kill it
+        p = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        open({str(pid_file)!r}, "w").write(str(p.pid))
+        print("bye")
+        """
+    )
+    ctx = start_processes("bin", PY, {0: ("-c", code)}, {0: {}}, tee=Std.OUT)
+    try:
+        result = ctx.wait(timeout=20)
+        t0 = time.monotonic()
+        ctx.close()
+        assert time.monotonic() - t0 < 3
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert result is not None and not result.is_failed()
+    assert capfd.readouterr().out == "bye\n"
+
+
+@pytest.mark.timeout(60)
 def test_tee_survives_a_closed_console(tmp_path):
     # `xrun ... | head`: once the console is gone the log file must still get every line and
     # the worker must not block on a pipe nobody drains.
@@ -384,8 +463,11 @@ def test_tee_survives_a_closed_console(tmp_path):
     script.write_text(DRIVER)
     cfg = {"codes": ["for i in range(50000): print(i)"], "log_dir": str(logs), "tee": 1}
     proc = subprocess.run(
-        f"{PY} {script} '{json.dumps(cfg)}' | head -n 1", shell=True, capture_output=True,
-        text=True, timeout=50,
+        f"{PY} {script} '{json.dumps(cfg)}' | head -n 1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=50,
     )
     assert proc.stdout == "[w0]:0\n"
     assert (logs / "0" / "stdout.log").read_text() == "".join(f"{i}\n" for i in range(50000))
@@ -434,20 +516,19 @@ def test_signal_is_forwarded_to_the_group():
 @pytest.mark.parametrize("kind", ["binary", "function"])
 def test_workers_die_with_the_agent(tmp_path, kind):
     pids_file = tmp_path / "pids.json"
+    fn_args = {r: (_ready_code(tmp_path / f"ready{r}"),) for r in (0, 1)}
     script = tmp_path / "agent.py"
     script.write_text(
         textwrap.dedent(
             f"""
             import json, os, sys, time
             from xrun.runtime.procs import start_processes
-            sys.path.insert(0, {os.path.dirname(__file__)!r})
-            from test_procs import ready_then_sleeps
             if __name__ == "__main__":  # spawn children import this file again
                 if {kind!r} == "binary":
                     entry, args = "sleep", {{0: ("60",), 1: ("60",)}}
                 else:
-                    ready = {str(tmp_path)!r} + "/ready"
-                    entry, args = ready_then_sleeps, {{0: (ready + "0",), 1: (ready + "1",)}}
+                    # builtins.exec: a function whose spawn child imports nothing more
+                    entry, args = exec, {fn_args!r}
                 ctx = start_processes("a", entry, args, {{0: {{}}, 1: {{}}}})
                 with open({str(pids_file)!r} + ".tmp", "w") as fp:
                     json.dump(list(ctx.pids().values()), fp)
@@ -468,7 +549,9 @@ def test_workers_die_with_the_agent(tmp_path, kind):
         agent.kill()
         agent.wait()
         t0 = time.monotonic()
-        assert _wait_for(lambda: not any(_alive(p) for p in pids), 1.0), "workers outlived the agent"
+        assert _wait_for(lambda: not any(_alive(p) for p in pids), 1.0), (
+            "workers outlived the agent"
+        )
         assert time.monotonic() - t0 < 1.0
     finally:
         agent.kill()
@@ -484,12 +567,10 @@ def test_worker_whose_agent_died_before_its_prctl_exits(tmp_path):
     script.write_text(
         textwrap.dedent(
             f"""
-            import json, os, sys
-            sys.path.insert(0, {os.path.dirname(__file__)!r})
+            import json, os
             from xrun.runtime.procs import start_processes
-            from test_procs import ready_then_sleeps
             if __name__ == "__main__":
-                ctx = start_processes("a", ready_then_sleeps, {{0: ({str(ready)!r},)}}, {{0: {{}}}})
+                ctx = start_processes("a", exec, {{0: ({_ready_code(ready)!r},)}}, {{0: {{}}}})
                 with open({str(pids_file)!r}, "w") as fp:
                     json.dump(list(ctx.pids().values()), fp)
                 os._exit(0)
@@ -509,12 +590,10 @@ def test_redirects_without_log_dir_are_a_usage_error():
 
 
 def test_context_api_types():
-    ctx = start_processes("t", "true", {0: ()}, {0: {}})
-    try:
+    with start_processes("t", "true", {0: ()}, {0: {}}) as ctx:
         assert isinstance(ctx, PContext)
         assert list(ctx.pids()) == [0]
         result = ctx.wait()
-    finally:
-        ctx.close()
     assert result is not None and result.stdouts == {0: ""} and result.stderrs == {0: ""}
+    assert not os.path.exists(f"/proc/{ctx.pids()[0]}")  # reaped
     ctx.close()  # idempotent

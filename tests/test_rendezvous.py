@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import select
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -65,7 +66,6 @@ def make() -> Iterator[Factory]:
 
 
 def free_port() -> int:
-    import socket
     with socket.create_server(("127.0.0.1", 0)) as s:
         return int(s.getsockname()[1])
 
@@ -157,6 +157,7 @@ def test_parse_endpoint_forms() -> None:
 def test_single_node_on_port_zero(make: Factory) -> None:
     h = make(nproc=4)
     assert h.is_host and not h.endpoint.endswith(":0")
+    assert h._server is not None and h._server.host == "127.0.0.1"  # not 0.0.0.0
     info = h.next_rendezvous()
     assert (info.round, info.group_rank, info.group_world_size, info.world_size) == (0, 0, 1, 4)
     assert info.local_world_sizes == (4,)
@@ -216,6 +217,21 @@ def test_c10d_subprocess_nodes(make: Factory) -> None:
     assert info.addrs == ("a-node", "b-host", "c-node") and info.group_rank == 1
     assert [o["rank"] for o in outs] == [2, 0]
     host.finish(5)
+
+
+def test_ipv6_endpoint(make: Factory) -> None:
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            pass
+    except OSError:
+        # A container without IPv6 loopback: the bracketed form must still fail cleanly.
+        with pytest.raises(UsageError, match=r"\[::1\]:0"):
+            make("[::1]:0")
+        return
+    h = make("[::1]:0", nodes="2:2", addr="a")
+    peer = make(h.endpoint, nodes="2:2", addr="b")
+    assert h.endpoint.startswith("[::1]:") and h._server is not None and h._server.host == "::1"
+    assert [i.group_rank for i in rendezvous_all([h, peer])] == [0, 1]
 
 
 def test_c10d_endpoint_host_serves_and_second_agent_on_host_becomes_client(make: Factory) -> None:
@@ -370,7 +386,6 @@ def test_unreachable_endpoint_times_out(make: Factory) -> None:
 
 
 def test_port_in_use_for_static_rank0_is_a_usage_error(make: Factory) -> None:
-    import socket
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
         with pytest.raises(UsageError, match=f"127.0.0.1:{port}.*pick a free port"):
@@ -419,6 +434,16 @@ def test_finish_leaves_together_and_closes_the_job(make: Factory) -> None:
     assert not e.value.failed
 
 
+def test_a_finished_node_does_not_disturb_peers_still_running(make: Factory) -> None:
+    a = make(nodes="2:2", addr="a")
+    b = make(a.endpoint, nodes="2:2", addr="b")
+    rendezvous_all([a, b])
+    time.sleep(0.25)  # heartbeats (every 0.1 s) are flowing on b's watch connection
+    b.finish(5)
+    b.shutdown()  # its connections close: its leases were released, so nothing fires
+    assert wait_event(a, 1.0) is None  # > heartbeat_timeout (0.6 s): no lease was revived
+
+
 @pytest.mark.timeout(60)
 def test_finish_does_not_wait_for_a_dead_peer(make: Factory) -> None:
     a, b, victim = _three_with_a_subprocess(make)
@@ -428,6 +453,10 @@ def test_finish_does_not_wait_for_a_dead_peer(make: Factory) -> None:
     t0 = time.monotonic()
     a.finish(30)  # the host: b is done, c is gone (its connection closed)
     assert time.monotonic() - t0 < 2
+    late = make(a.endpoint, nodes="2:3", addr="late")
+    with pytest.raises(RendezvousClosedError, match="c did not finish") as e:
+        late.next_rendezvous()
+    assert e.value.failed
 
 
 def test_shutdown_mid_round_makes_peers_restart(make: Factory) -> None:

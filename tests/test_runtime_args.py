@@ -36,6 +36,12 @@ def test_pet_env_vars_give_defaults_and_flags_win(monkeypatch: pytest.MonkeyPatc
     assert cfg.nproc_per_node == 2
 
 
+def test_unsupported_torchrun_env_var_is_not_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PET_NUMA_BINDING", "node")
+    with pytest.raises(UsageError, match="PET_NUMA_BINDING"):
+        parse(["s.py"])
+
+
 def test_one_node_without_endpoint_is_standalone() -> None:
     cfg, entry, args = parse(["--nproc-per-node", "4", "train.py", "--lr", "${local_rank}"])
     # standalone: the agent picks a random run id (checked in test_agent/test_env_vs_torchrun)

@@ -163,6 +163,7 @@ def test_two_role_het_job_gets_ids_env_and_rank0_host(
         assert read(logs / "worker" / f"{k}.stdout") == (
             f"role=worker id={k} app={app_id} r0=c1 v=w-{k} 'q'\n"
         )
+    assert [r.args for r in resp.roles] == [r.args for r in app.roles]  # the submitted spec
     roles = {r.role: r.replicas for r in resp.roles_statuses}
     assert [r.hostname for r in roles["ps"]] == ["c1"]
     assert sorted(r.hostname for r in roles["worker"]) == ["c2", "c3"]
@@ -242,8 +243,15 @@ def test_follow_logs_while_running(sched: SlurmScheduler, tmp_path: Path) -> Non
         roles=[shell_role("w", "for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done")],
     )
     app_id = sched.submit(app, {}, workspace=str(tmp_path))
+    # A follower in another process (the real CLI) and one here, both while the job runs.
+    cli = subprocess.Popen(
+        [XRUN, "log", "-f", f"slurm://test/{app_id}/w/0"], stdout=subprocess.PIPE, text=True
+    )
     lines = list(sched.log_iter(app_id, "w", 0, should_tail=True, regex="tick"))
     assert lines == [f"tick {i}\n" for i in range(1, 6)]
+    out, _ = cli.communicate(timeout=30)
+    assert cli.returncode == 0
+    assert [ln for ln in out.splitlines() if "tick" in ln][-1].endswith("tick 5"), out
     resp = sched.describe(app_id)
     assert resp is not None and resp.state == AppState.SUCCEEDED
     with pytest.raises(UsageError, match="no role 'x'"):
@@ -330,3 +338,16 @@ def test_job_dir_isolates_the_job_from_later_edits(sched: SlurmScheduler, tmp_pa
     assert out.startswith("v1\n"), out
     assert "big.bin" not in out and "main.sh" in out
     assert not (ws / "slurm-logs").exists()
+
+
+# --------------------------------------------------------------------------- elastic
+def test_elastic_job_gets_max_nodes_when_they_are_free(
+    sched: SlurmScheduler, tmp_path: Path
+) -> None:
+    (tmp_path / "allreduce.py").write_text(ALLREDUCE)
+    app = ddp(script="allreduce.py", j="1:2x1", cpu=1, memMB=256, rdzv_port=free_port())
+    app_id = sched.submit(app, {}, workspace=str(tmp_path))
+    resp = wait(sched, app_id)
+    assert resp.state == AppState.SUCCEEDED, resp.msg
+    out = "".join("".join(sched.log_iter(app_id, "allreduce", k)) for k in (0, 1))
+    assert out.count("/2 sum=3") == 2, out  # two nodes joined: world size 2, 1+2

@@ -21,7 +21,14 @@ from xrun.components.dist import ddp
 from xrun.errors import UsageError
 from xrun.schedulers.api import get_scheduler
 from xrun.schedulers.slurm import SlurmScheduler, create_scheduler, parse_version
-from xrun.schedulers.slurm_script import ClusterInfo, build_request, shell_word, signal_name
+from xrun.schedulers.slurm_script import (
+    ClusterInfo,
+    build_request,
+    format_comment,
+    parse_comment,
+    shell_word,
+    signal_name,
+)
 from xrun.schedulers.slurm_status import (
     SACCT_COMP_FIELDS,
     STATE_MAP,
@@ -92,7 +99,7 @@ def test_single_role_is_one_homogeneous_allocation() -> None:
     assert "#SBATCH --requeue" in s and "-lt 1 ]" in s
     assert "#SBATCH --signal=B:USR2@90" in s
     assert f'export PATH={PY_BIN}:"$PATH"' in s
-    assert "#SBATCH --comment=xrun:train" in s
+    assert "#SBATCH --comment=xrun:train;train=2\n" in s
     # The task, not the batch shell, expands these (accelerate#2816).
     assert "${XRUN_RANK0_HOST}:29500" in s and "'\"${SLURM_JOB_ID}\"'" in s
     assert req.sbatch_argv == ["sbatch", "--parsable"]
@@ -102,15 +109,27 @@ def test_single_role_is_one_homogeneous_allocation() -> None:
 def test_het_job_has_one_component_and_srun_group_per_role() -> None:
     s = request(het_app()).script
     assert s.count("#SBATCH hetjob") == 1
-    assert "srun --kill-on-bad-exit=1 --het-group=0 --cpus-per-task=2 " in s
-    assert ": --het-group=1 --cpus-per-task=4 " in s
+    assert "srun --kill-on-bad-exit=1 --het-group=0 --ntasks-per-node=1 --cpus-per-task=2 " in s
+    assert ": --het-group=1 --ntasks-per-node=1 --cpus-per-task=4 " in s
     assert "XRUN_REPLICA_ID=$((SLURM_PROCID - 0))" in s
     assert "XRUN_REPLICA_ID=$((SLURM_PROCID - 1))" in s  # the worker group starts after ps/0
     assert "#SBATCH --nodes=3" in s and "#SBATCH --mem=2000M" in s
 
 
+def test_comment_carries_app_and_roles() -> None:
+    comment = format_comment(het_app(), "exp 7")
+    assert comment == "xrun:het;ps=1;worker=3,exp 7"
+    assert parse_comment(comment) == ("het", {"ps": 1, "worker": 3})
+    assert parse_comment("xrun:old") == ("old", {})
+    assert parse_comment("someone else's job") is None
+
+
 def test_elastic_role_asks_for_a_node_range() -> None:
-    assert "#SBATCH --nodes=1-3\n" in request(ddp_app(j="1:3x2")).script
+    s = request(ddp_app(j="1:3x2")).script
+    assert "#SBATCH --nodes=1-3\n#SBATCH --cpus-per-task" in s  # no --ntasks-per-node: see why
+    assert "--gres=gpu:1" in request(ddp_app(j="1:3x2", gpu=1)).script
+    assert "--kill-on-bad-exit" not in s  # the survivors re-form the group
+    assert "--kill-on-bad-exit=1" in request(ddp_app(j="3x2")).script
 
 
 @pytest.mark.parametrize(
@@ -144,7 +163,7 @@ def test_run_options_become_sbatch_lines() -> None:
     s = request(ddp_app(), cfg).script
     for line in ("--partition=gpu", "--time=1:00:00", "--account=a", "--qos=high",
                  "--constraint=a100", "--mail-user=me@x.org", "--mail-type=END,FAIL",
-                 "--job-name=jn", "--exclusive", "--signal=B:USR1@60", "--comment=xrun:train,exp7",
+                 "--job-name=jn", "--exclusive", "--signal=B:USR1@60", "--comment=xrun:train;train=2,exp7",
                  "--reservation=r1", "--gres=gpu:2"):  # fmt: skip
         assert f"#SBATCH {line}\n" in s, line
     assert "trap 'xrun_on_signal USR1' USR1" in s and "PET_SIGNALS_TO_HANDLE" in s
@@ -288,6 +307,7 @@ def test_recorded_22_05_outputs(source: str) -> None:
         "cancelled": AppState.CANCELLED,
         "signaled": AppState.FAILED,
         "het": AppState.SUCCEEDED,
+        "requeued": AppState.PENDING,  # requeued by its own script, held ~120 s (BeginTime)
     }
     for name, state in expected.items():
         mine = app_records(recs, ids[name])
@@ -302,6 +322,8 @@ def test_recorded_22_05_outputs(source: str) -> None:
         failed = app_records(recs, ids["failed"])[0]
         assert failed.exit_code == 3 and "exit_code=3" in explain(failed)
         assert app_records(recs, ids["signaled"])[0].signal == 9
+        requeued = app_records(recs, ids["requeued"])[0]
+        assert requeued.restarts == 1 and requeued.reason == "BeginTime"
 
 
 def test_recorded_22_05_sacct_from_jobcomp() -> None:
@@ -378,3 +400,61 @@ def test_copy_workspace(tmp_path: Path) -> None:
     assert (tmp_path / "job" / "pkg" / "m.py").read_text() == "m"
     with pytest.raises(UsageError, match="exists and is not empty"):
         copy_workspace(str(ws), str(tmp_path / "job"))
+
+
+# --------------------------------------------------------------------------- describe/list, recorded
+def _fake_slurm(tmp_path: Path, version: str, json_ok: bool) -> Path:
+    """Executables named like Slurm's that print the recorded outputs of ``version``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    d = FIXTURES / version
+    scripts = {
+        "squeue": (
+            f'case "$*" in *--json*) {"cat " + str(d / "squeue.json") if json_ok else "echo squeue: error: openapi plugin not found >&2; exit 1"};;\n'
+            f'*) cat {d / "squeue.txt"};; esac'
+        ),
+        "scontrol": f'grep -E "^JobId=$4 |HetJobId=$4 " {d / "scontrol.txt"} || {{ echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }}',
+        "sacct": 'echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1',
+        "sbatch": 'echo "slurm 24.11.1"',
+        "sinfo": "echo 64000",
+    }  # fmt: skip
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/bash\n{body}\n")
+        path.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("version", ["23.02", "23.11", "24.11"])
+def test_describe_and_list_on_recorded_json(version: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PATH", f"{_fake_slurm(tmp_path, version, True)}:/usr/bin:/bin")
+    sched = create_scheduler("t")
+    failed = sched.describe("102")
+    assert failed is not None and failed.state == AppState.FAILED
+    assert "exit_code=3" in failed.msg and failed.structured_error_msg
+    oom = sched.describe("105")
+    assert oom is not None and oom.state == AppState.FAILED and "out of memory" in oom.msg
+    requeued = sched.describe("107")
+    assert requeued is not None and requeued.state == AppState.PENDING
+    assert requeued.num_restarts == 1
+    het = sched.describe("108")
+    assert het is not None and het.state == AppState.RUNNING
+    assert sched.describe("4242") is None
+    listed = {r.app_id: r for r in sched.list()}
+    assert "111" not in listed  # no xrun: comment
+    assert listed["108"].name == "het" and listed["108"].state == AppState.RUNNING
+    assert listed["101"].app_handle == "slurm://t/101"
+    assert sched.cluster_info(None, required=True) == ClusterInfo((24, 11), 64000)
+
+
+def test_describe_without_squeue_json_uses_text_and_scontrol(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PATH", f"{_fake_slurm(tmp_path, '22.05', False)}:/usr/bin:/bin")
+    ids = _ids()
+    sched = create_scheduler("t")
+    failed = sched.describe(ids["failed"])
+    assert failed is not None and failed.state == AppState.FAILED and "exit_code=3" in failed.msg
+    assert sched._json_ok is False
+    het = sched.describe(ids["het"])
+    assert het is not None and het.state == AppState.SUCCEEDED
+    running = sched.describe(ids["running"])
+    assert running is not None and running.state == AppState.RUNNING

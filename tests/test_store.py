@@ -212,6 +212,15 @@ def test_garbage_bytes_close_only_that_connection(auth_server: StoreServer) -> N
     good.close()
 
 
+def test_big_frame_before_auth_is_refused_at_once(auth_server: StoreServer) -> None:
+    bad = _raw(auth_server.port)
+    bad.sendall(struct.pack("!I", 1 << 20) + b"x" * 1000)  # claims 1 MiB before authenticating
+    t0 = time.monotonic()
+    assert _closed_by_peer(bad, 2)
+    assert time.monotonic() - t0 < 0.4  # not the 0.5 s handshake timeout: refused on sight
+    bad.close()
+
+
 def test_garbage_after_auth_closes_only_that_connection(server: StoreServer) -> None:
     good = StoreClient("127.0.0.1", server.port)
     victim = StoreClient("127.0.0.1", server.port)

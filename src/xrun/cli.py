@@ -58,6 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error("interrupted")
         return 130
     except BrokenPipeError:  # `xrun log ... | head`: the reader left; not an error of ours
+        # Point stdout at /dev/null so the interpreter's final flush does not complain.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 

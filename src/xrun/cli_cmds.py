@@ -26,7 +26,10 @@ def cmd_builtins(ns: argparse.Namespace) -> int:
         source = inspect.getsource(module if module is not None else comp.fn)
         sys.stdout.write(source)
         return 0
-    comps = list_components()
+    problems: list[str] = []
+    comps = list_components(problems)
+    for problem in problems:
+        print(f"xrun: warning: {problem}", file=sys.stderr)
     width = max((len(n) for n in comps), default=0)
     print(f"Found {len(comps)} components (`xrun run NAME --help` shows one's options):")
     for name, comp in comps.items():

@@ -212,18 +212,37 @@ def _components_of(module: ModuleType) -> dict[str, Callable[..., Any]]:
     return out
 
 
-def list_components() -> dict[str, Component]:
-    """Every builtin and plugin component by name (``xrun builtins``)."""
-    import importlib
+def list_components(problems: list[str] | None = None) -> dict[str, Component]:
+    """Every builtin and plugin component by name (``xrun builtins``).
 
+    A plugin module that fails to import is skipped (it must not hide the others) and its
+    error appended to ``problems``.
+    """
     found: dict[str, Component] = {}
     sources = [(m, f"{BUILTIN_PACKAGE}.{m}") for m in _builtin_modules()]
     sources += sorted(_plugin_modules().items())
     for prefix, module_name in sources:
-        module = importlib.import_module(module_name)
+        try:
+            module = _import(prefix, module_name)
+        except UsageError as e:
+            if problems is not None:
+                problems.append(str(e))
+            continue
         for fn_name, fn in _components_of(module).items():
             found[f"{prefix}.{fn_name}"] = analyze(f"{prefix}.{fn_name}", fn)
     return found
+
+
+def _import(prefix: str, module_name: str) -> ModuleType:
+    import importlib
+
+    try:
+        return importlib.import_module(module_name)
+    except Exception as e:  # a broken plugin must say so, not look like a missing component
+        raise UsageError(
+            f"component module {module_name!r} (prefix {prefix!r}) failed to import: "
+            f"{type(e).__name__}: {e}"
+        ) from None
 
 
 def _is_file_ref(name: str) -> bool:
@@ -244,11 +263,8 @@ def get_component(name: str) -> Component:
     module_name = _module_for_prefix(prefix)
     if module_name is None:
         raise UsageError(f"unknown component {name!r}; {_closest(name)}")
-    import importlib
-
-    module = importlib.import_module(module_name)
-    fn = getattr(module, fn_name, None)
-    if not inspect.isfunction(fn) or fn_name.startswith("_"):
+    fn = _components_of(_import(prefix, module_name)).get(fn_name)
+    if fn is None:  # missing, private, or a helper that does not return an AppDef
         raise UsageError(f"unknown component {name!r}; {_closest(name)}")
     return analyze(name, fn)
 
