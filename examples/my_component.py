@@ -2,6 +2,7 @@
 
 Run it by file name (no installation needed)::
 
+    xrun run -s local_cwd examples/my_component.py:hello --who world
     xrun run --dryrun examples/my_component.py:trainer --epochs 5 -j 1x2
     xrun run -s local_cwd examples/my_component.py:trainer --epochs 1 -j 1x2
     xrun run examples/my_component.py:trainer --help
@@ -16,9 +17,31 @@ group ``xrun.components`` (``myteam = "myteam.components"`` makes ``myteam.train
 
 from __future__ import annotations
 
-from xrun.components import dist
+from xrun.components import DEFAULT_IMAGE, dist
 from xrun.errors import UsageError
-from xrun.specs import AppDef
+from xrun.specs import AppDef, Role
+
+
+def hello(who: str = "world", replicas: int = 1, image: str = DEFAULT_IMAGE) -> AppDef:
+    """Greet from every replica: the smallest useful component.
+
+    Args:
+        who: whom to greet
+        replicas: how many replicas greet (each says its own ${replica_id})
+        image: container image (docker only)
+    """
+    return AppDef(
+        name="hello",
+        roles=[
+            Role(
+                name="greeter",
+                image=image,
+                entrypoint="echo",
+                args=[f"hello {who} from replica ${{replica_id}} of ${{app_id}}"],
+                num_replicas=replicas,
+            )
+        ],
+    )
 
 
 def trainer(

@@ -271,6 +271,11 @@ def serve_forked(state_dir: str, ready_fd: int, log_path: str) -> None:
     code = 1
     try:
         os.setsid()
+        try:  # `ps -o comm`/top show this name instead of the launcher's (a copy until here)
+            with open("/proc/self/comm", "w") as f:
+                f.write("xrun-supervisor")
+        except OSError:
+            pass
         null = os.open(os.devnull, os.O_RDONLY)
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(null, 0)

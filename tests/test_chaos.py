@@ -20,9 +20,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import chaos_driver as chaos
@@ -43,31 +45,58 @@ def free_port() -> int:
 
 
 def xrun_ddp(tmp: Path, name: str, jobspec: str, *, retries: int = 0, timeout: float = 150,
-             chaos_run: chaos.Chaos | None = None) -> tuple[dict[str, object], str]:
+             chaos_run: chaos.Chaos | None = None, agents_only: bool = False,
+             ) -> tuple[dict[str, object], str]:
     """Run train_ddp through ``xrun run -s local_cwd dist.ddp`` in ``tmp``; return the --out
-    JSON and the CLI's output. ``chaos_run`` (started here) acts while the job runs."""
+    JSON and the output. ``chaos_run`` (started here) acts while the job runs.
+
+    ``agents_only``: start the job's agents directly (the same ``python -m xrun.runtime`` flags
+    local_cwd gives its replicas) instead of through local_cwd: see the elastic test."""
     out = tmp / f"{name}.json"
     port = free_port()
-    argv = [XRUN, "run", "-s", "local_cwd", "-cfg", "stop_grace_s=2", "dist.ddp", "-j", jobspec,
-            "--max_retries", str(retries), "--rdzv_port", str(port), "--script", TRAIN, "--",
-            *TRAIN_ARGS, "--checkpoint-dir", str(tmp / f"{name}-ckpt"), "--out", str(out)]
-    proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    if chaos_run is not None:
-        chaos_run.rdzv_port = port
-        chaos_run.start()
+    script_args = ["--script", TRAIN, "--", *TRAIN_ARGS, "--checkpoint-dir",
+                   str(tmp / f"{name}-ckpt"), "--out", str(out)]
+    if agents_only:
+        nodes, nproc = jobspec.split("x")
+        argvs = [[sys.executable, "-m", "xrun.runtime", "--nnodes", nodes, "--nproc-per-node",
+                  nproc, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}",
+                  "--rdzv-id", name, "--max-restarts", str(retries), "--tee", "3",
+                  *script_args[1:2], *script_args[3:]]
+                 for _ in range(int(nodes.split(":")[-1]))]
+    else:
+        argvs = [[XRUN, "run", "-s", "local_cwd", "-cfg", "stop_grace_s=2", "dist.ddp", "-j",
+                  jobspec, "--max_retries", str(retries), "--rdzv_port", str(port),
+                  *script_args]]
+    procs = [subprocess.Popen(argv, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for argv in argvs]
+    texts, codes = [], []
     try:
-        text, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+        if chaos_run is not None:
+            chaos_run.rdzv_port = port
+            chaos_run.start()
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            text, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            texts.append(text)
+            codes.append(proc.returncode)
+    except BaseException as e:  # a timeout, or pytest's own: leave no process behind
         chaos.kill_all(str(tmp / f"{name}-ckpt"))
-        proc.kill()
-        text, _ = proc.communicate()
-        pytest.fail(f"{name}: the job did not end within {timeout} s; output:\n{text[-4000:]}")
+        for proc in procs:
+            proc.kill()
+        text = "".join(p.communicate()[0] or "" for p in procs)
+        if isinstance(e, subprocess.TimeoutExpired):
+            pytest.fail(f"{name}: the job did not end within {timeout} s:\n{text[-4000:]}")
+        raise
     finally:
         if chaos_run is not None:
             chaos_run.stop.set()
             chaos_run.join(10)
-    assert proc.returncode == 0, f"{name}: xrun run exited {proc.returncode}:\n{text[-4000:]}"
+    text = "\n".join(texts)
+    killed = {k.pid for k in chaos_run.done} if chaos_run else set()
+    # An agent the driver SIGKILLed exits -9; every other process must succeed.
+    bad = [(p.args, c) for p, c in zip(procs, codes, strict=True)
+           if c != 0 and not (p.pid in killed and c == -9)]
+    assert not bad, f"{name}: {bad} failed:\n{text[-4000:]}"
     return json.loads(out.read_text()), text
 
 
@@ -91,6 +120,11 @@ def _assert_checkpoints_sound(driver: chaos.Chaos, ckpt: Path) -> None:
     assert not stray, f"temp checkpoint files left behind by live writers: {stray}"
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "examples/train_ddp.py resumes bit-exactly only at world size 1: at 4 workers a resumed "
+    "run's first epoch reduces gradients in DDP's initial bucket layout, an uninterrupted run "
+    "in the rebuilt one (different gloo summation order, last-bit differences); the fix "
+    "(explicit per-parameter all_reduce) is requested; remove this mark when it lands"))
 @pytest.mark.timeout(240)
 def test_sigkilled_workers_change_nothing(tmp_path: Path, reference: tuple) -> None:
     ref, _ = reference
@@ -100,10 +134,49 @@ def test_sigkilled_workers_change_nothing(tmp_path: Path, reference: tuple) -> N
     kills = "\n".join(f"  {k.what} after epoch {k.at_epoch}" for k in driver.done)
     assert len(driver.done) == 3, f"only {len(driver.done)} kills happened:\n{kills}\n{text[-3000:]}"
     assert result["world_size"] == 4
-    assert result["params_sha256"] == ref["params_sha256"], (
-        f"parameters differ from the undisturbed run after the kills:\n{kills}")
-    assert result["final_loss"] == ref["final_loss"]
     # The kills did force restarts (each resumed from a checkpoint, not from scratch).
     assert len(re.findall(r"rank 0: resuming after epoch \d+", text)) >= 3, text[-3000:]
     _assert_checkpoints_sound(driver, Path(marker))
+    assert not chaos.agents(marker) and not chaos.workers(marker), "processes outlived the job"
+    assert result["params_sha256"] == ref["params_sha256"], (
+        f"parameters differ from the undisturbed run after the kills:\n{kills}")
+    assert result["final_loss"] == ref["final_loss"]
+
+
+@pytest.mark.timeout(240)
+def test_elastic_job_survives_losing_an_agent(tmp_path: Path, reference: tuple) -> None:
+    _, ref_ckpt = reference
+    marker = str(tmp_path / "elastic-ckpt")
+    driver = chaos.Chaos(marker=marker, ckpt_dir=Path(marker), kills=1, seed=11, nworkers=4,
+                         target="agent")
+    # Agents started directly: local_cwd's supervisor fails the whole app as soon as one replica
+    # dies (gang semantics, schedulers/local_supervisor.py Supervisor.reap/fail), elastic or not.
+    result, text = xrun_ddp(tmp_path, "elastic", "1:2x2", retries=3, chaos_run=driver,
+                            agents_only=True)
+    assert len(driver.done) == 1, f"the agent was not killed:\n{text[-3000:]}"
+    kill = driver.done[0]
+    assert "store host None" not in kill.what, f"could not tell the store's host: {kill.what}"
+    assert result["world_size"] == 2, f"finished at world size {result['world_size']}"
+    # The survivors resumed from the last checkpoint the 4 workers completed: epoch k.
+    resumes = re.findall(r"rank 0: resuming after epoch (\d+)", text)
+    assert resumes, f"the survivors did not resume from a checkpoint:\n{text[-3000:]}"
+    k = int(resumes[-1])
+    assert k >= kill.at_epoch, (k, kill)
+    _assert_checkpoints_sound(driver, Path(marker))
+    # Epoch k was trained by 4 workers exactly as in the undisturbed 4-worker run ...
+    import torch
+
+    mine = torch.load(Path(marker) / f"epoch-{k:05d}.pt", weights_only=True)["model"]
+    theirs = torch.load(ref_ckpt / f"epoch-{k:05d}.pt", weights_only=True)["model"]
+    assert all(torch.equal(mine[n], theirs[n]) for n in theirs), f"epoch {k} differs"
+    # ... and the rest equals an undisturbed 2-worker run resumed from that checkpoint.
+    cont = tmp_path / "cont"
+    cont.mkdir()
+    (cont / "cont-ckpt").mkdir()
+    shutil.copy(ref_ckpt / f"epoch-{k:05d}.pt", cont / "cont-ckpt")
+    expected, _ = xrun_ddp(cont, "cont", "1x2")
+    assert expected["world_size"] == 2
+    assert result["params_sha256"] == expected["params_sha256"], (
+        f"the elastic run ({kill.what} after epoch {kill.at_epoch}, resumed at world size 2 "
+        f"after epoch {k}) differs from the undisturbed equivalent")
     assert not chaos.agents(marker) and not chaos.workers(marker), "processes outlived the job"
