@@ -104,12 +104,15 @@ def function_main(
     stderr: InheritFd | int | None,
     result_path: str,
     parent_pid: int | None,
+    unset: tuple[str, ...] = (),
 ) -> None:
     """The multiprocessing target of a function worker.
 
     ``payload`` is ``pickle.dumps((fn, args))`` under spawn/forkserver: unpickling it here,
     *after* the environment is set, means a module imported by the unpickling (torch, say) sees
     the rank's ``OMP_NUM_THREADS``/``CUDA_VISIBLE_DEVICES``. Under fork it is the pair itself.
+    ``unset``: variables of the agent's environment the worker must not see (the rendezvous
+    secret); a spawned or forked child inherits them before this function runs.
     """
     try:
         os.setpgid(0, 0)
@@ -120,6 +123,8 @@ def function_main(
         sys.stdout = open(1, "w", closefd=False)  # lives as long as the process
     if _redirect(2, sys.stderr, _fd(stderr)):
         sys.stderr = open(2, "w", buffering=1, closefd=False)
+    for name in unset:
+        os.environ.pop(name, None)
     os.environ.update(env)
 
     import pickle

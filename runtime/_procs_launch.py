@@ -14,6 +14,7 @@ from xrun.errors import UsageError
 
 from ._procs_child import InheritFd, function_main, make_preexec
 from ._tee import Tee, make_pipe
+from .config import AGENT_ONLY_ENV
 from .errors import ERROR_FILE_ENV
 from .procs import Std, _Worker
 
@@ -199,7 +200,7 @@ class Launcher:
         try:
             proc = subprocess.Popen(
                 cmd,
-                env={**os.environ, **env},
+                env={**_inherited_env(), **env},
                 stdout=out,
                 stderr=err,
                 preexec_fn=self._preexec,
@@ -241,7 +242,8 @@ class Launcher:
         parent = None if self.start_method == "forkserver" else self.parent_pid
         proc = self._mp.Process(
             target=function_main,
-            args=(payload, env, _inherit(out), _inherit(err), result_path, parent),
+            args=(payload, env, _inherit(out), _inherit(err), result_path, parent,
+                  tuple(k for k in AGENT_ONLY_ENV if k not in env)),
             name=f"{self.name}-{rank}",
         )
         proc.start()
@@ -256,6 +258,11 @@ class Launcher:
             self.workers.append(_Worker(rank, proc.pid, proc, error_file, proc.sentinel, False))
         else:
             self.workers.append(_Worker(rank, proc.pid, proc, error_file, fd, True))
+
+
+def _inherited_env() -> dict[str, str]:
+    """The agent's environment minus the rendezvous secret (see config.AGENT_ONLY_ENV)."""
+    return {k: v for k, v in os.environ.items() if k not in AGENT_ONLY_ENV}
 
 
 def _inherit(fd: int | None) -> InheritFd | None:

@@ -67,10 +67,6 @@ if TYPE_CHECKING:
 _PORT_RACE_RETRIES = 3
 _PORT_RACE_MARKERS = ("address already in use", "eaddrinuse", "errno 98")
 _NA = "<N/A>"
-# How long the store's host waits for the other nodes' workers to finish too ("leave together"):
-# torchrun's exit_barrier_timeout. Nodes rarely finish minutes apart, but a shorter bound would
-# close the job under a node whose workers are still busy.
-_FINISH_TIMEOUT = 300.0
 
 
 class AgentFailedError(Exception):
@@ -172,12 +168,13 @@ class Agent:
     # -- public -------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from xrun.runtime.rendezvous import RendezvousParams, create_handler
+        from xrun.runtime.rendezvous import RendezvousParams, create_handler, parse_endpoint
 
         cfg = self.config
+        endpoint = cfg.rdzv_endpoint or "localhost:0"
         params = RendezvousParams(
             backend=cfg.rdzv_backend,
-            endpoint=cfg.rdzv_endpoint or "localhost:0",
+            endpoint=endpoint,
             run_id=cfg.run_id,
             min_nodes=cfg.min_nodes,
             max_nodes=cfg.max_nodes,
@@ -185,6 +182,8 @@ class Agent:
             conf=dict(cfg.rdzv_conf),
             node_rank=cfg.node_rank,
             local_addr=cfg.local_addr,
+            # port 0: this agent serves the store on a port no other agent learns
+            private_store=parse_endpoint(endpoint)[1] == 0,
         )
         restore = self._install_signals()
         handler: RendezvousHandler | None = None
@@ -237,9 +236,12 @@ class Agent:
             if kind == "signal":
                 return self._on_signal_exit(handler, pc, int(payload))
             if kind == "rdzv":
-                event, reason = payload
+                event, reason, failed = payload
                 pc.close(signal.SIGTERM, cfg.shutdown_timeout)
                 if event.name == "CLOSED":
+                    if not failed:  # finished without this node (nothing of ours failed)
+                        _log(f"the job was closed as finished ({reason}): workers stopped")
+                        return RunResult(0, message=reason)
                     return RunResult(1, message=f"the job was closed by a peer: {reason}")
                 _log(f"membership changed ({reason}): restarting the workers")
                 continue
@@ -286,7 +288,11 @@ class Agent:
 
         self._raise_on_signal = True
         try:
-            handler.finish(_FINISH_TIMEOUT)
+            # The exit barrier: conf exit_barrier_timeout (300 s), not close_timeout.
+            late = handler.finish()
+            if late:
+                _log(f"{', '.join(late)} did not finish within exit_barrier_timeout="
+                     f"{handler.cfg.exit_barrier_timeout:g}s: the job was closed as failed")
         except RendezvousClosedError as e:
             if getattr(e, "failed", False):
                 return RunResult(1, values, message=f"a peer failed: {getattr(e, 'reason', e)}")
@@ -314,19 +320,22 @@ class Agent:
             import tempfile
 
             base = self.config.log_dir or tempfile.mkdtemp(prefix="xrun_")
-            os.makedirs(base, exist_ok=True)
+            # Logs and tracebacks are the user's alone: every dir we create is 0700 (a log dir
+            # that exists already keeps the mode its owner gave it).
+            os.makedirs(base, mode=0o700, exist_ok=True)
             # Several agents of one job may share a host and a log dir: the first one gets
             # <run_id>, the others <run_id>.1, .2 ... (os.mkdir is atomic, so no two collide).
             run_id = self.config.run_id or "none"
             for i in range(1000):
                 path = os.path.join(base, run_id if i == 0 else f"{run_id}.{i}")
                 try:
-                    os.mkdir(path)
+                    os.mkdir(path, 0o700)
                     break
                 except FileExistsError:
                     continue
             self._run_log_dir = path
         path = os.path.join(self._run_log_dir, f"attempt_{self._attempt}")
+        os.makedirs(path, mode=0o700, exist_ok=True)
         self._attempt += 1
         return path
 
@@ -385,7 +394,7 @@ class Agent:
             try:
                 sel.register(handler.fileno(), selectors.EVENT_READ, "rdzv")
             except RendezvousClosedError as e:
-                return "rdzv", (RendezvousEvent.CLOSED, e.reason)
+                return "rdzv", (RendezvousEvent.CLOSED, e.reason, e.failed)
             if self._wakeup_r >= 0:
                 sel.register(self._wakeup_r, selectors.EVENT_READ, "signal")
             # Without an exit fd per worker fall back to polling every monitor_interval.
@@ -414,7 +423,7 @@ class Agent:
                     elif key.data == "rdzv":
                         event = handler.poll_event()
                         if event is not None:
-                            return "rdzv", event
+                            return "rdzv", (*event, handler.closed_failed)
         finally:
             sel.close()
 
@@ -558,6 +567,7 @@ def write_agent_error_file(path: str, result: RunResult) -> None:
                                          "timestamp": str(int(time.time()))},
                            "errorCode": result.exitcode}}
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fp:
+    # 0600: the root cause's traceback may quote data or paths meant for the user alone.
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fp:
         json.dump(doc, fp)
     os.replace(tmp, path)

@@ -19,18 +19,12 @@ from typing import Any, NoReturn
 from xrun.errors import UsageError
 from xrun.runtime.config import DEFAULT_RDZV_PORT, DEFAULT_SIGNALS, LaunchConfig
 
+# One parser for --rdzv-conf, the rendezvous' own: it knows every key, so a value the rendezvous
+# would reject later (unknown key, is_host=maybe, token_file=, heartbeat_interval >= timeout)
+# fails here as a one-line usage error, before the agent binds or waits for anything.
+from xrun.runtime.rendezvous import parse_rdzv_conf
+
 PROG = "xrun-agent"
-# Rendezvous conf keys whose values are durations in seconds (checked here so that a typo such
-# as join_timeout=10m fails before any node starts waiting).
-_DURATION_KEYS = (
-    "join_timeout",
-    "last_call_timeout",
-    "close_timeout",
-    "heartbeat_interval",
-    "heartbeat_timeout",
-    "read_timeout",
-    "timeout",
-)
 # torchrun flags with no xrun equivalent: (flags, takes a value, why).
 _UNSUPPORTED: tuple[tuple[tuple[str, ...], bool, str], ...] = (
     (("--event-log-handler", "--event_log_handler"), True, "xrun records no torch events"),
@@ -213,38 +207,6 @@ def parse_nproc(raw: str) -> int:
     raise UsageError(
         f"--nproc-per-node {raw!r} is invalid: expected a positive integer, auto, cpu or gpu"
     )
-
-
-def parse_rdzv_conf(raw: str) -> dict[str, str]:
-    conf: dict[str, str] = {}
-    for item in filter(None, (s.strip() for s in raw.split(","))):
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value:
-            raise UsageError(
-                f"--rdzv-conf item {item!r} is invalid: expected key=value pairs separated by "
-                "commas, e.g. join_timeout=600,last_call_timeout=30"
-            )
-        if key in _DURATION_KEYS:
-            try:
-                ok = float(value) > 0
-            except ValueError:
-                ok = False
-            if not ok:
-                raise UsageError(
-                    f"--rdzv-conf {key}={value!r} is invalid: expected a positive number of seconds"
-                )
-        if key == "token":
-            raise UsageError(
-                "--rdzv-conf token=... would put the job's secret on the command line: "
-                "set XRUN_RDZV_TOKEN / XRUN_RDZV_TOKEN_FILE or --rdzv-conf token_file=PATH"
-            )
-        conf[key] = value
-    # The rendezvous knows its keys: an unknown one fails here, before any node waits.
-    from xrun.runtime.rendezvous import config_from_conf
-
-    config_from_conf(conf)
-    return conf
 
 
 def check_endpoint(raw: str) -> str:

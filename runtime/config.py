@@ -29,6 +29,12 @@ LOG_PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 DEFAULT_LOG_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
 # Variable name used in script arguments, replaced by each worker's local rank (torchrun's macro).
 LOCAL_RANK_MACRO = "${local_rank}"
+# The rendezvous store's secret reaches an agent through these (never a command line: ps shows
+# those to every user). Workers never need it, so start_processes keeps both out of every
+# worker's environment: user code that logs or ships os.environ cannot leak it.
+TOKEN_ENV = "XRUN_RDZV_TOKEN"
+TOKEN_FILE_ENV = "XRUN_RDZV_TOKEN_FILE"
+AGENT_ONLY_ENV = (TOKEN_ENV, TOKEN_FILE_ENV)
 
 
 @dataclass

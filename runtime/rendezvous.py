@@ -34,11 +34,19 @@ Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
   becomes readable exactly when the round is stale or the job closed.
 * leave together: ``finish``/``shutdown`` set ``r/fin/i``; the store's host waits for every
   member's ``fin`` (set by itself, or by its closed connection) before it stops serving, and
-  after a successful finish sets ``closed`` = not failed, "the job finished".
+  after a successful finish sets ``closed`` = not failed, "the job finished". That wait is
+  torchrun's exit barrier, bounded by conf ``exit_barrier_timeout`` (300 s), not by
+  ``close_timeout`` (how long a host that *gave up* keeps serving so peers read why).
+* ``closed`` holds ``{"failed": bool, "reason": str}``: ``poll_event`` reports CLOSED and
+  ``closed_failed`` says which, so an agent tells "a peer gave up" (exit 1) from "the job
+  finished" (exit 0).
 
 The job's secret: when ``$XRUN_RDZV_TOKEN``, a file named by ``$XRUN_RDZV_TOKEN_FILE`` or conf
-``token_file`` gives one, the store admits only clients that prove they hold it (HMAC
-challenge-response, see ``store.py``); it never appears on a command line.
+``token_file`` gives one (multi-node jobs: the scheduler generates it per job and exports it),
+the store admits only clients that prove they hold it (HMAC challenge-response, see
+``store.py``); it never appears on a command line, and workers never see it. A standalone agent
+(endpoint port 0: nobody else can find its store) makes up a random secret when none is given,
+so no store an agent serves is ever open to other local users.
 
 Rank rule (deterministic): members are sorted by (advertised address, process id, creation order
 of the handler in that process); ``static`` uses ``node_rank``. So the same hosts get the same
@@ -62,6 +70,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xrun.errors import UsageError
+from xrun.runtime.config import TOKEN_ENV, TOKEN_FILE_ENV
 from xrun.runtime.store import (
     Connection,
     Op,
@@ -81,8 +90,6 @@ from xrun.runtime.store import (
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 29400
-TOKEN_ENV = "XRUN_RDZV_TOKEN"
-TOKEN_FILE_ENV = "XRUN_RDZV_TOKEN_FILE"
 BACKENDS = ("c10d", "static")
 SEAL = 1 << 40
 _NEVER = 1e9  # a lease ttl that only a closed connection (or a release) ends
@@ -120,6 +127,10 @@ class RendezvousParams:
     conf: Mapping[str, str]
     node_rank: int = -1
     local_addr: str | None = None
+    # True when this handler is its store's only user (a standalone agent: port 0, a port
+    # nobody else learns): with no secret configured, make up a random one, so that the store
+    # is never open to other users of the host.
+    private_store: bool = False
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,11 @@ class RdzvConfig:
     last_call_timeout: float = 30.0
     # How long the store's host keeps serving after close() so that peers read the verdict.
     close_timeout: float = 30.0
+    # torchrun's exit barrier: how long the store's host, its own workers done, waits for the
+    # other nodes' workers to finish before it closes the job (as failed, naming the laggards)
+    # and stops serving. Long on purpose: nodes of one job may finish minutes apart (a slower
+    # GPU, a last checkpoint), and a shorter bound fails a job whose every worker succeeded.
+    exit_barrier_timeout: float = 300.0
     # A node renews its lease every heartbeat_interval; one silent for heartbeat_timeout is
     # dropped (a node whose agent died is dropped at once: its connection closes).
     heartbeat_interval: float = 5.0
@@ -176,6 +192,7 @@ _SECONDS_KEYS = (
     "join_timeout",
     "last_call_timeout",
     "close_timeout",
+    "exit_barrier_timeout",
     "heartbeat_interval",
     "heartbeat_timeout",
     "read_timeout",
@@ -502,6 +519,7 @@ class RendezvousHandler:
         self._armed_rid = 0
         self._armed_for = -2
         self._event: tuple[RendezvousEvent, str] | None = None
+        self._closed_failed = True
         self._finished = False
         self._closed = False
         self._shut = False
@@ -912,24 +930,36 @@ class RendezvousHandler:
             except (StoreError, OSError) as e:
                 raise RendezvousClosedError(f"lost the rendezvous store at {self.endpoint}: {e}") from None
 
+    @property
+    def closed_failed(self) -> bool:
+        """After ``poll_event`` returned CLOSED: did the job fail (a peer gave up, the store was
+        lost) rather than finish? The agent exits 1 with the reason for the first, 0 for the
+        second."""
+        return self._closed_failed
+
     def poll_event(self) -> tuple[RendezvousEvent, str] | None:
-        """Non-blocking: (CLOSED, reason) / (RESTART, reason) / None; drains ``fileno()``."""
+        """Non-blocking: (CLOSED, reason) / (RESTART, reason) / None; drains ``fileno()``.
+        For CLOSED, ``closed_failed`` tells a failed job from a finished one."""
         with self._lock:
             if self._event is not None:
                 return self._event
             try:
                 conn = self._arm()
-                while conn.readable():
+                # Stop at the answer: the store may close right behind a verdict, and reading
+                # on would turn "the job finished / failed because ..." into "lost the store".
+                while self._event is None and conn.readable():
                     resp = conn.recv_response()
                     if resp.rid != self._armed_rid or resp.status != Status.OK:
                         continue  # the answer to a previous round's watch
                     stale, closed = resp.values()[-2:] if self._round >= 0 else (None, resp.values()[0])
                     if closed is not None:
                         err = self._closed_error(closed)
+                        self._closed_failed = err.failed
                         self._event = (RendezvousEvent.CLOSED, err.reason)
                     elif stale is not None:
                         self._event = (RendezvousEvent.RESTART, stale.decode(errors="replace"))
             except (StoreError, OSError, ConnectionError) as e:
+                self._closed_failed = True
                 self._event = (RendezvousEvent.CLOSED, f"lost the rendezvous store at {self.endpoint}: {e}")
             return self._event
 
@@ -951,32 +981,40 @@ class RendezvousHandler:
                 self._closed_key, json.dumps({"failed": failed, "reason": f"node {self.addr}: {reason}"}).encode()
             )
 
-    def finish(self, timeout: float) -> None:
-        """Our workers all succeeded. The store's host waits (<= timeout) for the round's other
-        nodes to finish or leave before it may shut the store down: "leave together". Then it
-        closes the job: not failed when every node finished, failed (naming the others) if not,
-        so that a node still running, or re-forming after a late failure, stops rather than
-        waiting for a store that is about to go away."""
+    def finish(self, timeout: float | None = None) -> list[str]:
+        """Our workers all succeeded. The store's host waits (<= ``timeout``, default conf
+        ``exit_barrier_timeout``) for the round's other nodes to finish or leave before it may
+        shut the store down: "leave together". Then it closes the job: not failed when every
+        node finished, failed (naming the others) if not, so that a node still running, or
+        re-forming after a late failure, stops rather than waiting for a store that is about
+        to go away. Returns the addresses of the nodes that did not finish (host only)."""
         self._finished = True
         self._leave_round()
         world = self._world
         if self._round < 0 or world is None:
-            return
+            return []
+        if timeout is None:
+            timeout = self.cfg.exit_barrier_timeout
+        unfinished: list[str] = []
         with contextlib.suppress(StoreError):
             self._client.set(self._k(self._round, f"fin/{self._index}"), b"done")
             if self._server is None:
-                return
+                return []
             fins = self._wait_fin(timeout)
             unfinished = [a for a, v in zip(world.addrs, fins, strict=True) if v != b"done"]
             if unfinished:
+                self._closed = True  # shutdown keeps serving (close_timeout) so they read why
                 verdict = {
                     "failed": True,
                     "reason": f"node {self.addr} finished, but {', '.join(unfinished)} did not "
-                    f"finish within {timeout:g}s (or left without finishing)",
+                    f"finish within exit_barrier_timeout={timeout:g}s (or left without finishing); if "
+                    f"nodes legitimately finish further apart, raise --rdzv-conf "
+                    f"exit_barrier_timeout",
                 }
             else:
                 verdict = {"failed": False, "reason": "the job finished"}
             self._client.set(self._closed_key, json.dumps(verdict).encode())
+        return unfinished
 
     def _wait_fin(self, timeout: float) -> list[bytes | None]:
         """Wait until every member of the round has left; each one's ``fin`` value."""
@@ -1065,4 +1103,6 @@ def create_handler(params: RendezvousParams) -> RendezvousHandler:
     parse_endpoint(p.endpoint)
     cfg = config_from_conf(p.conf)
     token = load_token(cfg)
+    if token is None and p.private_store:
+        token = os.urandom(32)
     return RendezvousHandler(p, cfg, token)

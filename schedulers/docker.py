@@ -13,6 +13,24 @@ the terminal status there, and removes the containers and the network. Logs and 
 readable after that from the state dir. An app nobody asks about keeps its containers (running
 or exited) until someone does.
 
+Signals, the grace period and exit codes (tests/test_signals_docker.py): every container runs
+with ``--init``, so tini (PID 1) forwards a SIGTERM to the replica's command. For ``dist.ddp``
+that is the runtime agent, which forwards it to its workers' process groups, SIGKILLs those
+still alive after its shutdown timeout (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, default 30 s) and
+exits 143 (128 + SIGTERM).
+
+- ``cancel`` (and the stop of the survivors when a replica failed) is ``docker stop`` with
+  :data:`STOP_TIMEOUT`: the engine SIGKILLs whatever still runs in a container that long after
+  the SIGTERM, and that replica exits 137. A worker's grace period is therefore
+  ``min(agent shutdown timeout, STOP_TIMEOUT)``; with dist.ddp's default it is STOP_TIMEOUT.
+  The app ends CANCELLED, and so does every replica the cancel found running, whatever its exit
+  code: 143, 137, or 1 from a dist.ddp agent that saw a stopped peer close the rendezvous
+  before its own SIGTERM arrived (it SIGTERMs its workers all the same).
+- A SIGTERM from outside xrun to one container (``docker stop``/``docker kill``, a node drain)
+  is that replica's failure: it exits 143 and the app ends FAILED. The other dist.ddp agents of
+  a fixed-size job see the rendezvous closed, SIGTERM their workers and exit 1 (FAILED too); a
+  replica still running when xrun notices the failure is stopped as by a cancel (CANCELLED).
+
 The docker SDK is imported on first use of the engine: ``--dryrun`` needs neither the SDK nor
 an engine.
 

@@ -100,6 +100,13 @@ def register(app_id: str, app_dir: str) -> None:
     os.replace(tmp, link)
 
 
+def unregister(app_id: str) -> None:
+    try:
+        os.unlink(os.path.join(index_dir(), app_id))
+    except FileNotFoundError:
+        pass
+
+
 def find(app_id: str) -> AppPaths | None:
     """The app's paths, or None when no app of this user has that id."""
     if not valid_app_id(app_id):

@@ -15,7 +15,9 @@ What it does, in order:
    replica's children too (the runtime agent and its workers);
 3. sleeps in ``select`` on a self-pipe that SIGCHLD/SIGTERM/SIGINT write to: no polling;
 4. gang semantics: the first replica to exit non-zero fails the app and its siblings get SIGTERM
-   to their process groups, ``grace_s`` seconds, then SIGKILL. SIGTERM/SIGINT to the supervisor
+   to their process groups, ``grace_s`` seconds, then SIGKILL. An elastic role
+   (``min_replicas < num_replicas``) may lose replicas down to ``max(min_replicas, 1)``
+   before that happens: its runtime agents carry on with fewer nodes. SIGTERM/SIGINT to the supervisor
    (what ``cancel`` sends) stops every replica the same way and the app ends CANCELLED;
 5. writes the final state only after every replica has been reaped, then exits. So "the state
    file says terminal" implies "all output is in the log files" (log followers rely on it).
@@ -101,6 +103,10 @@ class Supervisor:
         with open(os.path.join(state_dir, REQUEST_FILE)) as f:
             self.request: dict[str, Any] = json.load(f)
         self.grace_s = float(self.request.get("grace_s", 10.0))
+        # Gang semantics, relaxed for elastic roles: a role may lose this many replicas
+        # (num_replicas - max(min_replicas, 1)) before the app fails.
+        self.tolerate: dict[str, int] = dict(self.request.get("tolerate", {}))
+        self.failures: dict[str, int] = {}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}  # replica index -> process
         self.replicas: list[dict[str, Any]] = [
             {
@@ -184,7 +190,14 @@ class Supervisor:
             else:
                 rep["state"] = FAILED
                 how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-                self.fail(f"replica {rep['role']}/{rep['id']} {how}")
+                msg = f"replica {rep['role']}/{rep['id']} {how}"
+                role = rep["role"]
+                self.failures[role] = self.failures.get(role, 0) + 1
+                if self.failures[role] > self.tolerate.get(role, 0):
+                    self.fail(msg)
+                else:  # an elastic role above its minimum: the survivors carry on
+                    rep["msg"] = msg
+                    _log(f"{msg}; role {role} goes on with fewer replicas")
         return changed
 
     def fail(self, msg: str) -> None:
@@ -243,6 +256,15 @@ class Supervisor:
             if self.state["state"] == RUNNING:
                 self.state.update(state=CANCELLED, msg="cancelled by request")
                 self.stop_all()
+
+
+def _log(msg: str) -> None:
+    """A line in supervisor.log (fd 2). Not print(): a forked supervisor's sys.stderr is still
+    the launcher's Python object, possibly wrapping an fd that serve_forked closed."""
+    try:
+        os.write(2, f"{time.strftime('%H:%M:%S')} {msg}\n".encode())
+    except OSError:
+        pass
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -343,6 +343,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         log_dir = self._log_dir(app_id, recs)
         roles = self._roles(app_id, log_dir, recs)
         msg = explain(worst)
+        if state in (AppState.FAILED, AppState.SUCCEEDED) and log_dir and _requeueing(log_dir):
+            state = AppState.PENDING
+            msg = f"requeued after attempt {worst.restarts - 1 if worst.restarts else 0}: {msg}"
         preempted = _read_lines(os.path.join(log_dir, "preempted")) if log_dir else []
         if preempted:
             msg += f"; preempted {len(preempted)} time(s) (last: {preempted[-1].strip()})"
@@ -465,6 +468,19 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
                 )
             )
         return out
+
+
+# A requeue shows as the old attempt's end state for a moment; a marker older than this is
+# stale (the requeue failed without the batch script noticing).
+_REQUEUE_WINDOW_S = 60
+
+
+def _requeueing(log_dir: str) -> bool:
+    """The batch script asked Slurm to requeue and no new attempt has started yet."""
+    try:
+        return time.time() - os.path.getmtime(os.path.join(log_dir, "requeued")) < _REQUEUE_WINDOW_S
+    except OSError:
+        return False
 
 
 def _gone(proc: subprocess.CompletedProcess[str]) -> bool:

@@ -8,6 +8,8 @@ Layout of a job (``<log_root>`` = ``<chdir>/slurm-logs``, ``<chdir>`` = job_dir 
     <log_root>/<jobid>/<role>/<i>.node       the node it ran on (written at start)
     <log_root>/<jobid>/<role>/<i>.exit       its exit code (written when it ends)
     <log_root>/<jobid>/preempted             one line per preemption signal received
+    <log_root>/<jobid>/requeued              the attempt that asked for a requeue, until the
+                                             next one starts (Slurm briefly shows it FAILED)
 
 One role is one homogeneous allocation (``--nodes=N --ntasks-per-node=1``, one srun step,
 replica = ``$SLURM_PROCID``). Several roles are a heterogeneous job, one component per role and
@@ -266,6 +268,7 @@ export XRUN_LOG_DIR={log_dir}
 export {rank0_env}
 export PYTHONUNBUFFERED=1
 {path_line}mkdir -p {mkdirs}
+rm -f "$XRUN_LOG_DIR/requeued"  # this attempt has started (see the end of the script)
 
 # Runs one replica: logs and exit code beside each other under $XRUN_LOG_DIR/<role>/<replica>.
 # The command runs in the background so that this shell can pass signals on (srun forwards the
@@ -318,7 +321,9 @@ done
 if [ "$XRUN_RC" -ne 0 ] || [ "$XRUN_PREEMPTED" -eq 1 ]; then
     if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_retries} ]; then
         echo "xrun: attempt ${{SLURM_RESTART_COUNT:-0}} ended with exit code $XRUN_RC; requeueing" >&2
-        scontrol requeue "$SLURM_JOB_ID"
+        # Until Slurm shows it PENDING again, the job looks FAILED: this file says otherwise.
+        echo "${{SLURM_RESTART_COUNT:-0}}" >"$XRUN_LOG_DIR/requeued"
+        scontrol requeue "$SLURM_JOB_ID" || rm -f "$XRUN_LOG_DIR/requeued"
     fi
 fi
 exit "$XRUN_RC"

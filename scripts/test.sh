@@ -4,7 +4,8 @@
 #   -> real Slurm cluster and Docker Engine -> pytest (everything, nothing skipped) -> benchmark smoke.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONDONTWRITEBYTECODE=1
+# Byte-code caching on: start-up time is part of what the tests and benchmarks exercise.
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh
 bash scripts/lint.sh
 # Start the real backends up front (the test fixtures call the same idempotent scripts).

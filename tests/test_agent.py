@@ -21,6 +21,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 BEHAVE = str(REPO / "tests" / "scripts" / "behave.py")
 ALLREDUCE = str(REPO / "tests" / "scripts" / "allreduce.py")
+PROBE = str(REPO / "tests" / "scripts" / "probe_agent_store.py")
+SECRET_ENV = ("XRUN_RDZV_TOKEN", "XRUN_RDZV_TOKEN_FILE")
 PY = sys.executable
 # Fast failure detection for the multi-agent tests (defaults are 5 s / 15 s / 30 s).
 FAST = "heartbeat_interval=0.2,heartbeat_timeout=1.5,last_call_timeout=0.5,join_timeout=30"
@@ -225,6 +227,12 @@ def test_restarts_exhausted_summary_and_error_files(tmp_path: Path) -> None:
     assert "py_callstack" in doc["message"]["extraInfo"]
     # the worker wrote its own error file, not the agent's
     assert json.loads(worker_err.read_text())["message"]["message"].startswith("RuntimeError")
+    # logs, tracebacks and error files are the user's alone
+    run_dir = worker_err.parents[2]
+    for d in (tmp_path / "logs", run_dir, run_dir / "attempt_0", worker_err.parent):
+        assert oct(d.stat().st_mode & 0o777) == "0o700", d
+    for f in (own, worker_err):
+        assert oct(f.stat().st_mode & 0o777) == "0o600", f
 
 
 def test_signal_death_summary_without_error_file(tmp_path: Path) -> None:
@@ -256,6 +264,77 @@ def test_peer_failure_stops_the_other_agent_promptly(tmp_path: Path,
         assert not alive(int(str(e["pid"])))
 
 
+def _host_then_peer(procs: list[subprocess.Popen[str]], out: Path, conf: str,
+                    peer_sleep: float) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+    """Two agents whose workers run behave.py sleep-env: the first serves the store and its
+    workers end at once; the second's workers sleep ``peer_sleep`` s."""
+    port = free_port()
+    common = ("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "barrier",
+              "--rdzv-conf", f"{FAST},{conf}", BEHAVE, str(out), "sleep-env:XRUN_TEST_SLEEP")
+    host = popen(procs, agent(*common))
+    wait_for(lambda: _serving(port), what="the first agent's rendezvous store")
+    peer = popen(procs, agent(*common), env={**os.environ, "XRUN_TEST_SLEEP": str(peer_sleep)})
+    return host, peer
+
+
+@pytest.mark.timeout(60)
+def test_exit_barrier_outlasts_close_timeout_for_a_slow_peer(
+        tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+    # The store's host is done ~3 s before its peer: far beyond close_timeout, well within the
+    # exit barrier. Both succeed: a slow node is not a failed node.
+    host, peer = _host_then_peer(procs, tmp_path, "close_timeout=0.5", peer_sleep=3)
+    assert peer.wait(timeout=40) == 0, peer.communicate()[1]
+    assert host.wait(timeout=10) == 0, host.communicate()[1]
+    assert len(events(tmp_path)) == 2
+
+
+@pytest.mark.timeout(60)
+def test_exit_barrier_timeout_closes_the_job_under_a_laggard(
+        tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+    host, peer = _host_then_peer(procs, tmp_path, "exit_barrier_timeout=1", peer_sleep=30)
+    assert host.wait(timeout=40) == 0, host.communicate()[1]  # its own workers all succeeded
+    t0 = time.monotonic()
+    assert peer.wait(timeout=10) == 1
+    assert time.monotonic() - t0 < 5  # told at once, not after its 30 s of work
+    err = peer.communicate()[1]
+    assert "did not finish within exit_barrier_timeout=1s" in err, err
+    assert "exit_barrier_timeout" in host.communicate()[1]
+    for e in events(tmp_path):
+        assert not alive(int(str(e["pid"])))
+
+
+@pytest.mark.parametrize("failed", [True, False], ids=["peer-gave-up", "job-finished"])
+def test_closed_event_tells_a_failed_job_from_a_finished_one(
+        tmp_path: Path, procs: list[subprocess.Popen[str]], failed: bool) -> None:
+    # The other node is this test process's own rendezvous handler: it lets the test close the
+    # job either way while the agent's workers run, which no second real agent does on demand.
+    from xrun.runtime.rendezvous import RendezvousParams, create_handler
+
+    ep = f"127.0.0.1:{free_port()}"
+    conf = dict(x.split("=") for x in FAST.split(","))
+    host = create_handler(RendezvousParams("c10d", ep, "closing", 2, 2, 1, conf))
+    try:
+        a = popen(procs, agent("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                               "--rdzv-endpoint", ep, "--rdzv-id", "closing", "--rdzv-conf", FAST,
+                               BEHAVE, str(tmp_path), "ready", "sleep:60"))
+        info = host.next_rendezvous()
+        if info.group_rank == 0:  # publish the workers' store address, as an agent would
+            host.kv().set(f"xrun/master/{info.round}", b"127.0.0.1\n1")
+        wait_for(lambda: list(tmp_path.glob("ready.*")), what="the agent's worker")
+        t0 = time.monotonic()
+        host.close(failed=failed, reason="stop now")
+        rc = a.wait(timeout=20)
+        assert time.monotonic() - t0 < 5
+    finally:
+        host.shutdown()
+    err = a.communicate()[1]
+    assert rc == (1 if failed else 0), err
+    assert "stop now" in err
+    assert ("closed by a peer" in err) == failed
+    assert not alive(int(str(events(tmp_path)[0]["pid"])))
+
+
 def test_worker_store_port_race_is_retried_not_fatal(tmp_path: Path) -> None:
     # rank 0's first attempt dies as if its store's port had been taken; no restarts allowed
     p = run(agent("--nproc-per-node", "2", BEHAVE, str(tmp_path), "port-race-once"))
@@ -283,6 +362,42 @@ def test_module_no_python_and_run_path(tmp_path: Path) -> None:
     assert sorted(x.name for x in tmp_path.glob("m.*")) == ["m.0", "m.1"]
     assert (tmp_path / "sh.1").read_text() == "1/2\n"
     assert p.stdout.count("rp\n") == 2 and len(events(tmp_path)) == 2
+
+
+# -- the rendezvous secret -----------------------------------------------------------------------
+
+
+def test_standalone_store_is_token_protected_and_on_loopback(tmp_path: Path) -> None:
+    # No secret configured: the standalone agent makes one up, so another local user who finds
+    # its port (here: its own worker, which has no token) is refused.
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    p = run(agent("--nproc-per-node", "1", PROBE, str(tmp_path)), env=env)
+    assert p.returncode == 0, p.stderr
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    (addr, port), = probe["listen"]  # the store: 127.0.0.1 only, never 0.0.0.0 / ::
+    assert addr == "127.0.0.1" and port > 0
+    assert probe["refused"] == [True]
+
+
+@pytest.mark.parametrize("entry", ["script", "binary"])
+def test_the_secret_never_reaches_workers(tmp_path: Path, entry: str) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("tok-f1le-8f3a\n")
+    token_file.chmod(0o600)
+    env = {**os.environ, "XRUN_RDZV_TOKEN": "tok-env-91c2", "XRUN_RDZV_TOKEN_FILE": str(token_file)}
+    if entry == "script":
+        p = run(agent("--nproc-per-node", "2", PROBE, str(tmp_path)), env=env)
+        assert p.returncode == 0, p.stderr
+        probe = json.loads((tmp_path / "probe.json").read_text())
+        assert probe["env"] == dict.fromkeys(SECRET_ENV)
+        assert probe["refused"] == [True]  # the job's secret protects the store
+    else:
+        p = run(agent("--nproc-per-node", "1", "--no-python", "/bin/sh", "-c",
+                      f"env > {tmp_path}/env.txt"), env=env)
+        assert p.returncode == 0, p.stderr
+        seen = (tmp_path / "env.txt").read_text()
+        assert "XRUN_RDZV" not in seen and "tok-" not in seen
+        assert "TORCHELASTIC_RUN_ID=" in seen  # the worker env is otherwise intact
 
 
 # -- signals -------------------------------------------------------------------------------------

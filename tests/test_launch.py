@@ -31,6 +31,19 @@ def test_returns_values_by_global_rank() -> None:
     assert launch(LaunchConfig(nproc_per_node=2), launch_fns.scaled_rank)(10) == {0: 0, 1: 10}
 
 
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_function_workers_never_see_the_secret(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                               method: str) -> None:
+    (tmp_path / "token").write_text("s3cret")
+    monkeypatch.setenv("XRUN_RDZV_TOKEN", "s3cret")
+    monkeypatch.setenv("XRUN_RDZV_TOKEN_FILE", str(tmp_path / "token"))
+    monkeypatch.setenv("XRUN_TEST_VISIBLE", "yes")
+    run = launch(LaunchConfig(nproc_per_node=1, start_method=method), launch_fns.env_var)
+    assert run("XRUN_RDZV_TOKEN") == {0: None}
+    assert run("XRUN_RDZV_TOKEN_FILE") == {0: None}
+    assert run("XRUN_TEST_VISIBLE") == {0: "yes"}  # the rest of the env does get through
+
+
 def test_binary_entrypoint_returns_none_per_rank() -> None:
     assert launch(LaunchConfig(nproc_per_node=2), "/bin/true")() == {0: None, 1: None}
     with pytest.raises(ChildFailedError, match="Process exited with code 1"):

@@ -123,6 +123,21 @@ def test_assign_gpus_splits_by_resource_and_is_a_noop_without_gpus() -> None:
         assign_gpus(roles, ["0", "1", "2", "3"])
 
 
+def test_auto_set_cuda_visible_devices_splits_the_visible_gpus(
+    sched: LocalCwdScheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    role = Role("w", image="", entrypoint="true", num_replicas=2, resource=Resource(1, 2, 100))
+    app = AppDef("t", [role])
+    info = sched.submit_dryrun(app, _cfg(tmp_path, auto_set_cuda_visible_devices=True))
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in info.request.replicas] == ["4,5", "6,7"]
+    off = sched.submit_dryrun(app, _cfg(tmp_path))
+    assert all("CUDA_VISIBLE_DEVICES" not in r.env for r in off.request.replicas)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPUs: a no-op, not an error
+    none = sched.submit_dryrun(app, _cfg(tmp_path, auto_set_cuda_visible_devices=True))
+    assert all("CUDA_VISIBLE_DEVICES" not in r.env for r in none.request.replicas)
+
+
 # --------------------------------------------------------------------------- real runs
 def test_replicas_get_cwd_env_python_and_private_log_layout(
     sched: LocalCwdScheduler, tmp_path: Path
@@ -176,6 +191,29 @@ def test_gang_failure_stops_siblings_and_their_children(
 
 
 @pytest.mark.timeout(60)
+def test_elastic_role_survives_losing_replicas_down_to_its_minimum(
+    sched: LocalCwdScheduler, tmp_path: Path
+) -> None:
+    # 1:3 nodes: replicas 1 and 2 fail, replica 0 carries on and succeeds -> the app SUCCEEDS.
+    app = _sh("if [ ${replica_id} != 0 ]; then exit 4; fi; sleep 0.5; echo survived", n=3)
+    app.roles[0].min_replicas = 1
+    info = sched.submit_dryrun(app, _cfg(tmp_path))
+    assert "more than 2 of its replicas fail" in str(info)
+    app_id = sched.schedule(info)
+    resp = sched.wait(app_id, timeout=30)
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    states = [(r.state, r.exit_code) for r in resp.roles_statuses[0].replicas]
+    assert states == [(AppState.SUCCEEDED, 0), (AppState.FAILED, 4), (AppState.FAILED, 4)]
+    assert not resp.structured_error_msg
+    assert list(sched.log_iter(app_id, "w", 0)) == ["survived\n"]
+    # Below the minimum it is a failure again: 0:2 (min 0 counts as 1) losing both replicas.
+    app = _sh("exit 5", n=2)
+    app.roles[0].min_replicas = 0
+    resp = sched.wait(sched.submit(app, _cfg(tmp_path)), timeout=30)
+    assert resp is not None and resp.state == AppState.FAILED
+
+
+@pytest.mark.timeout(60)
 def test_stop_escalates_to_sigkill_after_the_grace(sched: LocalCwdScheduler, tmp_path: Path) -> None:
     script = (
         "if [ ${replica_id} = 0 ]; then trap '' TERM; touch ready; while :; do sleep 0.05; done; fi; "
@@ -191,7 +229,10 @@ def test_stop_escalates_to_sigkill_after_the_grace(sched: LocalCwdScheduler, tmp
 
 @pytest.mark.timeout(60)
 def test_status_log_cancel_from_another_process(sched: LocalCwdScheduler, tmp_path: Path) -> None:
-    script = "echo started ${replica_id}; touch up.${replica_id}; exec sleep 300"
+    script = (
+        "trap 'echo got TERM; exit 143' TERM; echo started ${replica_id}; touch up.${replica_id}; "
+        "sleep 300 & wait"
+    )
     app_id = sched.submit(_sh(script, n=2), _cfg(tmp_path, stop_grace_s=5))
     _wait_for(lambda: (tmp_path / "up.0").exists() and (tmp_path / "up.1").exists())
     got = _other_process(f"""
@@ -212,6 +253,9 @@ def test_status_log_cancel_from_another_process(sched: LocalCwdScheduler, tmp_pa
     resp = sched.wait(app_id, timeout=10)
     assert resp is not None and resp.state == AppState.CANCELLED
     assert all(r.state == AppState.CANCELLED for r in resp.roles_statuses[0].replicas)
+    # Each replica got SIGTERM (and used the grace period to exit its own way).
+    assert [r.exit_code for r in resp.roles_statuses[0].replicas] == [143, 143]
+    assert list(sched.log_iter(app_id, "w", 0, streams=Stream.STDOUT))[-1] == "got TERM\n"
     sched.cancel(app_id)  # idempotent
     assert sched.describe(app_id).state == AppState.CANCELLED  # type: ignore[union-attr]
 
@@ -279,6 +323,13 @@ def test_list_finds_apps_in_any_log_dir(sched: LocalCwdScheduler, tmp_path: Path
     listed = eval(got.stdout)  # noqa: S307 - our own repr
     assert listed[a] == ("SUCCEEDED", f"local_cwd://other/{a}")
     assert listed[b][0] == "FAILED"
+    assert [x.app_id for x in sched.list() if x.app_id in (a, b)] == [a, b], "oldest first"
+    # An app whose log dir is gone is dropped from the index.
+    import shutil
+
+    shutil.rmtree(tmp_path / "one")
+    assert a not in [x.app_id for x in sched.list()]
+    assert sched.describe(a) is None
 
 
 @pytest.mark.timeout(60)

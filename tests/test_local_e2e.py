@@ -88,13 +88,14 @@ def _worker_pids(marker: str) -> dict[int, int]:
     return out
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_ddp_1x2_trains_and_a_killed_worker_changes_nothing(tmp_path: Path) -> None:
     train = ["--epochs", "3", "--steps-per-epoch", "5", "--step-sleep", "0.1"]
     quiet = _xrun(
         *_run_args(tmp_path, "-j", "1x2", "--script", TRAIN, "--",
                    *train, "--checkpoint-dir", "quiet", "--out", "quiet.json"),
         cwd=tmp_path,
+        timeout=200,
     )
     assert quiet.returncode == 0, quiet.stderr[-3000:]
     handle = _handle(quiet.stdout)
@@ -114,7 +115,7 @@ def test_ddp_1x2_trains_and_a_killed_worker_changes_nothing(tmp_path: Path) -> N
                           *train, "--checkpoint-dir", "chaos", "--out", "chaos.json")],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    _wait_for(lambda: (tmp_path / "chaos" / "epoch-00001.pt").exists())
+    _wait_for(lambda: (tmp_path / "chaos" / "epoch-00001.pt").exists(), timeout=150)
     victim = _worker_pids("chaos.json")[1]
     os.kill(victim, signal.SIGKILL)
     out, err = chaos.communicate(timeout=180)
@@ -168,8 +169,8 @@ def test_cli_sigkilled_then_status_log_cancel_from_another_shell(tmp_path: Path)
     status = _xrun("status", handle, cwd=Path("/"))
     assert status.returncode == 0 and "RUNNING" in status.stdout, status
     _wait_for(lambda: "rank 1 ready" in _xrun("log", handle, cwd=Path("/")).stdout, timeout=30)
-    assert any(a.split()[0].endswith(handle.rsplit("/", 1)[1]) or handle in a
-               for a in _xrun("list", "-s", "local_cwd", cwd=Path("/")).stdout.splitlines())
+    listed = _xrun("list", "-s", "local_cwd", cwd=Path("/")).stdout
+    assert any(handle.rsplit("/", 1)[1] in ln and "RUNNING" in ln for ln in listed.splitlines())
 
     cancel = _xrun("cancel", handle, cwd=Path("/"))
     assert cancel.returncode == 0, cancel.stderr
@@ -228,6 +229,35 @@ def test_failing_replica_fails_the_app_and_stops_its_siblings(tmp_path: Path) ->
     assert "FAILED" in status.stdout, status.stdout
     pid0 = int((tmp_path / "pid.0").read_text())
     assert not is_alive(pid0, None), "the healthy sibling's worker must have been stopped"
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_to_the_job_reaches_every_worker_and_ends_it_cancelled(tmp_path: Path) -> None:
+    """Issue #7 item 3 (local_cwd): SIGTERM to the job (its supervisor) -> workers get SIGTERM."""
+    script = _write(tmp_path / "graceful.py", (
+        "import os, signal, sys, time\n"
+        "rank = os.environ['RANK']\n"
+        "def bye(*_):\n"
+        "    open(os.path.join(sys.argv[1], f'term.{rank}'), 'w').write('SIGTERM')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "open(os.path.join(sys.argv[1], f'up.{rank}'), 'w').close()\n"
+        "time.sleep(300)\n"
+    ))
+    cli = subprocess.Popen(
+        [XRUN, *_run_args(tmp_path, "-j", "1x2", "--script", str(script), "--", str(tmp_path))],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    assert cli.stdout is not None
+    handle = cli.stdout.readline().strip()
+    _wait_for(lambda: (tmp_path / "up.0").exists() and (tmp_path / "up.1").exists())
+    app_id = handle.rsplit("/", 1)[1]
+    state = json.loads((tmp_path / "logs" / app_id / ".xrun" / "state.json").read_text())
+    os.kill(state["supervisor"]["pid"], signal.SIGTERM)
+    assert cli.wait(timeout=60) == 1, "the app did not succeed: `xrun run` exits 1"
+    assert (tmp_path / "term.0").read_text() == (tmp_path / "term.1").read_text() == "SIGTERM"
+    status = _xrun("status", handle, cwd=Path("/"))
+    assert "State: CANCELLED" in status.stdout, status.stdout
 
 
 # --------------------------------------------------------------------------- concurrency

@@ -98,6 +98,9 @@ def test_parse_rdzv_conf_accepts_the_documented_keys() -> None:
         60.0, 5.0, 20.0, False)
     assert config_from_conf({}).heartbeat_timeout == 15.0
     assert config_from_conf({"timeout": "7"}).join_timeout == 7.0  # torchrun's static spelling
+    # the exit barrier has its own, long default (torchrun's 300 s), not close_timeout's 30 s
+    assert config_from_conf({}).exit_barrier_timeout == 300.0
+    assert config_from_conf({"exit_barrier_timeout": "2"}).exit_barrier_timeout == 2.0
     assert parse_rdzv_conf("") == {}
 
 
@@ -354,9 +357,33 @@ def test_close_failed_reaches_peers_as_closed_quickly(make: Factory) -> None:
         ev = wait_event(h, 2)
         assert ev is not None and ev[0] is RendezvousEvent.CLOSED and "restarts exhausted" in ev[1]
     assert time.monotonic() - t0 < 1
+    assert a.closed_failed and b.closed_failed
     with pytest.raises(RendezvousClosedError) as e:
         a.next_rendezvous()
     assert e.value.failed and "restarts exhausted" in e.value.reason
+
+
+def test_closed_as_finished_is_not_a_failure(make: Factory) -> None:
+    a = make(nodes="2:2", addr="a")
+    b = make(a.endpoint, nodes="2:2", addr="b")
+    rendezvous_all([a, b])
+    a.close(failed=False, reason="all done")
+    ev = wait_event(b, 2)
+    assert ev == (RendezvousEvent.CLOSED, "node a: all done") and not b.closed_failed
+
+
+def test_finish_verdict_survives_the_store_going_away(make: Factory) -> None:
+    # The host's exit barrier runs out under b (still working) and it stops serving: b must read
+    # "did not finish" with failed=True, not a bare "lost the store".
+    a = make(nodes="2:2", addr="a", exit_barrier_timeout="0.3", close_timeout="0.2")
+    b = make(a.endpoint, nodes="2:2", addr="b")
+    rendezvous_all([a, b])
+    b.fileno()  # b's watch is armed, as while its workers run
+    assert a.finish() == ["b"]
+    a.shutdown()
+    ev = wait_event(b, 2)
+    assert ev is not None and ev[0] is RendezvousEvent.CLOSED, ev
+    assert "did not finish within exit_barrier_timeout=0.3s" in ev[1] and b.closed_failed
 
 
 def test_closed_while_waiting_to_join(make: Factory) -> None:
@@ -482,6 +509,16 @@ def test_two_run_ids_share_one_store(make: Factory) -> None:
     a1.kv().set("k", b"1")
     with pytest.raises(RendezvousTimeoutError):
         a2.kv().get("k", 0.1)
+
+
+def test_localhost_endpoint_listens_on_loopback_only(make: Factory) -> None:
+    h = make("localhost:0")
+    port = parse_endpoint(h.endpoint)[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    # 127.0.0.2 is this host too: a wildcard (0.0.0.0) listener would accept it.
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", port), timeout=5).close()
 
 
 def test_two_standalone_jobs_side_by_side(make: Factory) -> None:

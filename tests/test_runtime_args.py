@@ -93,6 +93,16 @@ def test_rdzv_conf() -> None:
         parse_rdzv_conf("token=s3cret")
 
 
+def test_rdzv_conf_has_one_parser_the_rendezvous_one() -> None:
+    # The agent must not keep a second, laxer parser that lets values through which the
+    # rendezvous rejects later (with a worse message, after the agent started binding ports).
+    from xrun.runtime import rendezvous
+
+    assert parse_rdzv_conf is rendezvous.parse_rdzv_conf
+    cfg, _, _ = parse(["--rdzv-conf", "heartbeat_interval=1,heartbeat_timeout=3", "s.py"])
+    assert rendezvous.config_from_conf(cfg.rdzv_conf).heartbeat_interval == 1.0
+
+
 def test_worker_env_defaults_and_user_values() -> None:
     kw: dict[str, Any] = dict(local_rank=1, local_world_size=2, rank_offset=3, world_size=5, group_rank=1,
               group_world_size=2, role="trainer", master_addr="h0", master_port=1234,
@@ -123,7 +133,11 @@ BAD = [
     (["--nnodes", "x", "s.py"], "'x'"),
     (["-r", "4", "s.py"], "'4'"),
     (["-t", "0:3,7:1", "s.py"], "local rank 7"),
-    (["--rdzv-conf", "join_timeout=", "s.py"], "'join_timeout='"),
+    (["--rdzv-conf", "join_timeout=", "s.py"], "join_timeout=''"),
+    (["--rdzv-conf", "is_host=maybe", "s.py"], "is_host='maybe'"),
+    (["--rdzv-conf", "token_file=", "s.py"], "token_file= is empty"),
+    (["--rdzv-conf", "heartbeat_interval=20", "s.py"], "smaller than heartbeat_timeout=15"),
+    (["--rdzv-conf", "token=s3cret", "s.py"], "XRUN_RDZV_TOKEN"),
     (["--rdzv-conf", "join_timeout=10m", "s.py"], "'10m'"),
     (["--rdzv-conf", "bogus=1", "s.py"], "'bogus'"),
     (["--nproc-per-node", "x", "s.py"], "'x'"),

@@ -9,6 +9,7 @@ time) to OUT_DIR/events.jsonl, then performs the actions in order:
   kill-rank:R        local rank R kills itself with SIGKILL
   sleep:S            sleep S seconds
   sleep-unless-world:W:S  sleep S seconds unless WORLD_SIZE is W
+  sleep-env:VAR      sleep $VAR seconds (0 when unset): one agent's workers slower than another's
   trap-term          on SIGTERM write OUT_DIR/term.<RANK> and exit 0
   ready              write OUT_DIR/ready.<RANK>.<restart> (the test waits for it)
   barrier:N          ready, then wait until N workers of this restart count are ready
@@ -61,6 +62,8 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         if verb == "sleep":
             time.sleep(float(arg))
+        if verb == "sleep-env":
+            time.sleep(float(os.environ.get(arg, "0")))
         if verb == "sleep-unless-world":
             world, seconds = arg.split(":")
             if os.environ["WORLD_SIZE"] != world:

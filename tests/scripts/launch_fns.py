@@ -18,6 +18,10 @@ def env_of_worker() -> dict[str, str | None]:
     return {k: os.environ.get(k) for k in KEYS}
 
 
+def env_var(name: str) -> str | None:
+    return os.environ.get(name)
+
+
 def scaled_rank(factor: int) -> int:
     return int(os.environ["RANK"]) * factor
 
