@@ -43,7 +43,9 @@ def _load(spec: str) -> Callable[[int, bool], list[Row]]:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[1])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="xrun side by side with torchrun (and TorchX where installed) and the floor.")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition (CI)")
     p.add_argument("--reps", type=int, default=None,
                    help="measured repetitions per contender (default 5; 1 with --smoke)")

@@ -119,6 +119,8 @@ def _component_cmd(exe: str, job: Job, *run_opts: str) -> list[Cmd]:
     cmd = [exe, "run", *run_opts, "-s", "local_cwd", "dist.ddp", "-j", f"{job.nnodes}x{job.nproc}"]
     if job.max_restarts:
         cmd += ["--max_retries", str(job.max_restarts)]
+    if job.nnodes > 1:  # the default port (29500) would clash with any other job on this host
+        cmd += ["--rdzv_port", str(free_port())]
     cmd += ["--script", job.path]
     if job.args:
         cmd += ["--", *job.args]

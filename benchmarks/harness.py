@@ -92,14 +92,21 @@ class Row:
             "target": self.target,
             "subject": self.subject,
             "reference": self.reference,
-            "contenders": {
-                k: (v.as_json() if isinstance(v, Stats) else {"unavailable": v})
-                for k, v in self.results.items()
-            },
+            "contenders": {k: _result_json(v) for k, v in self.results.items()},
             "ratio": self.ratio(self.subject, self.reference),
             "verdict": self.verdict(),
             "note": self.note,
         }
+
+
+def _result_json(res: Stats | str) -> dict[str, Any]:
+    """Figures, or ``{"failed": why}`` (it ran and did not do the job) or ``{"unavailable":
+    why}`` (not installed / not built)."""
+    if isinstance(res, Stats):
+        return res.as_json()
+    if res.startswith("failed: "):
+        return {"failed": res.removeprefix("failed: ")}
+    return {"unavailable": res.removeprefix("unavailable: ")}
 
 
 def at_most(subject: str, limit: float, plus: str | None = None) -> Callable[..., bool | None]:

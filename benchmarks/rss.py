@@ -33,17 +33,17 @@ def _vm_hwm_kib(pid: int) -> int | None:
 
 def peak_rss_mib(cmd: c.Cmd) -> float:
     argv, env = cmd
-    with tempfile.TemporaryDirectory(prefix="xrun-bench-") as cwd:
+    with tempfile.TemporaryDirectory(prefix="xrun-bench-") as cwd, \
+            tempfile.TemporaryFile() as errf:  # a file, not a pipe nobody drains meanwhile
         p = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **c.BASE_ENV, **env},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             stdout=subprocess.DEVNULL, stderr=errf)
         peak = 0
         while p.poll() is None:
             kib = _vm_hwm_kib(p.pid)  # None once it is a zombie: keep the last value
             peak = max(peak, kib or 0)
             time.sleep(0.005)
-        err = p.stderr.read() if p.stderr else b""
-        if p.stderr:
-            p.stderr.close()
+        errf.seek(0)
+        err = errf.read()
     if p.returncode != 0:
         raise RunFailed(f"{argv[:3]} exited {p.returncode}: {err[-500:].decode(errors='replace')}")
     return peak / 1024

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Callable
 
 from benchmarks import contenders as c
-from benchmarks.harness import Row, RunFailed, Unavailable, at_most, interleave, one_line
+from benchmarks.harness import Row, RunFailed, Stats, Unavailable, at_most, interleave, one_line
 
 FULL_SIZES = (8, 64, 256, 1024)
 SMOKE_SIZES = (8,)
@@ -54,7 +54,7 @@ def measure_6(reps: int, smoke: bool) -> list[Row]:
         row.results = interleave({"torch c10d": torch_run,
                                   "xrun": lambda n=n: _child("run", n, cap)},
                                  reps=1 if n >= 256 else min(reps, 3), warmup=False)
-        if torch_gave_up is None and not hasattr(row.results["torch c10d"], "samples"):
+        if torch_gave_up is None and not isinstance(row.results["torch c10d"], Stats):
             torch_gave_up = n
         rows.append(row)
     return rows

@@ -48,6 +48,16 @@ the store admits only clients that prove they hold it (HMAC challenge-response, 
 (endpoint port 0: nobody else can find its store) makes up a random secret when none is given,
 so no store an agent serves is ever open to other local users.
 
+One store, one job
+------------------
+The store lives inside one agent of one job and stops when that job is over (after the exit
+barrier), so it cannot serve a second job that happens to use the same endpoint: that job
+would lose its rendezvous mid-run. Keys are namespaced by run id all the same, but an agent
+whose run id differs from the hosting job's (``xrun/host_run_id``, set before the store takes
+its first connection) is refused at once with a ``UsageError`` telling it to use its own port.
+Two jobs on one host therefore need two endpoints - port 0 / ``--standalone`` on a single node
+picks a free one. (With per-job secrets the second job would be refused anyway: wrong token.)
+
 Rank rule (deterministic): members are sorted by (advertised address, process id, creation order
 of the handler in that process); ``static`` uses ``node_rank``. So the same hosts get the same
 ranks in every round they are all part of, whatever the order in which they arrived.
@@ -90,6 +100,8 @@ from xrun.runtime.store import (
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 29400
+# Set by the store's host when it starts serving: the run id of the job it belongs to.
+HOST_KEY = "xrun/host_run_id"
 BACKENDS = ("c10d", "static")
 SEAL = 1 << 40
 _NEVER = 1e9  # a lease ttl that only a closed connection (or a release) ends
@@ -553,7 +565,9 @@ class RendezvousHandler:
                 f"host name or an IP address"
             ) from None
         try:
-            self._server = StoreServer(addr, port, self._token)
+            # Which job this store belongs to, there before any peer can ask (see _check_host).
+            self._server = StoreServer(addr, port, self._token,
+                                       seed={HOST_KEY: p.run_id.encode()})
         except OSError as e:
             # EADDRINUSE: another agent on this host serves it. EADDRNOTAVAIL: not our address.
             if must or e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
@@ -627,7 +641,7 @@ class RendezvousHandler:
         cfg, c = self.cfg, self._client
         deadline = time.monotonic() + cfg.join_timeout
         self._leave_round()
-        cur_closed = wait_fields([self._prefix + "cur", self._closed_key], True, 0)
+        cur_closed = wait_fields([self._prefix + "cur", self._closed_key, HOST_KEY], True, 0)
         first_add: int | None = None
         if self._round < 0:
             # A fresh node nearly always joins round 0: read the hints and join round 0 in one
@@ -636,10 +650,11 @@ class RendezvousHandler:
             r_get, r_add = c.pipeline(
                 [(Op.WAIT, (cur_closed,)), (Op.ADD, (add_fields(self._k(0, "join"), 1),))]
             )
-            cur_raw, closed_raw = r_get.values()
+            cur_raw, closed_raw, host_raw = r_get.values()
+            self._check_host(host_raw)
             first_add = r_add.body.i64()
         else:
-            cur_raw, closed_raw = c.pipeline([(Op.WAIT, (cur_closed,))])[0].values()
+            cur_raw, closed_raw, _ = c.pipeline([(Op.WAIT, (cur_closed,))])[0].values()
         if closed_raw is not None:
             raise self._closed_error(closed_raw)
         rnd = max(int(cur_raw or 0), self._round + 1)
@@ -671,6 +686,18 @@ class RendezvousHandler:
             local_world_sizes=world.local_world_sizes,
             addrs=world.addrs,
         )
+
+    def _check_host(self, host_raw: bytes | None) -> None:
+        """Refuse, at once, a store served by another job's agent: it stops serving when *its*
+        job ends, which would take this job down mid-run (see "One store, one job")."""
+        host = host_raw.decode(errors="replace") if host_raw is not None else None
+        if host is not None and host != self.params.run_id:
+            raise UsageError(
+                f"the rendezvous store at {self.endpoint} is served by the agent of another job "
+                f"(run id {host!r}), not {self.params.run_id!r}: a store lives only as long as "
+                f"its job, so two jobs cannot share an endpoint; give each job its own "
+                f"--rdzv-endpoint port (or port 0 / --standalone on a single node)"
+            )
 
     def _join(self, rnd: int, deadline: float, first_add: int | None) -> tuple[int, int]:
         """Take an arrival index in the first round still open at or after ``rnd``

@@ -1,4 +1,5 @@
-"""xrun's key-value store: a small TCP server (asyncio, in a background thread) and a blocking client.
+"""xrun's key-value store: a small TCP server (a selectors loop in a background thread, see
+``_loop.py``) and a blocking client.
 
 The rendezvous (``runtime/rendezvous.py``) is built on it; the agent uses it through
 ``RendezvousHandler.kv()``. Standard library only.
@@ -72,13 +73,13 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    # Imported for real only by StoreServer: agents that merely connect skip asyncio's ~20 ms.
-    import asyncio
+    # Imported for real only by StoreServer: agents that merely connect need no event loop.
+    from xrun.runtime._loop import Loop, TimerHandle, Transport
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ def auth_mac(token: bytes, nonce: bytes) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # Server
 #
-# A Protocol (callbacks on the loop) rather than asyncio streams: a connection costs no task,
+# A Protocol (callbacks on the loop) rather than streams: a connection costs no task,
 # every complete frame of one read is handled in one go, and the answers to one read leave in
 # one send. That matters when 1024 agents hit one store, and more when they are threads of one
 # process fighting over the GIL (the benchmark): every send/recv is a GIL hand-off.
@@ -194,14 +195,14 @@ class _Waiter:
     rid: int
     keys: tuple[str, ...]
     want_all: bool
-    timer: asyncio.TimerHandle | None = None
+    timer: TimerHandle | None = None
 
 
 @dataclass(eq=False)
 class _Lease:
     fire_key: str
     fire_value: bytes
-    timer: asyncio.TimerHandle
+    timer: TimerHandle
     owner: _Conn | None  # the connection whose loss fires it (None: only the timer does)
 
 
@@ -221,7 +222,7 @@ def _raise_fd_limit() -> None:
 class _Data:
     """The key space, its parked waits and its leases. Runs on the loop thread only."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: Loop) -> None:
         self.loop = loop
         self.values: dict[str, bytes] = {}
         self.waiters: dict[str, set[_Waiter]] = {}
@@ -314,8 +315,8 @@ class _Data:
 
 
 class _Conn:
-    """One client connection, an asyncio protocol (duck-typed, so that importing this module
-    does not import asyncio): handshake, then frames in, answers out."""
+    """One client connection, a ``_loop.StreamProtocol`` (asyncio's Protocol callbacks):
+    handshake, then frames in, answers out."""
 
     # Answers a client does not read pile up in the transport; past this, drop the client.
     MAX_UNSENT = 64 << 20
@@ -325,17 +326,17 @@ class _Conn:
         self.data = server._data
         self.buf = bytearray()
         self.out: list[bytes] = []
-        self.transport: asyncio.Transport | None = None
+        self.transport: Transport | None = None
         self.nonce = b""
         self.authed = False
         self.rejected = False
         self.waits: set[_Waiter] = set()
         self.owned_leases: set[str] = set()
-        self.hs_timer: asyncio.TimerHandle | None = None
+        self.hs_timer: TimerHandle | None = None
 
-    # -- asyncio callbacks --------------------------------------------------------------------
+    # -- loop callbacks -------------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: Transport) -> None:
         self.transport = transport
         self.server._conns.add(self)
         sock = transport.get_extra_info("socket")
@@ -502,7 +503,7 @@ class _Conn:
 
 
 class StoreServer:
-    """The store, served by an asyncio loop in a daemon thread.
+    """The store, served by a ``_loop.Loop`` in a daemon thread.
 
     The listening socket is bound in ``__init__`` (so ``OSError(EADDRINUSE)`` reaches the caller,
     who then knows another agent on this host won the race and connects as a client).
@@ -517,11 +518,12 @@ class StoreServer:
         max_frame: int = DEFAULT_MAX_FRAME,
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         backlog: int = 4096,
+        seed: Mapping[str, bytes] | None = None,
     ) -> None:
+        """``seed``: keys present from the start (before any client can connect)."""
         self._token = token
         self._max_frame = max_frame
         self._handshake_timeout = handshake_timeout
-        self._backlog = backlog
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         if not infos:
             raise OSError(f"cannot resolve {host!r}")
@@ -532,67 +534,57 @@ class StoreServer:
             # live listeners share a port on Linux (that needs SO_REUSEPORT, which we never set).
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(sockaddr)
+            # A deep backlog: a burst of 1024 agents overflowing a short one stalls on SYN
+            # retransmits (1 s, 3 s, ...).
             sock.listen(backlog)
         except BaseException:
             sock.close()
             raise
-        sock.setblocking(False)
-        self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
         _raise_fd_limit()
-        import asyncio
+        from xrun.runtime._loop import Loop
 
-        self._loop = asyncio.new_event_loop()
+        self._loop = Loop()
         self._data = _Data(self._loop)
-        self._server: asyncio.Server | None = None
+        self._data.values.update(seed or {})
         self._conns: set[_Conn] = set()
-        started = threading.Event()
+        self._loop.serve(sock, lambda: _Conn(self))
         self._thread = threading.Thread(
-            target=self._run, args=(started,), name=f"xrun-store:{self.port}", daemon=True
+            target=self._run, name=f"xrun-store:{self.port}", daemon=True
         )
         self._thread.start()
-        started.wait()
 
-    def _run(self, started: threading.Event) -> None:
-        import asyncio
-
-        asyncio.set_event_loop(self._loop)
-
-        async def _start() -> None:
-            # backlog again: asyncio re-listens with its default of 100, and a burst of agents
-            # overflowing it stalls on SYN retransmits (1 s, 3 s, ...).
-            def factory() -> asyncio.Protocol:
-                return cast("asyncio.Protocol", _Conn(self))  # duck-typed, see _Conn
-
-            self._server = await self._loop.create_server(
-                factory, sock=self._sock, backlog=self._backlog
-            )
-
-        self._loop.run_until_complete(_start())
-        started.set()
+    def _run(self) -> None:
         try:
             self._loop.run_forever()
         finally:
             self._loop.close()
 
     def stop(self) -> None:
-        """Close every connection and the listening socket; idempotent."""
+        """Close every connection (after sending what was answered) and the listening socket;
+        idempotent."""
         if self._loop.is_closed() or not self._thread.is_alive():
             return
 
         def _stop() -> None:
-            if self._server is not None:
-                self._server.close()
+            self._loop.close_listeners()
             self._data.clear_timers()
             for c in list(self._conns):
                 c.flush()
                 if c.transport is not None:
-                    c.transport.close()  # flushes what is buffered, then closes
-            # One more turn lets the transports write out and close before the loop stops.
-            self._loop.call_later(0.05, self._loop.stop)
+                    c.transport.close()  # sends what is buffered, then closes
+            self._drain(time.monotonic() + 1.0)
 
         self._loop.call_soon_threadsafe(_stop)
         self._thread.join(timeout=5)
+
+    def _drain(self, deadline: float) -> None:
+        """Keep the loop turning until the closing connections have sent their answers (a
+        client that reads nothing gets at most until ``deadline``), then stop it."""
+        if self._loop._transports and time.monotonic() < deadline:
+            self._loop.call_later(0.005, self._drain, deadline)
+        else:
+            self._loop.stop()
 
     @property
     def running(self) -> bool:

@@ -185,8 +185,13 @@ class DockerScheduler(Scheduler[DockerJob]):
         network = client.networks.create(job.network, driver="bridge", labels=labels)
         created: list[Any] = []
         try:
+            # A per-app secret for the rendezvous store. It is made here, not in the request
+            # value, so that --dryrun and the saved job never show it.
+            token = secrets.token_hex(16)
             for spec in job.containers:
-                created.append(client.containers.create(**create_args(client, job, spec)))
+                args = create_args(client, job, spec)
+                args["environment"] = {**args["environment"], "XRUN_RDZV_TOKEN": token}
+                created.append(client.containers.create(**args))
             # Written once every container exists: from here on a missing container means
             # someone removed it, not that schedule() is still busy.
             self._store.save_job(job.app_id, job.to_dict())

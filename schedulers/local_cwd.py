@@ -44,7 +44,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from xrun.errors import AppNotFoundError, UsageError
@@ -182,7 +182,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         return self.describe(app_id)
 
     def _follow(
-        self, app_id: str, paths: store.AppPaths, files: list[str], should_tail: bool
+        self, app_id: str, paths: store.AppPaths, files: Sequence[str], should_tail: bool
     ) -> Iterator[str]:
         """The lines of ``files``; with ``should_tail``, until the app ends."""
         fd = supervisor_pidfd(paths) if should_tail else None

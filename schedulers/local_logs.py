@@ -10,7 +10,7 @@ replica is reaped, so once ``wait_done`` says so, one more read gets everything.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 # How long a follower waits for new output before it reads again (while the app runs).
 POLL_S = 0.05
@@ -55,7 +55,7 @@ class LineReader:
 
 
 def iter_log_lines(
-    paths: list[str], should_tail: bool, wait_done: Callable[[float], bool]
+    paths: Sequence[str], should_tail: bool, wait_done: Callable[[float], bool]
 ) -> Iterator[str]:
     """Lines of ``paths`` (several files: interleaved as they are read).
 

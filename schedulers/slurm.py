@@ -13,6 +13,12 @@ batch script; see that module for the layout of a job), ``schedule`` pipes it to
 - list: the jobs whose comment starts with ``xrun:`` (``xrun:APP;ROLE=N;...``: the roles and
   replica counts, so that any shell finds each replica's logs).
 
+Retries and preemption: ``max_retries`` (the largest of the roles') bounds how often the batch
+script requeues the job (``scontrol requeue``: same job id, ``SLURM_RESTART_COUNT`` counts
+attempts), after a failure or after the ``signal`` warning (default ``USR2@90``: passed to
+srun, to each replica's agent, to its workers). Slurm holds a requeued job ~120 s (Reason
+BeginTime) before it runs again; status says PENDING with that reason meanwhile.
+
 ``python3`` in the tasks: the batch script puts the submitting interpreter's bin dir first on
 ``PATH`` (run option ``python_path``), as local_cwd does; that suits clusters whose nodes share
 the login node's filesystem. Set ``python_path=`` (empty) to keep the nodes' own ``PATH``.
@@ -472,7 +478,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
 
 # A requeue shows as the old attempt's end state for a moment; a marker older than this is
 # stale (the requeue failed without the batch script noticing).
-_REQUEUE_WINDOW_S = 60
+_REQUEUE_WINDOW_S = 10
 
 
 def _requeueing(log_dir: str) -> bool:

@@ -364,6 +364,35 @@ def test_module_no_python_and_run_path(tmp_path: Path) -> None:
     assert p.stdout.count("rp\n") == 2 and len(events(tmp_path)) == 2
 
 
+@pytest.mark.timeout(60)
+def test_second_job_on_a_busy_endpoint_fails_fast_and_the_first_is_unharmed(
+        tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+    # Two 2x2 jobs, one endpoint (localhost:P), different run ids. The store lives in an agent of
+    # the first job and ends with it, so the second job is refused at once (exit 2, one line
+    # naming the fix) instead of running until the first job's end pulls its store away.
+    port = free_port()
+
+    def job(run_id: str, out: Path) -> list[subprocess.Popen[str]]:
+        out.mkdir()
+        return [popen(procs, agent("--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend",
+                                   "c10d", "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id",
+                                   run_id, "--rdzv-conf", FAST, BEHAVE, str(out), "sleep:1"))
+                for _ in range(2)]
+
+    first = job("one", tmp_path / "one")
+    wait_for(lambda: _serving(port), what="the first job's rendezvous store")
+    t0 = time.monotonic()
+    second = job("two", tmp_path / "two")
+    for a in second:
+        assert a.wait(timeout=20) == 2
+        err = a.communicate()[1]
+        assert err.count("\n") == 1 and "run id 'one'" in err and "own --rdzv-endpoint port" in err
+    assert time.monotonic() - t0 < 5
+    for a in first:
+        assert a.wait(timeout=40) == 0, a.communicate()[1]
+    assert len(events(tmp_path / "one")) == 4 and not events(tmp_path / "two")
+
+
 # -- the rendezvous secret -----------------------------------------------------------------------
 
 
@@ -546,6 +575,9 @@ def test_agent_does_not_import_torch_and_stays_small(tmp_path: Path) -> None:
     heavy = {m for m in imported
              if m.split(".")[0] in ("torch", "numpy", "yaml", "fsspec", "docker", "docstring_parser")}
     assert not heavy
+    # The store's host runs a selectors loop (runtime/_loop.py): asyncio alone would add
+    # 15-60 ms and ~3 MiB to every standalone job's start-up.
+    assert "asyncio" not in imported and "ssl" not in imported
     # ru_maxrss covers the agent and its (stdlib-only) workers
     assert maxrss_kib < 30 * 1024, f"peak RSS {maxrss_kib} KiB"
 

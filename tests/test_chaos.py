@@ -8,11 +8,14 @@
   ``--out`` JSON) equal an undisturbed 2x2 run's bit for bit; every checkpoint file the driver
   saw under its final name loaded with ``torch.load`` (never half-written); and no temp file is
   left behind except by a writer the driver killed mid-write.
-* elastic ``1:2x2``: the agent that does not host the rendezvous store (the one with the higher
-  ranks) is SIGKILLed. Asserted: the job still succeeds, finishing at world size 2, and its
-  final parameters equal those of an undisturbed 2-worker run started from the undisturbed
-  4-worker run's checkpoint of the epoch the survivors resumed from (so the result depends on
-  the world sizes and the resize point only, never on timing).
+* elastic ``1:2x2``: the agent that does not host the rendezvous store is SIGKILLed (both agents
+  race to host it, so the victim may hold ranks 0-1 or 2-3; the driver finds the host by the
+  socket listening on the rendezvous port). The two agents are started directly with the flags
+  local_cwd gives its replicas, because local_cwd fails the whole app when one replica dies.
+  Asserted: the job still succeeds, finishing at world size 2; the checkpoint of the epoch the
+  survivors resumed from (k) equals the undisturbed 4-worker run's epoch k; and the final
+  parameters equal an undisturbed 2-worker run's resumed from that checkpoint. So the result
+  depends on the world sizes and the resize point only, never on timing.
 """
 
 from __future__ import annotations

@@ -319,7 +319,7 @@ def test_the_container_spec_is_applied(
         "cat /in/hello.txt; echo; (touch /in/x 2>/dev/null && echo rw) || echo ro; "
         "echo vol > /vol/f && cat /vol/f; echo FOO=$FOO; echo R0=$XRUN_RANK0_HOST; "
         "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max; "
-        "df -k /dev/shm | tail -1"
+        "df -k /dev/shm | tail -1; echo T=$XRUN_RDZV_TOKEN"
     )
     role = Role(
         "spec",
@@ -348,6 +348,9 @@ def test_the_container_spec_is_applied(
         str(256 << 20),
     ]
     assert lines[6].split()[1] == str(128 * 1024)  # /dev/shm size in KiB
+    # One rendezvous secret per app, in every replica, made at schedule time (not in the request).
+    tokens = {[x for x in logs[k] if x.startswith("T=")][0] for k in (0, 1)}
+    assert len(tokens) == 1 and re.fullmatch(r"T=[0-9a-f]{32}", tokens.pop())
 
 
 def test_max_retries_restarts_a_failed_replica(

@@ -298,6 +298,18 @@ def test_follow_from_another_process_gets_every_line_and_ends_with_the_app(
     ]
 
 
+def test_a_follower_stopped_early_leaves_no_open_fds(sched: LocalCwdScheduler, tmp_path: Path) -> None:
+    app_id = sched.submit(_sh("echo first; while [ ! -e go ]; do sleep 0.01; done"), _cfg(tmp_path))
+    before = len(os.listdir("/proc/self/fd"))
+    lines = iter(sched.log_iter(app_id, "w", 0, should_tail=True))
+    assert next(lines) == "first\n"
+    assert len(os.listdir("/proc/self/fd")) > before  # the log files and the supervisor's pidfd
+    lines.close()  # type: ignore[attr-defined]
+    assert len(os.listdir("/proc/self/fd")) == before
+    (tmp_path / "go").touch()
+    assert sched.wait(app_id, timeout=30).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+
+
 def test_unknown_app_and_bad_log_targets(sched: LocalCwdScheduler, tmp_path: Path) -> None:
     for bad in ("nope-123", "../etc", "a/b", ""):
         assert sched.describe(bad) is None

@@ -71,6 +71,24 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
+def _listener(pids: list[int], port: int) -> int:
+    """Which of ``pids`` listens on TCP ``port`` (from /proc/net/tcp*, socket inodes)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if int(f[1].rsplit(":", 1)[1], 16) == port and f[3] == "0A":  # 0A: LISTEN
+                inodes.add(f"socket:[{f[9]}]")
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                if os.readlink(fd) in inodes:
+                    return pid
+            except OSError:
+                continue
+    raise AssertionError(f"none of {pids} listens on port {port}")
+
+
 # --------------------------------------------------------------------------- real training
 def _worker_pids(marker: str) -> dict[int, int]:
     """LOCAL_RANK -> pid of the training workers whose command line contains ``marker``."""
@@ -124,6 +142,39 @@ def test_ddp_1x2_trains_and_a_killed_worker_changes_nothing(tmp_path: Path) -> N
     assert result["restart_count"] == 1, "the worker kill must have caused a restart"
     assert result["params_sha256"] == undisturbed["params_sha256"]
     assert result["final_loss"] == undisturbed["final_loss"]
+
+
+@pytest.mark.timeout(300)
+def test_elastic_job_survives_losing_a_whole_agent(tmp_path: Path) -> None:
+    """Issue #7 item 1, elastic part: ``-j 1:2x1``, SIGKILL one agent after the first checkpoint.
+
+    The other agent re-forms the group alone and resumes from the last complete epoch; the app
+    SUCCEEDS (the role may shrink to 1 node) and status shows the killed replica.
+    """
+    port = _free_port()
+    cli = subprocess.Popen(
+        [XRUN, *_run_args(tmp_path, "-j", "1:2x1", "--rdzv_port", str(port),
+                          "--rdzv_conf", "last_call_timeout=1", "--max_retries", "2", "--script", TRAIN, "--", "--epochs", "3",
+                          "--steps-per-epoch", "5", "--step-sleep", "0.1", "--out", "out.json")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert cli.stdout is not None
+    handle = cli.stdout.readline().strip()
+    _wait_for(lambda: (tmp_path / "outputs" / "ckpt" / "epoch-00001.pt").exists(), timeout=150)
+    app_id = handle.rsplit("/", 1)[1]
+    state = json.loads((tmp_path / "logs" / app_id / ".xrun" / "state.json").read_text())
+    agents = [r["pid"] for r in state["replicas"]]
+    # The agent that hosts the rendezvous store is the one a job cannot lose (as with
+    # torchrun's c10d backend): kill the other one, whole.
+    host = _listener(agents, port)
+    victim = next(p for p in agents if p != host)
+    os.kill(victim, signal.SIGKILL)
+    _, err = cli.communicate(timeout=200)
+    assert cli.returncode == 0, err[-3000:]
+    assert "resuming after epoch" in err
+    assert json.loads((tmp_path / "out.json").read_text())["world_size"] == 1
+    status = _xrun("status", handle, cwd=Path("/")).stdout
+    assert "State: SUCCEEDED" in status and "exit_code=-9" in status, status
 
 
 @pytest.mark.timeout(240)

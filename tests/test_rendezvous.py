@@ -498,17 +498,16 @@ def test_shutdown_mid_round_makes_peers_restart(make: Factory) -> None:
 # -- isolation and backends ----------------------------------------------------------------------
 
 
-def test_two_run_ids_share_one_store(make: Factory) -> None:
+def test_a_second_job_on_the_same_endpoint_is_refused_at_once(make: Factory) -> None:
+    # The store dies with the job that hosts it, so job "two" must not come to depend on it.
     a1 = make(nodes="2:2", run_id="one", addr="a1")
     b1 = make(a1.endpoint, nodes="2:2", run_id="one", addr="b1")
     a2 = make(a1.endpoint, nodes="1:1", run_id="two", addr="a2")
-    r = rendezvous_all([a1, b1, a2])
-    assert r[0].addrs == ("a1", "b1") and r[2].addrs == ("a2",)
-    a1.close(failed=True, reason="one failed")
-    assert wait_event(a2, 0.3) is None  # job two does not hear job one's close
-    a1.kv().set("k", b"1")
-    with pytest.raises(RendezvousTimeoutError):
-        a2.kv().get("k", 0.1)
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match="run id 'one'.*its own --rdzv-endpoint port"):
+        a2.next_rendezvous()
+    assert time.monotonic() - t0 < 1
+    assert [i.addrs for i in rendezvous_all([a1, b1])] == [("a1", "b1")] * 2  # job one is fine
 
 
 def test_localhost_endpoint_listens_on_loopback_only(make: Factory) -> None:
@@ -569,8 +568,12 @@ def test_token_from_env_and_file(make: Factory, monkeypatch: pytest.MonkeyPatch,
         make(host.endpoint, nodes="2:2", run_id="other").next_rendezvous()
     f = tmp_path / "tok"
     f.write_text("hunter2\n")
-    ok = make(host.endpoint, run_id="third", token_file=str(f), is_host="false")
-    assert ok.next_rendezvous().group_world_size == 1
+    monkeypatch.setenv("XRUN_RDZV_TOKEN", "hunter2")
+    host2 = make(nodes="2:2", run_id="third", addr="a")
+    monkeypatch.delenv("XRUN_RDZV_TOKEN")
+    ok = make(host2.endpoint, nodes="2:2", run_id="third", addr="b", token_file=str(f),
+              is_host="false")
+    assert [i.group_rank for i in rendezvous_all([host2, ok])] == [0, 1]
     monkeypatch.setenv("XRUN_RDZV_TOKEN_FILE", str(tmp_path / "missing"))
     with pytest.raises(UsageError, match="missing"):
         make(host.endpoint)

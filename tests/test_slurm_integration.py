@@ -8,6 +8,7 @@ test pays for the cluster start (tests/slurm_fixture.py). Jobs run in the test's
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -146,7 +147,7 @@ def test_ddp_2x2_allreduce_through_the_cli(slurm_cluster: SlurmCluster, tmp_path
 def test_two_role_het_job_gets_ids_env_and_rank0_host(
     sched: SlurmScheduler, tmp_path: Path
 ) -> None:
-    echo = 'echo "role=$XRUN_ROLE id=${replica_id} app=${app_id} r0=$${${rank0_env}} v=$V"'
+    echo = 'echo "role=$XRUN_ROLE id=${replica_id} app=${app_id} r0=$${${rank0_env}} v=$V"; echo "$XRUN_RDZV_TOKEN" >&2'
     app = AppDef(
         name="het",
         roles=[
@@ -163,6 +164,11 @@ def test_two_role_het_job_gets_ids_env_and_rank0_host(
         assert read(logs / "worker" / f"{k}.stdout") == (
             f"role=worker id={k} app={app_id} r0=c1 v=w-{k} 'q'\n"
         )
+    # Every task of the job shares one per-job rendezvous secret, made at run time.
+    tokens = {
+        read(logs / role / f"{k}.stderr") for role, k in (("ps", 0), ("worker", 0), ("worker", 1))
+    }
+    assert len(tokens) == 1 and re.fullmatch(r"[0-9a-f]{32}\n", tokens.pop())
     assert [r.args for r in resp.roles] == [r.args for r in app.roles]  # the submitted spec
     roles = {r.role: r.replicas for r in resp.roles_statuses}
     assert [r.hostname for r in roles["ps"]] == ["c1"]
@@ -265,12 +271,20 @@ def _release_begin_time(app_id: str) -> None:
 
 
 def _wait_requeued(sched: SlurmScheduler, app_id: str, timeout: float = 60) -> DescribeAppResponse:
+    """Wait for the end of a job that requeues once, cutting Slurm's hold short.
+
+    Not at once: slurmd refuses to start a job id it killed a moment ago ("already killed,
+    do not launch batch job"), which is what the hold protects against; 3 s is plenty here.
+    """
     deadline = time.monotonic() + timeout
+    held_since: float | None = None
     while True:
         resp = sched.describe(app_id)
         assert resp is not None
-        if resp.num_restarts >= 1 and resp.state == AppState.PENDING:
-            _release_begin_time(app_id)
+        if resp.num_restarts >= 1 and "reason=BeginTime" in resp.msg:
+            held_since = held_since or time.monotonic()
+            if time.monotonic() - held_since > 3:
+                _release_begin_time(app_id)
         if resp.state in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED):
             return resp
         assert time.monotonic() < deadline, f"job {app_id} stuck: {resp}"

@@ -276,6 +276,37 @@ def test_parked_waits_per_connection_are_capped(server: StoreServer, client: Sto
     greedy.close()
 
 
+def test_a_client_that_never_reads_its_answers_is_dropped(
+        server: StoreServer, client: StoreClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xrun.runtime import store
+
+    monkeypatch.setattr(store._Conn, "MAX_UNSENT", 1 << 20)  # 64 MiB in production
+    client.set("big", b"x" * 60_000)
+    hog = StoreClient("127.0.0.1", server.port)
+    # 400 reads of 60 kB (24 MB) that it never collects: more than the socket buffers hold.
+    get_big = wait_fields(["big"], True, 0)
+    hog._conn.sock.sendall(b"".join(encode_request(i, Op.WAIT, get_big) for i in range(1, 401)))
+    t0 = time.monotonic()
+    client.set("k", b"v")  # everyone else is served meanwhile
+    assert client.get("k") == b"v" and time.monotonic() - t0 < 1
+    assert _closed_by_peer(hog._conn.sock, 5)  # reading now drains what was sent, then EOF
+    hog.close()
+
+
+def test_stop_sends_the_answers_it_owes_before_closing(server: StoreServer) -> None:
+    # The rendezvous host sets the verdict ("closed") and stops at once: a peer must still read
+    # its answer, not just a closed connection.
+    waiter = StoreClient("127.0.0.1", server.port)
+    waiter._conn.send(encode_request(7, Op.WAIT, wait_fields(["verdict"], True, None)))
+    setter = StoreClient("127.0.0.1", server.port)
+    setter.set("verdict", b"v" * 50_000)
+    server.stop()
+    resp = waiter._conn.recv_response()
+    assert (resp.rid, resp.status, resp.values()) == (7, Status.OK, [b"v" * 50_000])
+    waiter.close()
+    setter.close()
+
+
 def test_server_stop_unblocks_waiting_clients(server: StoreServer) -> None:
     c = StoreClient("127.0.0.1", server.port)
     errors: list[BaseException] = []
