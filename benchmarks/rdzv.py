@@ -55,13 +55,24 @@ def _run_threads(n: int, join: Any, timeout: float) -> float:
     return elapsed
 
 
-def run(n_agents: int, timeout: float = 120.0) -> float:
-    """xrun: one store + ``n_agents`` handlers as threads; seconds until all have a world."""
+def run(n_agents: int, timeout: float = 120.0, token: bytes | None = None) -> float:
+    """xrun: one store + ``n_agents`` handlers as threads; seconds until all have a world.
+    With ``token`` the store checks every agent's HMAC (the agents read it from a 0600 file,
+    conf ``token_file``, as from a scheduler)."""
+    import tempfile
+
     from xrun.runtime.rendezvous import RendezvousParams, create_handler
     from xrun.runtime.store import StoreServer
 
     _raise_fd_limit(n_agents)
-    server = StoreServer("127.0.0.1", 0)
+    server = StoreServer("127.0.0.1", 0, token)
+    conf = {"join_timeout": str(timeout), "is_host": "false"}
+    token_dir = tempfile.TemporaryDirectory(prefix="xrun-bench-")
+    if token is not None:
+        path = os.path.join(token_dir.name, "token")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
+            f.write(token)
+        conf["token_file"] = path
     endpoint = f"127.0.0.1:{server.port}"
     run_id = uuid.uuid4().hex[:8]
     handlers: list[Any] = [None] * n_agents
@@ -74,7 +85,7 @@ def run(n_agents: int, timeout: float = 120.0) -> float:
             min_nodes=n_agents,
             max_nodes=n_agents,
             local_world_size=8,
-            conf={"join_timeout": str(timeout), "is_host": "false"},
+            conf=conf,
             local_addr=f"node{i:05d}",
         )
         handlers[i] = h = create_handler(params)
@@ -89,6 +100,7 @@ def run(n_agents: int, timeout: float = 120.0) -> float:
                 h.finish(0)
                 h.shutdown()
         server.stop()
+        token_dir.cleanup()
 
 
 def run_torch(n_agents: int, timeout: float = 60.0) -> float:
@@ -153,6 +165,8 @@ def main(argv: list[str]) -> None:
     print("backend  agents  seconds")
     for n in (8, 64, 256, 1024):
         print(f"xrun     {n:6d}  {run(n):7.3f}", flush=True)
+    # the same with the job's secret checked on every connection (HMAC challenge-response)
+    print(f"xrun+tok {1024:6d}  {run(1024, token=os.urandom(32)):7.3f}", flush=True)
     if "--no-torch" in argv:
         return
     for n in (8, 32):

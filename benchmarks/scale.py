@@ -53,7 +53,7 @@ def measure_6(reps: int, smoke: bool) -> list[Row]:
                 raise Unavailable(f"not run: no completion at {gave_up} agents already")
         row.results = interleave({"torch c10d": torch_run,
                                   "xrun": lambda n=n: _child("run", n, cap)},
-                                 reps=1 if n >= 256 else min(reps, 3), warmup=False)
+                                 reps=1 if n >= 64 else min(reps, 3), warmup=False)
         if torch_gave_up is None and not isinstance(row.results["torch c10d"], Stats):
             torch_gave_up = n
         rows.append(row)

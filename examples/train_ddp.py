@@ -33,6 +33,7 @@ import json
 import os
 import re
 import sys
+import time
 from datetime import timedelta
 
 import fsspec
@@ -164,8 +165,6 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
             opt.step()
             if args.step_sleep:
-                import time
-
                 time.sleep(args.step_sleep)
         mean = loss.detach().clone()
         dist.all_reduce(mean)

@@ -23,8 +23,15 @@ Decisions:
   the peers exit at once; an elastic job's is left open (torchrun keeps it open too), so the
   remaining nodes re-form without this one once its heartbeats stop.
 
+* Success: the workers all exited 0 -> ``handler.finish()``: the store's host waits for the
+  other nodes (the exit barrier, conf ``exit_barrier_timeout``, 300 s) and closes the job.
+  A CLOSED event while our workers run says whether the job *failed* (a peer gave up, the store
+  was lost: exit 1 with the peer's reason) or *finished* without us (exit 0).
+* The store's secret: a standalone agent (endpoint port 0) makes one up when the job brings
+  none; it never reaches the workers' environment (see ``config.AGENT_ONLY_ENV``).
 * Logs: ``<log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}``
-  (default log dir: a fresh temp dir). ``n`` counts every start of the worker group, membership
+  (default log dir: a fresh temp dir; every directory the agent creates is 0700, its own error
+  file 0600). ``n`` counts every start of the worker group, membership
   restarts included, so no attempt overwrites another's logs. A second agent of the same job on
   the same host with the same log dir gets ``<run_id>.1``.
 * The workers' store: group rank 0's agent picks a free port each round and publishes

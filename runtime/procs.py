@@ -344,7 +344,8 @@ def start_processes(
 
     ``entrypoint`` is a function (run with multiprocessing ``start_method``; it and its args
     must pickle unless ``fork``) or a binary (``args`` are its command-line arguments).
-    ``envs[r]`` is added to ``os.environ`` for local rank ``r``. Per stream, ``tee`` sends the
+    ``envs[r]`` is added to ``os.environ`` for local rank ``r`` (minus the rendezvous secret,
+    ``$XRUN_RDZV_TOKEN``/``$XRUN_RDZV_TOKEN_FILE``, unless ``envs`` sets it). Per stream, ``tee`` sends the
     output to ``<log_dir>/<r>/std{out,err}.log`` and to the console with the rank's prefix;
     ``redirects`` to the file only; neither leaves the console. ``local_ranks_filter`` limits
     console output to those ranks. With a ``log_dir`` each worker's

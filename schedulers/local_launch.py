@@ -124,15 +124,15 @@ def start_supervisor(paths: store.AppPaths, cwd: str) -> Child:
 def _fork_supervisor(paths: store.AppPaths, ready_fd: int) -> Child | None:
     """Fork the supervisor off this process: no interpreter start-up on the hot path.
 
-    Only from a single-threaded process's main thread (a fork copies just the calling
-    thread; another thread's locks would stay locked in the child forever), and only where
-    the cwd is the app's cwd (it is: the request was made here). None: exec instead.
+    Only from a single-threaded process (a fork copies just the calling thread; another
+    thread's locks would stay locked in the child forever): no other Python thread, and no
+    native one either (e.g. a notebook that imported torch has an OpenMP pool). None: exec.
     """
     import threading
 
     if threading.active_count() != 1 or threading.current_thread() is not threading.main_thread():
         return None
-    if not hasattr(os, "fork"):
+    if not hasattr(os, "fork") or _native_threads() != 1:
         return None
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -140,6 +140,14 @@ def _fork_supervisor(paths: store.AppPaths, ready_fd: int) -> Child | None:
 
         serve_forked(paths.state_dir, ready_fd, paths.supervisor_log)
     return Child(pid)
+
+
+def _native_threads() -> int:
+    """Threads of this process, including ones Python does not know (a library's pool)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: trust the threading module
+        return 1
 
 
 def _exec_supervisor(paths: store.AppPaths, cwd: str, ready_fd: int) -> Child:

@@ -6,6 +6,7 @@ argv (macros substituted), the environment set on top of the launcher's, and the
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shlex
@@ -190,6 +191,19 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
         app_id, paths.app_dir, cwd, grace, replicas, appdef_to_dict(app), notes, tolerate
     )
     return req
+
+
+def with_rdzv_secret(req: LocalRequest) -> LocalRequest:
+    """A copy of ``req`` whose replicas share a fresh rendezvous secret (``XRUN_RDZV_TOKEN``).
+
+    Made at schedule time, not in the request value, so ``--dryrun`` never shows it; it reaches
+    the agents through their environment (and the app's 0600 state file), never a command line.
+    """
+    token = os.urandom(16).hex()
+    out = copy.deepcopy(req)
+    for r in out.replicas:
+        r.env.setdefault("XRUN_RDZV_TOKEN", token)
+    return out
 
 
 def check_entrypoint(role: str, entrypoint: str, path: str, cwd: str) -> None:

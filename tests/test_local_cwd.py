@@ -165,6 +165,10 @@ def test_replicas_get_cwd_env_python_and_private_log_layout(
         assert stat.S_IMODE((rdir / "stderr.log").stat().st_mode) == 0o600
         assert stat.S_IMODE(rdir.stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "logs" / app_id).stat().st_mode) == 0o700
+    # One fresh rendezvous secret per app, shared by its replicas, never shown by --dryrun.
+    tokens = {json.loads((tmp_path / f"out-{i}.json").read_text())["env"]["XRUN_RDZV_TOKEN"] for i in range(2)}
+    assert len(tokens) == 1 and len(tokens.pop()) == 32
+    assert "XRUN_RDZV_TOKEN" not in str(sched.submit_dryrun(app, _cfg(tmp_path)))
 
 
 @pytest.mark.timeout(60)

@@ -8,6 +8,8 @@ import sys
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from xrun.errors import UsageError
 from xrun.runtime.__main__ import main
@@ -101,6 +103,34 @@ def test_rdzv_conf_has_one_parser_the_rendezvous_one() -> None:
     assert parse_rdzv_conf is rendezvous.parse_rdzv_conf
     cfg, _, _ = parse(["--rdzv-conf", "heartbeat_interval=1,heartbeat_timeout=3", "s.py"])
     assert rendezvous.config_from_conf(cfg.rdzv_conf).heartbeat_interval == 1.0
+
+
+_CONF_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "exit_barrier_timeout",
+              "heartbeat_interval", "heartbeat_timeout", "read_timeout", "timeout", "token_file",
+              "is_host", "token", "bogus", "")
+_CONF_VALUES = st.one_of(
+    st.sampled_from(["", "0", "-1", "1", "2.5", "1e9", "inf", "nan", "true", "maybe", "10m", "="]),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.one_of(st.sampled_from(_CONF_KEYS), st.text(max_size=6)),
+                          st.sampled_from(["=", ""]), _CONF_VALUES),
+                max_size=4),
+       st.sampled_from([",", ", ", ",,"]))
+def test_fuzzed_rdzv_conf_is_accepted_or_one_line_usage_error(
+        items: list[tuple[str, str, str]], sep: str) -> None:
+    raw = sep.join(f"{k}{eq}{v}" for k, eq, v in items)
+    try:
+        conf = parse_rdzv_conf(raw)
+    except UsageError as e:
+        msg = str(e)
+        assert msg and "\n" not in msg and "Traceback" not in msg
+        return
+    from xrun.runtime.rendezvous import config_from_conf
+
+    config_from_conf(conf)  # what parsed is what the rendezvous accepts
 
 
 def test_worker_env_defaults_and_user_values() -> None:
