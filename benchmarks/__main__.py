@@ -66,6 +66,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parse(argv)
+    from benchmarks.contenders import ensure_bytecode
+
+    ensure_bytecode()
     started = harness.machine()
     t0 = time.perf_counter()
     done: dict[str, tuple[str, list[Row]]] = {}

@@ -16,7 +16,9 @@ Launcher = Callable[[c.Job], list[c.Cmd]]
 
 def _runs(job: c.Job, who: dict[str, Launcher], timeout: float) -> dict[str, Callable[[], float]]:
     # Commands are built per run: each run gets its own free port and rendezvous id.
-    return {name: (lambda f=f: c.timed(f(job), timeout=timeout)) for name, f in who.items()}
+    def one(launcher: Launcher) -> Callable[[], float]:
+        return lambda: c.timed(launcher(job), timeout=timeout)
+    return {name: one(f) for name, f in who.items()}
 
 
 ALL: dict[str, Launcher] = {

@@ -55,7 +55,7 @@ def measure_4(reps: int, smoke: bool) -> list[Row]:
     def one(launcher: Callable[[c.Job], list[c.Cmd]]) -> Callable[[], float]:
         return lambda: peak_rss_mib(launcher(job)[0])
 
-    bare = ([c.PYTHON, "-c", f"import time; time.sleep({job.args[0]})"], {})
+    bare: c.Cmd = ([c.PYTHON, "-c", f"import time; time.sleep({job.args[0]})"], {})
     row = Row("agent peak RSS (VmHWM), 1x4 job", "MiB", "xrun agent <= 30 MiB",
               subject="xrun-agent", reference="torchrun", check=at_most("xrun-agent", 30.0))
     row.results = interleave({

@@ -8,6 +8,7 @@ Once torch misses the cap at some N it is not run at larger N.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from collections.abc import Callable
@@ -36,6 +37,15 @@ def _child(func: str, n: int, cap: float) -> float:
     return float(p.stdout.strip().splitlines()[-1])
 
 
+def _torch(n: int, cap: float, gave_up: int | None) -> Callable[[], float]:
+    if gave_up is None:
+        return functools.partial(_child, "run_torch", n, cap)
+
+    def skipped() -> float:
+        raise Unavailable(f"not run: no completion at {gave_up} agents already")
+    return skipped
+
+
 def measure_6(reps: int, smoke: bool) -> list[Row]:
     sizes = SMOKE_SIZES if smoke else FULL_SIZES
     cap = 30.0 if smoke else 60.0
@@ -45,14 +55,8 @@ def measure_6(reps: int, smoke: bool) -> list[Row]:
         row = Row(f"rendezvous of {n} agents", "s", "xrun: 1024 agents < 2 s" if n == 1024
                   else "(scaling)", reference="torch c10d",
                   check=at_most("xrun", 2.0) if n == 1024 else None)
-        torch_run: Callable[[], float]
-        if torch_gave_up is None:
-            torch_run = lambda n=n: _child("run_torch", n, cap)  # noqa: E731
-        else:
-            def torch_run(gave_up: int = torch_gave_up) -> float:
-                raise Unavailable(f"not run: no completion at {gave_up} agents already")
-        row.results = interleave({"torch c10d": torch_run,
-                                  "xrun": lambda n=n: _child("run", n, cap)},
+        row.results = interleave({"torch c10d": _torch(n, cap, torch_gave_up),
+                                  "xrun": functools.partial(_child, "run", n, cap)},
                                  reps=1 if n >= 64 else min(reps, 3), warmup=False)
         if torch_gave_up is None and not isinstance(row.results["torch c10d"], Stats):
             torch_gave_up = n

@@ -4,7 +4,7 @@
 pair run back to back: without tee (the workers write straight into the agent's stdout, a
 file) and with ``-t 3 --log-dir``; the figure is tee time / plain time. The tee run's console
 file is then checked: every rank's lines present, in order, each whole and prefixed
-(``[default<r>]:<r> <i> xxx...``). A lost or split line fails xrun (no figure); for a
+(``[default<r>]:<r> <i> xxx...``), and so are the per-rank log files. A lost or split line fails xrun (no figure); for a
 reference contender (torchrun's tee threads do interleave lines) it is written in the row's
 note and the figure kept, since the issue compares against torchrun's time as it is.
 """
@@ -44,6 +44,19 @@ def check_console(path: str, nproc: int, count: int) -> None:
                         f"(e.g. {example!r})")
 
 
+def check_logs(log_dir: str, nproc: int, count: int) -> None:
+    """Raise RunFailed unless each rank's stdout log under ``log_dir`` holds its ``count`` lines
+    unchanged (the layout ``<run_id>/attempt_<n>/<local_rank>/stdout.log`` is torchrun's)."""
+    found: dict[int, int] = {}
+    for dirpath, _, files in os.walk(log_dir):
+        if "stdout.log" in files:
+            with open(os.path.join(dirpath, "stdout.log"), "rb") as f:
+                found[int(os.path.basename(dirpath))] = sum(1 for _ in f)
+    if sorted(found) != list(range(nproc)) or any(n != count for n in found.values()):
+        raise RunFailed(f"tee log files: expected {count} lines for each local rank "
+                        f"0..{nproc - 1}, found {found}")
+
+
 def _pair(launcher: Callable[[c.Job], list[c.Cmd]], job: c.Job, tee_times: list[float],
           damage: list[str] | None) -> Callable[[], float]:
     """One sample; ``damage`` None -> lost/split lines raise, else they are appended to it."""
@@ -55,6 +68,7 @@ def _pair(launcher: Callable[[c.Job], list[c.Cmd]], job: c.Job, tee_times: list[
             teed = c.timed(launcher(tee_job), stdout=tee_out, timeout=300)
             try:
                 check_console(tee_out, job.nproc, int(job.args[0]))
+                check_logs(os.path.join(tmp, "logs"), job.nproc, int(job.args[0]))
             except RunFailed as e:
                 if damage is None:
                     raise

@@ -34,6 +34,9 @@ DEFAULT_DOCKERFILE = f"""\
 ARG IMAGE
 FROM ${{IMAGE}}
 COPY xrun /opt/xrun/xrun
+# Byte-compiled once here, not at every agent start (~60-80 ms each); a cached layer while
+# xrun itself is unchanged. Images without python3 still build (their roles run no agent).
+RUN python3 -m compileall -q /opt/xrun/xrun >/dev/null 2>&1 || true
 ENV PYTHONPATH=/opt/xrun${{PYTHONPATH:+:${{PYTHONPATH}}}}
 COPY workspace {WORKDIR}
 WORKDIR {WORKDIR}

@@ -19,6 +19,32 @@ attempts), after a failure or after the ``signal`` warning (default ``USR2@90``:
 srun, to each replica's agent, to its workers). Slurm holds a requeued job ~120 s (Reason
 BeginTime) before it runs again; status says PENDING with that reason meanwhile.
 
+Signals, the grace period and exit codes (tests/test_signals_slurm.py): ``cancel`` is
+``scancel JOBID``. slurmd sends SIGCONT and SIGTERM to every process of the job's steps (its
+process-tracking container: the batch shell, srun, each replica's ``xrun_replica`` wrapper,
+the runtime agent *and its workers*: a worker gets SIGTERM from slurmstepd as well as from its
+agent, measured on 22.05 with proctrack/linuxproc), then SIGKILL to whatever is left
+``KillWait`` seconds later (slurm.conf; Slurm's default 30 s, the test cluster's 5 s;
+``scontrol show config | grep KillWait``). The ``dist.ddp`` agent SIGKILLs the workers
+still alive after its shutdown timeout (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` in the role's env,
+default 30 s) and exits 143. A worker's grace period is therefore
+``min(agent shutdown timeout, KillWait)``.
+
+- While the processes end, Slurm shows the job COMPLETING: status says RUNNING with the message
+  ``COMPLETING signal=15``. Once every process has ended the job is CANCELLED (message
+  ``CANCELLED signal=15``; Slurm's ExitCode ``0:15``); ``xrun run --wait`` then exits 1.
+- Each replica ``xrun status`` shows reads CANCELLED, whatever its exit code: 143 (its agent
+  exited by itself: the workers obeyed, or the shutdown timeout came first), 1 (a dist.ddp
+  agent that saw a peer close the rendezvous before its own SIGTERM) or none at all: a SIGKILL
+  also ended the wrapper that records the code (slurmd's, when KillWait came first, or srun's
+  ``--kill-on-bad-exit`` after a peer exited non-zero). A replica that had already exited 0
+  stays SUCCEEDED.
+- A SIGTERM to the tasks that is not a cancel (``scancel --signal=TERM JOBID``, a site's drain
+  script) leaves the job to end by itself: the agents forward it and exit 143, the batch
+  script exits with srun's code (its tasks' highest) and the app ends FAILED
+  (``exit_code=143``), every replica FAILED with 143 (or 1 or none, as above); with
+  ``max_retries`` left, the batch script requeues the job instead.
+
 ``python3`` in the tasks: the batch script puts the submitting interpreter's bin dir first on
 ``PATH`` (run option ``python_path``), as local_cwd does; that suits clusters whose nodes share
 the login node's filesystem. Set ``python_path=`` (empty) to keep the nodes' own ``PATH``.
@@ -389,7 +415,11 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         node = (_read_lines(base + ".node") or [""])[0].strip() if base else ""
         code_text = (_read_lines(base + ".exit") or [""])[0].strip() if base else ""
         code = int(code_text) if code_text.lstrip("-").isdigit() else None
-        if code is not None:
+        if code is not None and code != 0 and app == AppState.CANCELLED:
+            # A cancel's SIGTERM makes a dist.ddp agent exit 143: that is the cancel, not a
+            # failure of the replica (as on docker and local_cwd). The code is kept.
+            state = AppState.CANCELLED
+        elif code is not None:
             state = AppState.SUCCEEDED if code == 0 else AppState.FAILED
         elif is_terminal(app) or app == AppState.PENDING:
             state = app

@@ -64,6 +64,8 @@ def xrun_ddp(tmp: Path, name: str, jobspec: str, *, retries: int = 0, timeout: f
         argvs = [[sys.executable, "-m", "xrun.runtime", "--nnodes", nodes, "--nproc-per-node",
                   nproc, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}",
                   "--rdzv-id", name, "--max-restarts", str(retries), "--tee", "3",
+                  # A survivor waits this long for lost peers before going on without them.
+                  "--rdzv-conf", "last_call_timeout=1",
                   *script_args[1:2], *script_args[3:]]
                  for _ in range(int(nodes.split(":")[-1]))]
     else:

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import chaos_driver as procs
@@ -46,7 +47,7 @@ while True:
 """
 
 
-def wait_for(cond, timeout: float, what: str) -> float:
+def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> float:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -55,7 +56,7 @@ def wait_for(cond, timeout: float, what: str) -> float:
     return time.monotonic()
 
 
-def start_job(tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, Path, dict[str, int]]:
+def start_job(tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, Path, dict[int, int]]:
     """``xrun run`` a 1x2 job of WORKER; return the CLI process, the handle, the marker dir and
     the workers' pids by rank once both are up."""
     script = tmp / "sigworker.py"
