@@ -458,3 +458,25 @@ def test_describe_without_squeue_json_uses_text_and_scontrol(tmp_path: Path, mon
     assert het is not None and het.state == AppState.SUCCEEDED
     running = sched.describe(ids["running"])
     assert running is not None and running.state == AppState.RUNNING
+
+
+@pytest.mark.parametrize(
+    "exit_text,app,expected",
+    [
+        ("143", AppState.CANCELLED, (AppState.CANCELLED, 143)),  # the cancel's SIGTERM
+        ("0", AppState.CANCELLED, (AppState.SUCCEEDED, 0)),  # had finished before the cancel
+        ("3", AppState.FAILED, (AppState.FAILED, 3)),
+        ("0", AppState.RUNNING, (AppState.SUCCEEDED, 0)),
+        (None, AppState.CANCELLED, (AppState.CANCELLED, None)),  # SIGKILLed with its wrapper
+    ],
+)
+def test_replica_state_from_its_exit_file_and_the_apps_state(
+    tmp_path: Path, exit_text: str | None, app: AppState, expected: tuple[AppState, int | None]
+) -> None:
+    base = tmp_path / "0"
+    (tmp_path / "0.node").write_text("c2\n")
+    if exit_text is not None:
+        (tmp_path / "0.exit").write_text(exit_text + "\n")
+    r = SlurmScheduler._replica(0, "trainer", str(base), ["c1"], app)
+    assert (r.state, r.exit_code) == expected
+    assert r.hostname == "c2" and r.role == "trainer"
