@@ -89,12 +89,12 @@ def measure_8(reps: int, smoke: bool) -> list[Row]:
     ratio.results = interleave({
         "torchrun": _pair(c.torchrun, job, times["torchrun"], damage),
         "xrun-agent": _pair(c.agent, job, times["xrun-agent"], None),
-    }, reps=min(reps, 3), warmup=False)
+    }, reps=reps, warmup=False)
     if damage:
         ratio.note = f"torchrun's console lost lines in {len(damage)} run(s): {damage[0]}"
     absolute = Row("the tee runs' wall time (floor: the workers alone, no launcher, no tee)", "s",
                    "(context)", subject="xrun-agent", reference="floor")
-    floor = interleave({"floor": lambda: _floor(job)}, reps=min(reps, 3), warmup=False)
+    floor = interleave({"floor": lambda: _floor(job)}, reps=reps, warmup=False)
     absolute.results = {**floor, **{k: Stats(v) if v else "no successful run"
                                     for k, v in times.items()}}
     return [ratio, absolute]

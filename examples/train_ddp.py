@@ -156,6 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
+    # DDP regroups its gradient buckets after its first backward pass, and gloo's all_reduce
+    # sums an element in an order that depends on where it sits in its bucket. A resumed run's
+    # first real step would then sum differently from an undisturbed run's step at the same
+    # point, and the results would drift apart in the last bits. One throwaway pass (its
+    # gradients are dropped, the optimizer does not step) makes every run train on the
+    # regrouped buckets from its first real step, so resuming is bit-for-bit exact.
+    x, _ = batch(args.seed, 0, rank, 0)
+    ddp(x).sum().backward()
+    opt.zero_grad(set_to_none=True)
 
     for epoch in range(int(done[0]) + 1, args.epochs + 1):
         for step in range(args.steps_per_epoch):

@@ -383,8 +383,20 @@ def test_supervisor_is_forked_when_safe_and_execd_from_a_thread(
         state = json.loads((tmp_path / "logs" / app_id / ".xrun" / "state.json").read_text())
         return Path(f"/proc/{state['supervisor']['pid']}/cmdline").read_bytes()
 
-    app = _sh("while [ ! -e go ]; do sleep 0.01; done; echo via ${app_id}")
-    forked = sched.submit(app, _cfg(tmp_path))
+    script = "while [ ! -e go ]; do sleep 0.01; done; echo via ${app_id}"
+    app = _sh(script)
+    # The forking case needs a single-threaded launcher: a fresh interpreter (this test process
+    # may carry threads of earlier tests, and then it rightly does not fork).
+    launcher = textwrap.dedent(f"""
+        from xrun.schedulers.local_cwd import create_scheduler
+        from xrun.specs import AppDef, Role
+        app = AppDef("t", [Role("w", image="unused", entrypoint="sh", args=["-c", {script!r}])])
+        print(create_scheduler("fresh").submit(app, {_cfg(tmp_path)!r}))
+    """)
+    forked = subprocess.run(
+        [sys.executable, "-c", launcher], cwd=tmp_path, capture_output=True, text=True,
+        timeout=60, check=True,
+    ).stdout.strip()  # fmt: skip
     got: list[str] = []
     t = threading.Thread(target=lambda: got.append(sched.submit(app, _cfg(tmp_path))))
     t.start()

@@ -108,7 +108,8 @@ def _worker_pids(marker: str) -> dict[int, int]:
 
 @pytest.mark.timeout(420)
 def test_ddp_1x2_trains_and_a_killed_worker_changes_nothing(tmp_path: Path) -> None:
-    train = ["--epochs", "3", "--steps-per-epoch", "5", "--step-sleep", "0.1"]
+    # Long enough after the first checkpoint that the kill lands while the workers train.
+    train = ["--epochs", "4", "--steps-per-epoch", "5", "--step-sleep", "0.2"]
     quiet = _xrun(
         *_run_args(tmp_path, "-j", "1x2", "--script", TRAIN, "--",
                    *train, "--checkpoint-dir", "quiet", "--out", "quiet.json"),

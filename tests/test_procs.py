@@ -245,7 +245,8 @@ def test_function_killed_by_signal():
 
 @pytest.mark.timeout(30)
 def test_binary_exit_codes_and_envs(tmp_path):
-    code = "import os, sys, time; time.sleep(0.3 * int(os.environ['MY_RANK'])); sys.exit(int(sys.argv[1]))"
+    # Both ranks outlive the fds() check below even on a loaded machine; rank 1 ends last.
+    code = "import os, sys, time; time.sleep(1 + 0.3 * int(os.environ['MY_RANK'])); sys.exit(int(sys.argv[1]))"
     ctx = start_processes("bin", PY, {0: ("-c", code, 0), 1: ("-c", code, 7)}, _envs(2))
     try:
         assert ctx.wait(timeout=0) is None  # still running
