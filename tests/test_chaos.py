@@ -48,29 +48,17 @@ def free_port() -> int:
 
 
 def xrun_ddp(tmp: Path, name: str, jobspec: str, *, retries: int = 0, timeout: float = 150,
-             chaos_run: chaos.Chaos | None = None, agents_only: bool = False,
-             ) -> tuple[dict[str, object], str]:
+             chaos_run: chaos.Chaos | None = None) -> tuple[dict[str, object], str]:
     """Run train_ddp through ``xrun run -s local_cwd dist.ddp`` in ``tmp``; return the --out
-    JSON and the output. ``chaos_run`` (started here) acts while the job runs.
-
-    ``agents_only``: start the job's agents directly (the same ``python -m xrun.runtime`` flags
-    local_cwd gives its replicas) instead of through local_cwd: see the elastic test."""
+    JSON and the output. ``chaos_run`` (started here) acts while the job runs."""
     out = tmp / f"{name}.json"
     port = free_port()
     train_args = [*TRAIN_ARGS, "--checkpoint-dir", str(tmp / f"{name}-ckpt"), "--out", str(out)]
-    if agents_only:
-        nodes, nproc = jobspec.split("x")
-        argvs = [[sys.executable, "-m", "xrun.runtime", "--nnodes", nodes, "--nproc-per-node",
-                  nproc, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}",
-                  "--rdzv-id", name, "--max-restarts", str(retries), "--tee", "3",
-                  # A survivor waits this long for lost peers before going on without them.
-                  "--rdzv-conf", "last_call_timeout=1",
-                  TRAIN, *train_args]
-                 for _ in range(int(nodes.split(":")[-1]))]
-    else:
-        argvs = [[XRUN, "run", "-s", "local_cwd", "-cfg", "stop_grace_s=2", "dist.ddp", "-j",
-                  jobspec, "--max_retries", str(retries), "--rdzv_port", str(port),
-                  "--script", TRAIN, "--", *train_args]]
+    argvs = [[XRUN, "run", "-s", "local_cwd", "-cfg", "stop_grace_s=2", "dist.ddp", "-j",
+              jobspec, "--max_retries", str(retries), "--rdzv_port", str(port),
+              # A survivor waits this long for lost peers before going on without them.
+              "--rdzv_conf", "last_call_timeout=1",
+              "--script", TRAIN, "--", *train_args]]
     procs = [subprocess.Popen(argv, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for argv in argvs]
     texts, codes = [], []
@@ -152,10 +140,8 @@ def test_elastic_job_survives_losing_an_agent(tmp_path: Path, reference: tuple) 
     marker = str(tmp_path / "elastic-ckpt")
     driver = chaos.Chaos(marker=marker, ckpt_dir=Path(marker), kills=1, seed=11, nworkers=4,
                          target="agent")
-    # Agents started directly: local_cwd's supervisor fails the whole app as soon as one replica
-    # dies (gang semantics, schedulers/local_supervisor.py Supervisor.reap/fail), elastic or not.
-    result, text = xrun_ddp(tmp_path, "elastic", "1:2x2", retries=3, chaos_run=driver,
-                            agents_only=True)
+    # Through local_cwd: an elastic role may lose replicas down to its minimum (1 here).
+    result, text = xrun_ddp(tmp_path, "elastic", "1:2x2", retries=3, chaos_run=driver)
     assert len(driver.done) == 1, f"the agent was not killed:\n{text[-3000:]}"
     kill = driver.done[0]
     assert "store host None" not in kill.what, f"could not tell the store's host: {kill.what}"
