@@ -10,8 +10,8 @@ polls it while it waits; ``xrun status`` calls it from any shell) reconciles. Wh
 end -- a replica failed for good (others are then stopped), all succeeded, or a cancel -- it
 copies every replica's logs to the state dir (see :mod:`xrun.schedulers.docker_state`), records
 the terminal status there, and removes the containers and the network. Logs and status stay
-readable after that from the state dir. An app nobody asks about keeps its containers (running
-or exited) until someone does.
+readable after that from the state dir. So that this happens with nobody watching too,
+``schedule()`` starts a detached watcher per app (:mod:`xrun.schedulers.docker_watch`).
 
 Signals, the grace period and exit codes (tests/test_signals_docker.py): every container runs
 with ``--init``, so tini (PID 1) forwards a SIGTERM to the replica's command. For ``dist.ddp``
@@ -205,6 +205,9 @@ class DockerScheduler(Scheduler[DockerJob]):
             raise SchedulerError(
                 f"docker refused app {job.app_id}: {e.explanation or e}; nothing was left running"
             ) from None
+        from xrun.schedulers import docker_watch
+
+        docker_watch.start(job.app_id, self.session_name)
         return job.app_id
 
     # ------------------------------------------------------------------ status

@@ -418,3 +418,28 @@ def test_old_workspace_images_are_pruned_but_shared_layers_stay(docker_engine: s
         assert tag not in tags and docker_engine in tags  # only the tag went
     finally:
         client.close()
+
+
+@pytest.mark.timeout(120)
+def test_gang_semantics_hold_with_nobody_watching(docker_engine: str) -> None:
+    """Submitted from a process that exits at once (like `xrun run -s docker` without --wait):
+    the detached watcher still stops the survivors of a failed replica and cleans up."""
+    code = textwrap.dedent(f"""
+        from xrun.schedulers.docker import DockerScheduler
+        from xrun.specs import AppDef, Role
+        cmd = "case ${{replica_id}} in 0) sleep 300;; 1) sleep 1; exit 5;; esac"
+        app = AppDef("unwatched", [Role("r", {docker_engine!r}, "sh", ["-c", cmd], num_replicas=2)])
+        print(DockerScheduler("default").submit(app, {{}}, workspace=""))
+    """)
+    app_id = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
+    deadline = time.monotonic() + 60
+    while _leftovers(app_id) and time.monotonic() < deadline:
+        time.sleep(0.5)  # nobody here calls describe(): only the watcher can reconcile
+    assert _leftovers(app_id) == [], "the sleeping replica was not stopped, nor cleaned up"
+    resp = DockerScheduler("default").describe(app_id)  # read from the recorded final status
+    assert resp is not None and resp.state == AppState.FAILED
+    codes = {r.id: (r.state, r.exit_code) for r in resp.roles_statuses[0].replicas}
+    assert codes[1] == (AppState.FAILED, 5)
+    assert codes[0][0] == AppState.CANCELLED
