@@ -153,6 +153,20 @@ def test_two_agents_env(tmp_path: Path, procs: list[subprocess.Popen[str]],
     assert {e["TORCHELASTIC_RUN_ID"] for e in evs.values()} == {"job"}
 
 
+def test_two_agents_over_ipv6(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+    """`--rdzv-endpoint [::1]:PORT`: the store serves and the agents join over IPv6."""
+    port = free_port()
+    agents = [
+        popen(procs, agent("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                           "--rdzv-endpoint", f"[::1]:{port}", "--rdzv-id", "v6",
+                           "--rdzv-conf", FAST, BEHAVE, str(tmp_path)))
+        for _ in range(2)
+    ]
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.communicate()[1]
+    check_world(by_rank(events(tmp_path)), [1, 1])
+
+
 @pytest.mark.timeout(120)
 def test_gloo_all_reduce_across_two_agents(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
     port = free_port()
