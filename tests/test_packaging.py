@@ -1,0 +1,33 @@
+"""The wheel installs one package, ``xrun``, with its three sub-packages inside it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(180)
+def test_wheel_holds_only_the_xrun_package(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(REPO)],
+        check=True, capture_output=True, text=True, timeout=170,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("xrun-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if ".dist-info/" not in n}
+    assert tops == {"xrun"}, f"nothing but xrun may be installed at the top level: {tops}"
+    for module in ("xrun/__init__.py", "xrun/py.typed", "xrun/specs.py", "xrun/cli.py",
+                   "xrun/components/dist.py", "xrun/schedulers/local_cwd.py",
+                   "xrun/schedulers/slurm.py", "xrun/schedulers/docker.py",
+                   "xrun/runtime/agent.py", "xrun/runtime/__main__.py"):  # fmt: skip
+        assert module in names, module
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "xrun = xrun.cli:main" in text and "xrun-agent = xrun.runtime.__main__:main" in text
