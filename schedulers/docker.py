@@ -19,10 +19,11 @@ that is the runtime agent, which forwards it to its workers' process groups, SIG
 still alive after its shutdown timeout (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, default 30 s) and
 exits 143 (128 + SIGTERM).
 
-- ``cancel`` (and the stop of the survivors when a replica failed) is ``docker stop`` with
-  :data:`STOP_TIMEOUT`: the engine SIGKILLs whatever still runs in a container that long after
-  the SIGTERM, and that replica exits 137. A worker's grace period is therefore
-  ``min(agent shutdown timeout, STOP_TIMEOUT)``; with dist.ddp's default it is STOP_TIMEOUT.
+- ``cancel`` (and the stop of the survivors when a replica failed) is ``docker stop`` with the
+  app's ``stop_timeout`` run option (default :data:`STOP_TIMEOUT`, kept in a label of each
+  container): the engine SIGKILLs whatever still runs in a container that long after the
+  SIGTERM, and that replica exits 137. A worker's grace period is therefore
+  ``min(agent shutdown timeout, stop_timeout)``; with dist.ddp's defaults it is 10 s.
   The app ends CANCELLED, and so does every replica the cancel found running, whatever its exit
   code: 143, 137, or 1 from a dist.ddp agent that saw a stopped peer close the rendezvous
   before its own SIGTERM arrived (it SIGTERMs its workers all the same).
@@ -74,6 +75,7 @@ from xrun.schedulers.docker_request import (
     LABEL_REPLICA,
     LABEL_ROLE,
     LABEL_SESSION,
+    LABEL_STOP_TIMEOUT,
     DockerJob,
     app_state,
     format_job,
@@ -93,6 +95,12 @@ from xrun.specs import AppDef, AppState, Role, is_terminal
 
 # Seconds a replica gets between SIGTERM (delivered by --init's tini to the agent) and SIGKILL.
 STOP_TIMEOUT = 10
+
+
+def stop_timeout(attrs: Mapping[str, Any]) -> int:
+    """The stop timeout a container was created with (the app's ``stop_timeout`` run option)."""
+    value = ((attrs.get("Config") or {}).get("Labels") or {}).get(LABEL_STOP_TIMEOUT, "")
+    return int(value) if str(value).isdigit() else STOP_TIMEOUT
 
 
 class DockerScheduler(Scheduler[DockerJob]):
@@ -140,6 +148,14 @@ class DockerScheduler(Scheduler[DockerJob]):
             default="1g",
         )
         opts.add("privileged", bool, "run the containers privileged", default=False)
+        opts.add(
+            "stop_timeout",
+            int,
+            "seconds between the SIGTERM and the engine's SIGKILL when a replica is stopped "
+            "(cancel, or a sibling failed); above the agent's shutdown timeout (30 s) the agent "
+            "ends its workers itself",
+            default=STOP_TIMEOUT,
+        )
         return opts
 
     def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
@@ -268,7 +284,8 @@ class DockerScheduler(Scheduler[DockerJob]):
             alive = [
                 c for c in containers if before[c.name] in (AppState.RUNNING, AppState.PENDING)
             ]
-            parallel(lambda c: c.stop(timeout=STOP_TIMEOUT), alive)
+            # Each container carries its app's stop_timeout (StopTimeout, set at create).
+            parallel(lambda c: c.stop(timeout=stop_timeout(c.attrs)), alive)
             for c in alive:
                 c.reload()
             stopped = {c.name for c in alive}

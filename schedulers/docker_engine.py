@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from xrun.errors import SchedulerError, UsageError
-from xrun.schedulers.docker_request import DockerContainer, DockerJob
+from xrun.schedulers.docker_request import LABEL_STOP_TIMEOUT, DockerContainer, DockerJob
 from xrun.schedulers.docker_workspace import IMAGE_REPO, image_tag
 from xrun.specs import BindMount
 
@@ -164,7 +164,9 @@ def create_args(client: Any, job: DockerJob, c: DockerContainer) -> dict[str, An
         "name": c.name,
         "hostname": c.name,
         "environment": c.env,
-        "labels": c.labels,
+        # The SDK cannot set a container's StopTimeout; a label keeps the app's stop_timeout
+        # with the container, so a cancel from any process honours it.
+        "labels": {**c.labels, LABEL_STOP_TIMEOUT: str(c.stop_timeout)},
         # tini as PID 1 forwards SIGTERM to the agent: a Python PID 1 ignores it, and every
         # stop would then wait the whole timeout.
         "init": True,

@@ -40,6 +40,7 @@ LABEL_APP_ID = "xrun.app_id"
 LABEL_ROLE = "xrun.role"
 LABEL_REPLICA = "xrun.replica"
 LABEL_SESSION = "xrun.session"
+LABEL_STOP_TIMEOUT = "xrun.stop_timeout"  # the app's stop_timeout run option, in seconds
 
 _DNS_MAX = 63
 
@@ -64,6 +65,7 @@ class DockerContainer:
     gpus: int = 0  # a device request for this many GPUs (-1: all)
     privileged: bool = False
     max_retries: int = 0  # restart policy on-failure with this many retries (0: none)
+    stop_timeout: int = 10  # seconds from SIGTERM to SIGKILL when the engine stops it
 
     def restart_policy(self) -> dict[str, Any] | None:
         if self.max_retries <= 0:
@@ -242,6 +244,7 @@ def _container(
         gpus=res.gpu if res.gpu > 0 else 0,
         privileged=bool(cfg.get("privileged")),
         max_retries=role.max_retries,
+        stop_timeout=int(cfg.get("stop_timeout") if cfg.get("stop_timeout") is not None else 10),
     )
 
 

@@ -137,14 +137,15 @@ class Jobs:
         marks.mkdir()
         return marks
 
-    def submit(self, j: str, stubborn: str = "", env: dict[str, str] | None = None) -> Job:
+    def submit(self, j: str, stubborn: str = "", env: dict[str, str] | None = None,
+               cfg: dict[str, object] | None = None) -> Job:
         """Through the scheduler API; returns once every worker is ready."""
         marks = self._marks()
         app = ddp(
             MARKS, "--stubborn", stubborn or "-", script=WORKER.name, j=j, name="sig/trainer",
             image="xrun-python:latest", env=env, mounts=[f"type=bind,src={marks},dst={MARKS}"],
         )  # fmt: skip
-        job = Job(self.sched, marks, self.sched.submit(app, {}, str(self.workspace)), j)
+        job = Job(self.sched, marks, self.sched.submit(app, cfg or {}, str(self.workspace)), j)
         self.started.append(job)
         job.wait_ready()
         return job
@@ -214,22 +215,26 @@ def test_cancel_sigterms_every_worker_and_ends_cancelled(jobs: Jobs) -> None:
 
 
 @pytest.mark.parametrize(
-    ("agent_timeout", "grace", "exit_code"),
+    ("agent_timeout", "stop_timeout", "grace", "exit_code"),
     [
         # The agent's shutdown timeout is the shorter: the agent SIGKILLs the stubborn worker,
         # then exits 143 by itself.
-        (2.0, 2.0, 143),
+        (2.0, None, 2.0, 143),
         # dist.ddp's default (the agent's 30 s) outlasts the stop: the engine SIGKILLs the whole
         # container STOP_TIMEOUT s after the SIGTERM, agent included (137 = 128 + SIGKILL).
-        (None, float(STOP_TIMEOUT), 137),
+        (None, None, float(STOP_TIMEOUT), 137),
+        # The same with the run option stop_timeout=3 (stored in the container: a cancel from
+        # any process honours it).
+        (None, 3, 3.0, 137),
     ],
-    ids=["agent-shutdown-timeout", "engine-stop-timeout"],
+    ids=["agent-shutdown-timeout", "engine-stop-timeout", "stop_timeout-run-option"],
 )
 def test_a_worker_that_ignores_sigterm_is_sigkilled_after_the_grace_period(
-    jobs: Jobs, agent_timeout: float | None, grace: float, exit_code: int
+    jobs: Jobs, agent_timeout: float | None, stop_timeout: int | None, grace: float, exit_code: int
 ) -> None:
     env = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(agent_timeout)} if agent_timeout else None
-    job = jobs.submit("1x2", stubborn="1", env=env)
+    cfg = {"stop_timeout": stop_timeout} if stop_timeout else None
+    job = jobs.submit("1x2", stubborn="1", env=env, cfg=cfg)
     t0 = time.monotonic()
     job.sched.cancel(job.app_id)
     elapsed = time.monotonic() - t0
