@@ -126,6 +126,7 @@ def format_job(job: DockerJob) -> str:
             opts.append("--privileged")
         if c.max_retries:
             opts.append(f"--restart on-failure:{c.max_retries}")
+        opts.append(f"--stop-timeout {c.stop_timeout}")
         opts.append(f"--entrypoint {_q(c.command[0])}")
         opts.append(_q(c.image) + "".join(" " + _q(a) for a in c.command[1:]))
         lines.append(" \\\n    ".join(opts))
@@ -157,6 +158,15 @@ def container_name(app_id: str, role: str, replica_id: int) -> str:
         digest = hashlib.sha1(base.encode()).hexdigest()[:8]
         base = base[: _DNS_MAX - len(suffix) - len(digest) - 1].rstrip("-") + "-" + digest
     return base + suffix
+
+
+def _stop_timeout(value: object) -> int:
+    """The ``stop_timeout`` run option: whole seconds, 0 or more (default 10)."""
+    if value is None:
+        return 10
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UsageError(f"run option stop_timeout={value!r} must be a whole number of seconds >= 0")
+    return value
 
 
 def make_app_id(app_name: str, unique: str) -> str:
@@ -244,7 +254,7 @@ def _container(
         gpus=res.gpu if res.gpu > 0 else 0,
         privileged=bool(cfg.get("privileged")),
         max_retries=role.max_retries,
-        stop_timeout=int(cfg.get("stop_timeout") if cfg.get("stop_timeout") is not None else 10),
+        stop_timeout=_stop_timeout(cfg.get("stop_timeout")),
     )
 
 

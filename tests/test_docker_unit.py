@@ -383,3 +383,14 @@ def test_job_record_rebuilt_from_containers() -> None:
             }
         ],
     }
+
+
+def test_stop_timeout_run_option_is_in_the_request_and_validated() -> None:
+    app = ddp(script="t.py", j="1x1", image="img")
+    sched = DockerScheduler("s")
+    job = sched.submit_dryrun(app, {"stop_timeout": "45"}).request
+    assert [c.stop_timeout for c in job.containers] == [45]
+    assert "--stop-timeout 45" in str(sched.submit_dryrun(app, {"stop_timeout": 45}))
+    assert sched.submit_dryrun(app, {}).request.containers[0].stop_timeout == 10
+    with pytest.raises(UsageError, match="stop_timeout=-1"):
+        sched.submit_dryrun(app, {"stop_timeout": -1})
