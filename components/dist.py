@@ -38,6 +38,10 @@ DEBUG_ENV = {
 RDZV_BACKENDS = ("c10d", "static")
 
 
+DEFAULT_RDZV_PORT = 29500
+# Set by a scheduler that knows a free port for the rendezvous of a multi-node app (local_cwd).
+RDZV_PORT_ENV = "XRUN_RDZV_PORT"
+
 def ddp(
     *script_args: str,
     script: str | None = None,
@@ -73,7 +77,7 @@ def ddp(
         j: [[MIN:]NNODES x]NPROC, e.g. 4, 2x4 or 1:3x8 (elastic)
         env: environment variables, k=v,k2=v2
         max_retries: how many times the worker group restarts before the job fails
-        rdzv_port: the rendezvous port on the first replica (multi-node only)
+        rdzv_port: the rendezvous port on the first replica (multi-node only; left at the default, local_cwd picks a free one per app)
         rdzv_backend: c10d or static
         rdzv_conf: extra rendezvous settings, e.g. join_timeout=600,last_call_timeout=30
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly] (several: repeat type=)
@@ -131,7 +135,7 @@ def spmd(
         j: [MIN:]NNODES, e.g. 2 or 1:4 (elastic)
         env: environment variables, k=v,k2=v2
         max_retries: how many times the worker group restarts before the job fails
-        rdzv_port: the rendezvous port on the first replica (multi-node only)
+        rdzv_port: the rendezvous port on the first replica (multi-node only; left at the default, local_cwd picks a free one per app)
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly]
         debug: set torch/NCCL debug environment variables
     """
@@ -194,7 +198,11 @@ def _app(
     multi_node = size.max_nnodes > 1
     # One node: a private rendezvous on a free port. Several: the first replica's host, which
     # the replica's shell reads from the env var the scheduler names through ${rank0_env}.
-    endpoint = f"${{{macros.rank0_env}}}:{rdzv_port}" if multi_node else "localhost:0"
+    # The default port defers to XRUN_RDZV_PORT when a scheduler sets it: local_cwd runs every
+    # replica on this host and gives each multi-node app a free port, so that two such apps
+    # never meet on 29500. A port the user chose is used as it is.
+    port = f"${{{RDZV_PORT_ENV}:-{rdzv_port}}}" if rdzv_port == DEFAULT_RDZV_PORT else str(rdzv_port)
+    endpoint = f"${{{macros.rank0_env}}}:{port}" if multi_node else "localhost:0"
     cmd = [
         "exec", "python3", "-m", "xrun.runtime",
         "--nnodes", size.nnodes_arg(),

@@ -194,16 +194,34 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
 
 
 def with_rdzv_secret(req: LocalRequest) -> LocalRequest:
-    """A copy of ``req`` whose replicas share a fresh rendezvous secret (``XRUN_RDZV_TOKEN``).
+    """A copy of ``req`` whose replicas share a fresh rendezvous secret (``XRUN_RDZV_TOKEN``)
+    and, per multi-replica role, a free rendezvous port (``XRUN_RDZV_PORT``, which dist.ddp's
+    default port defers to: every local replica is on this host, where two multi-node apps on
+    29500 would meet).
 
-    Made at schedule time, not in the request value, so ``--dryrun`` never shows it; it reaches
-    the agents through their environment (and the app's 0600 state file), never a command line.
+    Made at schedule time, not in the request value, so ``--dryrun`` never shows the secret; it
+    reaches the agents through their environment (and the app's 0600 state file), never a
+    command line. A role's own env wins over both.
     """
     token = os.urandom(16).hex()
     out = copy.deepcopy(req)
+    sizes: dict[str, int] = {}
+    for r in out.replicas:
+        sizes[r.role] = sizes.get(r.role, 0) + 1
+    ports = {role: str(_free_port()) for role, n in sizes.items() if n > 1}
     for r in out.replicas:
         r.env.setdefault("XRUN_RDZV_TOKEN", token)
+        if r.role in ports:
+            r.env.setdefault("XRUN_RDZV_PORT", ports[r.role])
     return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def check_entrypoint(role: str, entrypoint: str, path: str, cwd: str) -> None:

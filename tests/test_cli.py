@@ -49,8 +49,8 @@ def split_dryrun(stdout: str) -> tuple[AppDef, str]:
 
 @pytest.mark.parametrize(
     "j, nnodes, nproc, replicas, min_replicas, endpoint",
-    [("1x2", "1:1", 2, 1, 1, "localhost:0"), ("2x4", "2:2", 4, 2, 2, "${XRUN_RANK0_HOST}:29500"),
-     ("1:3x2", "1:3", 2, 3, 1, "${XRUN_RANK0_HOST}:29500")],
+    [("1x2", "1:1", 2, 1, 1, "localhost:0"), ("2x4", "2:2", 4, 2, 2, "${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}"),
+     ("1:3x2", "1:3", 2, 3, 1, "${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}")],
 )  # fmt: skip
 def test_dryrun(
     cli: Env, j: str, nnodes: str, nproc: int, replicas: int, min_replicas: int, endpoint: str

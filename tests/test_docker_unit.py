@@ -80,7 +80,7 @@ def test_ddp_2x2_materializes_one_container_per_replica() -> None:
         # Every replica finds the rendezvous host through the same env var: replica 0's name.
         assert c.env[RANK0_ENV] == "t-abc-tr-0"
         assert c.command[:2] == ["sh", "-c"]
-        assert "--rdzv-endpoint ${XRUN_RANK0_HOST}:29500" in c.command[2]
+        assert "--rdzv-endpoint ${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}" in c.command[2]
         assert "--rdzv-id t-abc" in c.command[2]
         assert c.command[2].endswith("train.py --lr '0.1 x'")
         assert c.labels == {

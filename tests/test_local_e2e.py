@@ -337,3 +337,26 @@ def test_eight_concurrent_1x2_jobs(tmp_path: Path) -> None:
         assert sorted(w[0] for w in who) == ["0", "1"] and {w[1] for w in who} == {"2"}
         ports |= {w[2] for w in who}
     assert len(ports) == 8, f"each job needs its own master port: {ports}"
+
+
+@pytest.mark.timeout(180)
+def test_two_concurrent_multi_node_jobs_on_the_default_port(tmp_path: Path) -> None:
+    """Two `-j 2x1` apps at once, neither giving --rdzv_port: local_cwd hands each its own free
+    rendezvous port (XRUN_RDZV_PORT), so they do not meet on 29500."""
+    script = _write(tmp_path / "who.py", (
+        "import os\nprint('who', os.environ['RANK'], os.environ['WORLD_SIZE'], "
+        "os.environ['TORCHELASTIC_RUN_ID'])\n"
+    ))
+    procs = [
+        subprocess.Popen(
+            [XRUN, *_run_args(tmp_path, "-j", "2x1", "--script", str(script))],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [p.communicate(timeout=150) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for _, e in results]
+    for out, err in results:
+        who = sorted(ln.split("who ")[1].split() for ln in err.splitlines() if "who " in ln)
+        run_id = _handle(out).rsplit("/", 1)[1]
+        assert who == [["0", "2", run_id], ["1", "2", run_id]], err[-2000:]

@@ -101,7 +101,7 @@ def test_single_role_is_one_homogeneous_allocation() -> None:
     assert f'export PATH={PY_BIN}:"$PATH"' in s
     assert "#SBATCH --comment=xrun:train;train=2\n" in s
     # The task, not the batch shell, expands these (accelerate#2816).
-    assert "${XRUN_RANK0_HOST}:29500" in s and "'\"${SLURM_JOB_ID}\"'" in s
+    assert "${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}" in s and "'\"${SLURM_JOB_ID}\"'" in s
     assert req.sbatch_argv == ["sbatch", "--parsable"]
     assert req.roles == {"train": 2} and req.log_root == f"{CHDIR}/slurm-logs"
 
