@@ -20,12 +20,12 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sigterm_job import WORKER, XRUN, SigtermJob, wait_for, xrun
 
 from xrun.components.dist import ddp
 from xrun.schedulers.docker import STOP_TIMEOUT, DockerScheduler
@@ -33,8 +33,6 @@ from xrun.specs import AppState
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
-XRUN = str(Path(sys.executable).with_name("xrun"))
-WORKER = Path(__file__).resolve().parent / "scripts" / "sigterm_worker.py"
 MARKS = "/marks"  # where the host's marker directory is mounted in every container
 
 
@@ -53,42 +51,11 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ws
 
 
-class Job:
-    """A submitted ``dist.ddp`` of the worker, and what its workers wrote in ``marks``."""
+class Job(SigtermJob):
+    """A docker job of the worker; also what it left on the engine."""
 
     def __init__(self, sched: DockerScheduler, marks: Path, app_id: str, j: str) -> None:
-        self.sched, self.marks, self.app_id = sched, marks, app_id
-        self.handle = f"docker://default/{app_id}"
-        nnodes, nproc = (int(x) for x in j.split("x"))
-        self.ranks = [str(r) for r in range(nnodes * nproc)]
-
-    def wait_ready(self) -> None:
-        """Until every rank has installed its SIGTERM handler."""
-        wait_for(lambda: all(self.mark(r, "ready") for r in self.ranks), 90, "every worker ready")
-
-    def mark(self, rank: str, kind: str) -> float | None:
-        """The number in ``<rank>.<kind>`` (a time or a pid), None while there is none."""
-        path = self.marks / f"{rank}.{kind}"
-        return float(path.read_text()) if path.exists() else None
-
-    def term(self, rank: str) -> float:
-        when = self.mark(rank, "term")
-        assert when is not None, f"rank {rank} got no SIGTERM: {sorted(self.marks.iterdir())}"
-        return when
-
-    def lived_after_sigterm(self, rank: str) -> float:
-        """How long ``rank`` went on beating after its SIGTERM (call it once the app ended)."""
-        last = self.mark(rank, "alive")
-        assert last is not None
-        return last - self.term(rank)
-
-    def replicas(self) -> list[tuple[int, AppState, int | None]]:
-        resp = self.sched.describe(self.app_id)
-        assert resp is not None
-        return [(r.id, r.state, r.exit_code) for r in resp.roles_statuses[0].replicas]
-
-    def log(self, k: int) -> str:
-        return "".join(self.sched.log_iter(self.app_id, "trainer", k))
+        super().__init__(sched, "docker", marks, app_id, j)
 
     def leftovers(self) -> list[str]:
         import docker
@@ -99,20 +66,6 @@ class Job:
             return [c.name for c in client.containers.list(all=True, filters=label)]
         finally:
             client.close()
-
-
-def wait_for(cond: Callable[[], object], timeout: float, what: str) -> float:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-    return time.monotonic()
-
-
-def xrun(*args: str) -> subprocess.CompletedProcess[str]:
-    """The real console script, as another shell would run it (same XDG_STATE_HOME)."""
-    return subprocess.run([XRUN, *args], capture_output=True, text=True, timeout=60)
 
 
 def ddp_args(j: str, marks: Path, stubborn: str = "") -> list[str]:

@@ -20,13 +20,13 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import slurm_fixture
+from sigterm_job import ROLE, WORKER, XRUN, SigtermJob, xrun
 from slurm_fixture import SlurmCluster
 
 from xrun.components.dist import ddp
@@ -37,10 +37,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
 
 # The session fixture, also when tests/conftest.py does not import it.
 slurm_cluster = slurm_fixture.slurm_cluster
-
-XRUN = str(Path(sys.executable).with_name("xrun"))
-WORKER = Path(__file__).resolve().parent / "scripts" / "sigterm_worker.py"
-ROLE = "trainer"
 
 
 def free_port() -> int:
@@ -60,15 +56,6 @@ def kill_wait_s() -> float:
     return float(m.group(1))
 
 
-def wait_for(cond: Callable[[], object], timeout: float, what: str) -> float:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-    return time.monotonic()
-
-
 def gone(pid: int) -> bool:
     """Not running: absent, or a zombie nobody has reaped yet (it runs no code)."""
     try:
@@ -78,48 +65,11 @@ def gone(pid: int) -> bool:
         return True
 
 
-def xrun(*args: str) -> subprocess.CompletedProcess[str]:
-    """The real console script, as another shell would run it (same XDG_STATE_HOME)."""
-    return subprocess.run([XRUN, *args], capture_output=True, text=True, timeout=60)
-
-
-class Job:
-    """A submitted ``dist.ddp`` of the worker, and what its workers wrote in ``marks``."""
+class Job(SigtermJob):
+    """A slurm job of the worker."""
 
     def __init__(self, sched: SlurmScheduler, marks: Path, app_id: str, j: str) -> None:
-        self.sched, self.marks, self.app_id = sched, marks, app_id
-        self.handle = f"slurm://default/{app_id}"
-        nnodes, nproc = (int(x) for x in j.split("x"))
-        self.ranks = [str(r) for r in range(nnodes * nproc)]
-
-    def wait_ready(self) -> None:
-        """Until every rank has installed its SIGTERM handler (the cluster may be busy with
-        other test processes' jobs, hence the generous bound)."""
-        wait_for(lambda: all(self.mark(r, "ready") for r in self.ranks), 90, "every worker ready")
-
-    def mark(self, rank: str, kind: str) -> float | None:
-        """The number in ``<rank>.<kind>`` (a time or a pid), None while there is none."""
-        path = self.marks / f"{rank}.{kind}"
-        return float(path.read_text()) if path.exists() else None
-
-    def term(self, rank: str) -> float:
-        when = self.mark(rank, "term")
-        assert when is not None, f"rank {rank} got no SIGTERM: {sorted(self.marks.iterdir())}"
-        return when
-
-    def lived_after_sigterm(self, rank: str) -> float:
-        """How long ``rank`` went on beating after its SIGTERM (call it once it is dead)."""
-        last = self.mark(rank, "alive")
-        assert last is not None
-        return last - self.term(rank)
-
-    def replicas(self) -> list[tuple[int, AppState, int | None]]:
-        resp = self.sched.describe(self.app_id)
-        assert resp is not None
-        return [(r.id, r.state, r.exit_code) for r in resp.roles_statuses[0].replicas]
-
-    def log(self, k: int) -> str:
-        return "".join(self.sched.log_iter(self.app_id, ROLE, k))
+        super().__init__(sched, "slurm", marks, app_id, j)
 
 
 class Jobs:

@@ -1,0 +1,75 @@
+"""Reading back what tests/scripts/sigterm_worker.py's workers wrote: one place that knows the
+marker files (``<rank>.ready``, ``.term``, ``.alive``), shared by the docker and slurm signal
+tests. Each scheduler's test wraps a submitted ``dist.ddp`` of the worker in a :class:`SigtermJob`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xrun.specs import AppState
+
+XRUN = str(Path(sys.executable).with_name("xrun"))
+WORKER = Path(__file__).resolve().parent / "scripts" / "sigterm_worker.py"
+ROLE = "trainer"  # every signal test names its role sig/trainer
+
+
+def wait_for(cond: Callable[[], object], timeout: float, what: str) -> float:
+    """Poll ``cond`` until it holds; the time it did (fails the test after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+    return time.monotonic()
+
+
+def xrun(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real console script, as another shell would run it (same XDG_STATE_HOME)."""
+    return subprocess.run([XRUN, *args], capture_output=True, text=True, timeout=60)
+
+
+class SigtermJob:
+    """A submitted ``dist.ddp`` of the worker (``-j NxM``), and what its workers wrote in ``marks``."""
+
+    def __init__(self, sched: Any, scheme: str, marks: Path, app_id: str, j: str) -> None:
+        self.sched, self.marks, self.app_id = sched, marks, app_id
+        self.handle = f"{scheme}://default/{app_id}"
+        nnodes, nproc = (int(x) for x in j.split("x"))
+        self.ranks = [str(r) for r in range(nnodes * nproc)]
+
+    def wait_ready(self) -> None:
+        """Until every rank has installed its SIGTERM handler (generous: a backend may be busy
+        with other test processes' jobs)."""
+        wait_for(lambda: all(self.mark(r, "ready") for r in self.ranks), 90, "every worker ready")
+
+    def mark(self, rank: str, kind: str) -> float | None:
+        """The number in ``<rank>.<kind>`` (a time or a pid), None while there is none."""
+        path = self.marks / f"{rank}.{kind}"
+        return float(path.read_text()) if path.exists() else None
+
+    def term(self, rank: str) -> float:
+        when = self.mark(rank, "term")
+        assert when is not None, f"rank {rank} got no SIGTERM: {sorted(self.marks.iterdir())}"
+        return when
+
+    def lived_after_sigterm(self, rank: str) -> float:
+        """How long ``rank`` went on beating after its SIGTERM (call it once it is dead)."""
+        last = self.mark(rank, "alive")
+        assert last is not None
+        return last - self.term(rank)
+
+    def replicas(self) -> list[tuple[int, AppState, int | None]]:
+        resp = self.sched.describe(self.app_id)
+        assert resp is not None
+        return [(r.id, r.state, r.exit_code) for r in resp.roles_statuses[0].replicas]
+
+    def log(self, k: int) -> str:
+        return "".join(self.sched.log_iter(self.app_id, ROLE, k))
