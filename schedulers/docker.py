@@ -76,6 +76,7 @@ from xrun.schedulers.docker_request import (
     LABEL_ROLE,
     LABEL_SESSION,
     LABEL_STOP_TIMEOUT,
+    STOP_TIMEOUT,
     DockerJob,
     app_state,
     format_job,
@@ -92,9 +93,6 @@ from xrun.schedulers.docker_status import (
 )
 from xrun.schedulers.docker_workspace import build_context
 from xrun.specs import AppDef, AppState, Role, is_terminal
-
-# Seconds a replica gets between SIGTERM (delivered by --init's tini to the agent) and SIGKILL.
-STOP_TIMEOUT = 10
 
 
 def stop_timeout(attrs: Mapping[str, Any]) -> int:
@@ -284,7 +282,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             alive = [
                 c for c in containers if before[c.name] in (AppState.RUNNING, AppState.PENDING)
             ]
-            # Each container carries its app's stop_timeout (StopTimeout, set at create).
+            # Each container carries its app's stop_timeout (a label, set at create).
             parallel(lambda c: c.stop(timeout=stop_timeout(c.attrs)), alive)
             for c in alive:
                 c.reload()

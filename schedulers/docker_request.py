@@ -41,6 +41,8 @@ LABEL_ROLE = "xrun.role"
 LABEL_REPLICA = "xrun.replica"
 LABEL_SESSION = "xrun.session"
 LABEL_STOP_TIMEOUT = "xrun.stop_timeout"  # the app's stop_timeout run option, in seconds
+# Seconds from a stop's SIGTERM to the engine's SIGKILL, unless the app's stop_timeout says.
+STOP_TIMEOUT = 10
 
 _DNS_MAX = 63
 
@@ -65,7 +67,7 @@ class DockerContainer:
     gpus: int = 0  # a device request for this many GPUs (-1: all)
     privileged: bool = False
     max_retries: int = 0  # restart policy on-failure with this many retries (0: none)
-    stop_timeout: int = 10  # seconds from SIGTERM to SIGKILL when the engine stops it
+    stop_timeout: int = STOP_TIMEOUT  # seconds from SIGTERM to SIGKILL when the engine stops it
 
     def restart_policy(self) -> dict[str, Any] | None:
         if self.max_retries <= 0:
@@ -161,9 +163,9 @@ def container_name(app_id: str, role: str, replica_id: int) -> str:
 
 
 def _stop_timeout(value: object) -> int:
-    """The ``stop_timeout`` run option: whole seconds, 0 or more (default 10)."""
+    """The ``stop_timeout`` run option: whole seconds, 0 or more (default STOP_TIMEOUT)."""
     if value is None:
-        return 10
+        return STOP_TIMEOUT
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise UsageError(f"run option stop_timeout={value!r} must be a whole number of seconds >= 0")
     return value

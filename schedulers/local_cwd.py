@@ -68,7 +68,7 @@ from xrun.schedulers.local_request import (
     assign_gpus,
     build_request,
     format_request,
-    with_rdzv_secret,
+    with_rdzv_env,
 )
 from xrun.schedulers.local_status import describe_app, stop_orphans, supervisor_pidfd
 from xrun.schedulers.local_supervisor import TERMINAL, is_alive
@@ -121,7 +121,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     # ---- schedule: make the dirs, start the supervisor
     def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
-        req = with_rdzv_secret(dryrun_info.request)
+        req = with_rdzv_env(dryrun_info.request)
         self._children[req.app_id] = launch(req)
         return req.app_id
 

@@ -193,7 +193,7 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
     return req
 
 
-def with_rdzv_secret(req: LocalRequest) -> LocalRequest:
+def with_rdzv_env(req: LocalRequest) -> LocalRequest:
     """A copy of ``req`` whose replicas share a fresh rendezvous secret (``XRUN_RDZV_TOKEN``)
     and, per multi-replica role, a free rendezvous port (``XRUN_RDZV_PORT``, which dist.ddp's
     default port defers to: every local replica is on this host, where two multi-node apps on
