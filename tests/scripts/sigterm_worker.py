@@ -5,7 +5,7 @@ Usage: sigterm_worker.py MARK_DIR [--stubborn RANK,...]
 Every worker (global rank R, from the env the runtime agent sets) writes, in MARK_DIR:
 
   R.ready   its pid, once its SIGTERM handler is installed (the test waits for all of them)
-  R.term    the time.time() at which SIGTERM arrived
+  R.term    the time.time() at which the first SIGTERM arrived
   R.alive   the time.time() of its latest heartbeat, rewritten every 0.05 s until it dies: the
             test reads how long a stubborn worker lived after SIGTERM, even when the worker ran
             in a container whose pids the host cannot see
@@ -41,8 +41,15 @@ def main() -> None:
     stubborn = rank in args.stubborn.split(",")
     base = os.path.join(args.marks, rank)
 
+    first_term: list[float] = []
+
     def on_term(signum: int, frame: FrameType | None) -> None:
-        write(base + ".term", repr(time.time()))
+        # Records the FIRST SIGTERM only. Two often arrive together (Slurm's slurmstepd and the
+        # agent both send one), and the second one's handler can run inside the first one's
+        # write(): writing again would race on the same temp file and kill the worker.
+        if not first_term:
+            first_term.append(time.time())
+            write(base + ".term", repr(first_term[0]))
         if not stubborn:
             sys.exit(0)
 
