@@ -44,18 +44,21 @@ def main() -> None:
     first_term: list[float] = []
 
     def on_term(signum: int, frame: FrameType | None) -> None:
-        # Records the FIRST SIGTERM only. Two often arrive together (Slurm's slurmstepd and the
-        # agent both send one), and the second one's handler can run inside the first one's
-        # write(): writing again would race on the same temp file and kill the worker.
+        # Only notes the time of the FIRST SIGTERM; the loop below writes it. Two often arrive
+        # together (Slurm's slurmstepd and the agent both send one), and a handler doing I/O
+        # could run again inside its own write and break it.
         if not first_term:
             first_term.append(time.time())
-            write(base + ".term", repr(first_term[0]))
-        if not stubborn:
-            sys.exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
     write(base + ".ready", str(os.getpid()))
+    recorded = False
     while True:
+        if first_term and not recorded:
+            write(base + ".term", repr(first_term[0]))
+            recorded = True
+            if not stubborn:
+                sys.exit(0)
         write(base + ".alive", repr(time.time()))
         time.sleep(0.05)
 
