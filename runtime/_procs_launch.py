@@ -165,6 +165,15 @@ class Launcher:
             paths[rank] = path
         else:
             paths[rank] = ""
+        if tee & bit and shown and file_fd is not None:
+            # The worker writes its log file itself and the tee tails it (see _tee).
+            try:
+                self.tee.add_file(paths[rank], console, prefix)
+            except OSError:
+                os.close(file_fd)
+                raise
+            to_close.append(file_fd)
+            return file_fd
         if tee & bit and shown:
             try:
                 r, w = make_pipe()

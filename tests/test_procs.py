@@ -388,7 +388,8 @@ def test_tee_without_log_dir_prefixes_console_only(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_tee_never_loses_or_splits_lines(tmp_path):
+@pytest.mark.parametrize("tail_files", [True, False], ids=["tailed-log-files", "pipes"])
+def test_tee_never_loses_or_splits_lines(tmp_path, tail_files):
     n_lines = 20_000
     # Block-buffered writes: the pipe sees 8 KiB chunks that cut lines anywhere.
     code = (
@@ -398,7 +399,10 @@ def test_tee_never_loses_or_splits_lines(tmp_path):
         "    if i % 10 == 0: e(f'{r} {i} err\\n')\n"
     )
     logs = tmp_path / "logs"
-    proc = _drive(tmp_path, timeout=100, codes=[code] * 4, log_dir=str(logs), tee=3)
+    # With a log dir the workers write their files and the tee tails them; without one the
+    # tee reads pipes.
+    where = {"log_dir": str(logs)} if tail_files else {}
+    proc = _drive(tmp_path, timeout=100, codes=[code] * 4, tee=3, **where)
     per_rank: dict[str, list[int]] = {str(r): [] for r in range(4)}
     line_re = re.compile(r"\[w(\d)\]:(\d) (\d+) (x*)")
     for line in proc.stdout.split("\n")[:-1]:
@@ -410,15 +414,21 @@ def test_tee_never_loses_or_splits_lines(tmp_path):
     err_lines = proc.stderr.split("\n")[:-1]
     assert len(err_lines) == 4 * n_lines // 10
     assert all(re.fullmatch(r"\[w(\d)\]:\1 \d+ err", x) for x in err_lines)
-    assert (logs / "3" / "stdout.log").read_text().count("\n") == n_lines
+    if tail_files:
+        assert (logs / "3" / "stdout.log").read_text().count("\n") == n_lines
+    else:
+        assert not logs.exists()
 
 
 @pytest.mark.timeout(60)
-def test_tee_shows_a_line_while_the_worker_still_runs(tmp_path):
+@pytest.mark.parametrize("tail_files", [True, False], ids=["tailed-log-files", "pipes"])
+def test_tee_shows_a_line_while_the_worker_still_runs(tmp_path, tail_files):
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     code = "import time; print('early', flush=True); time.sleep(5)"
-    cfg = {"codes": [code], "tee": 1}
+    cfg: dict[str, object] = {"codes": [code], "tee": 1}
+    if tail_files:
+        cfg["log_dir"] = str(tmp_path / "logs")
     driver = subprocess.Popen([PY, str(script), json.dumps(cfg)], stdout=subprocess.PIPE, text=True)
     try:
         t0 = time.monotonic()
