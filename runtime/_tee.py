@@ -64,6 +64,15 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
+def writev_all(fd: int, parts: tuple[bytes | memoryview, ...]) -> None:
+    """``parts`` in one ``writev`` where the fd takes it all (a file does), else the rest
+    through ``write_all``."""
+    n = os.writev(fd, parts)
+    total = sum(len(p) for p in parts)
+    if n < total:
+        write_all(fd, memoryview(b"".join(parts))[n:])
+
+
 class _Stream:
     __slots__ = ("fd", "file_fd", "console_fd", "prefix", "partial", "owned", "path")
 
@@ -79,36 +88,39 @@ class _Stream:
 
     def feed(self, data: bytes) -> None:
         if self.file_fd is not None:
-            self._write(self.file_fd, data, is_console=False)
+            self._write(self.file_fd, (data,), is_console=False)
         if self.console_fd is None:
             return
-        if self.partial:
-            data = self.partial + data
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            if len(data) < _MAX_PARTIAL:
-                self.partial = data
-                return
-            cut, data = len(data) + 1, data + b"\n"
-        self.partial = data[cut:]
-        self._console(data[:cut])
+        end = data.rfind(b"\n") + 1
+        if end == 0:  # no line ends here
+            if len(self.partial) + len(data) < _MAX_PARTIAL:
+                self.partial += data
+            else:  # a "line" this long goes out anyway, ended here: memory stays bounded
+                self._write(self.console_fd, (self.prefix, self.partial, data, b"\n"), True)
+                self.partial = b""
+            return
+        # The lines in data[:end], each prefixed, with the held partial line in front. One
+        # copy in all (the replace): the prefix in front and the held line go out as separate
+        # iovecs, and the tail after ``end`` (no newline in it, so unchanged by the replace) is
+        # cut off by a view.
+        head = (self.partial,) if self.partial else ()
+        if self.prefix:
+            body = data.replace(b"\n", b"\n" + self.prefix)
+            lines = memoryview(body)[: len(body) - (len(data) - end) - len(self.prefix)]
+            self._write(self.console_fd, (self.prefix, *head, lines), True)
+        else:
+            self._write(self.console_fd, (*head, memoryview(data)[:end]), True)
+        self.partial = data[end:]
 
     def finish(self) -> None:
         """The stream ended: write the held partial line, newline-terminated."""
         if self.partial and self.console_fd is not None:
-            self._console(self.partial + b"\n")
+            self._write(self.console_fd, (self.prefix, self.partial, b"\n"), True)
         self.partial = b""
 
-    def _console(self, lines: bytes) -> None:
-        # ``lines`` ends with a newline: prefix every line in one C-level pass.
-        if self.prefix:
-            lines = self.prefix + lines[:-1].replace(b"\n", b"\n" + self.prefix) + b"\n"
-        assert self.console_fd is not None
-        self._write(self.console_fd, lines, is_console=True)
-
-    def _write(self, fd: int, data: bytes, is_console: bool) -> None:
+    def _write(self, fd: int, parts: tuple[bytes | memoryview, ...], is_console: bool) -> None:
         try:
-            write_all(fd, data)
+            writev_all(fd, parts)
         except OSError:
             # A closed console (``| head``) or a full disk must not stop the other copy, nor
             # stall the worker on a pipe nobody drains: drop this target, keep reading.

@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xrun.runtime import _tee
 from xrun.runtime._inotify import Inotify
@@ -156,3 +159,54 @@ def test_a_burst_longer_than_one_turn_is_shown_without_another_write(
     assert _wait_for(lambda: two_files.console_path.stat().st_size == want, 20)
     shown = two_files.shown().splitlines()
     assert shown.count("[0]:" + "y" * 99) == n and "[1]:other" in shown
+
+
+@given(
+    lines=st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=20),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),
+    unterminated=st.booleans(),
+    prefix=st.sampled_from([b"", b"[default3]:"]),
+)
+@settings(max_examples=300, deadline=None)
+def test_console_gets_every_line_whole_and_prefixed_however_the_chunks_fall(
+    lines: list[bytes], cuts: list[int], unterminated: bool, prefix: bytes
+) -> None:
+    text = b"".join(line + b"\n" for line in lines)
+    if unterminated:
+        text += b"last"
+    r, w = os.pipe()
+    log_r, log_w = os.pipe()
+    try:
+        s = _tee._Stream(-1, log_w, w, prefix)
+        points = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
+        for a, b in pairwise(points):
+            s.feed(text[a:b])
+        s.finish()
+        os.close(w)
+        os.close(log_w)
+        shown = os.read(r, 1 << 20)
+        logged = os.read(log_r, 1 << 20)
+    finally:
+        for fd in (r, log_r):
+            os.close(fd)
+    want = [*lines, b"last"] if unterminated else lines
+    assert shown == b"".join(prefix + line + b"\n" for line in want)
+    assert logged == text  # the log copy is byte for byte
+
+
+def test_a_line_longer_than_the_cap_goes_out_in_pieces_each_ended(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        s = _tee._Stream(-1, None, fd, b"[p]:")
+        chunk = b"z" * (_tee._MAX_PARTIAL // 2)
+        for _ in range(3):
+            s.feed(chunk)
+        s.feed(b"end\n")
+        s.finish()
+    finally:
+        os.close(fd)
+    got = out.read_bytes().split(b"\n")
+    assert got[-1] == b"" and all(piece.startswith(b"[p]:") for piece in got[:-1])
+    assert b"".join(piece[4:] for piece in got[:-1]) == chunk * 3 + b"end"
+    assert max(len(piece) for piece in got) <= _tee._MAX_PARTIAL + len(chunk) + 4
