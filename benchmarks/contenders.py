@@ -30,7 +30,7 @@ PYTHON = sys.executable
 # Every contender's workers get it: torchrun sets it for >1 worker anyway (and warns when it
 # has to), the floor would otherwise let four torch imports each start one thread per core.
 BASE_ENV = {"OMP_NUM_THREADS": "1"}
-# xrun's own folders, as the editable install maps them (see pyproject.toml).
+# xrun's own folders (src/xrun links to the other three; compileall skips the links).
 XRUN_SOURCES = ("src/xrun", "components", "schedulers", "runtime")
 
 

@@ -79,8 +79,8 @@ def _walk(root: Path) -> Iterator[Path]:
 def xrun_package_files() -> dict[str, Path]:
     """``{"xrun/runtime/agent.py": path, ...}`` for xrun as installed (editable or not).
 
-    An editable install keeps the sub-packages in their own folders, so each is located by
-    itself; ``find_spec`` finds them without executing them.
+    Each package is located by itself (``find_spec``, which executes nothing): in a checkout
+    the sub-packages are symlinked folders, which the walk does not follow.
     """
     files: dict[str, Path] = {}
     for name in _XRUN_PACKAGES:

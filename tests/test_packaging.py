@@ -31,3 +31,17 @@ def test_wheel_holds_only_the_xrun_package(tmp_path: Path) -> None:
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "xrun = xrun.cli:main" in text and "xrun-agent = xrun.runtime.__main__:main" in text
+
+
+def test_the_editable_install_adds_no_import_hook_to_every_python_start() -> None:
+    # setuptools installs a src layout as a path in a .pth file; a package-dir mapping would
+    # get a finder module that every interpreter in the venv imports (14 ms each, workers too).
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"],
+                          capture_output=True, text=True, check=True, cwd="/")
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()]
+    assert not [m for m in imported if "editable" in m or "finder" in m], imported
+    # ... and xrun still resolves from this checkout, sub-packages included.
+    code = "import xrun.runtime.agent as a, xrun.components.dist as d; print(a.__file__, d.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd="/").stdout.split()
+    assert out == [str(REPO / "src/xrun/runtime/agent.py"), str(REPO / "src/xrun/components/dist.py")]
