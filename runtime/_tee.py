@@ -283,11 +283,17 @@ class Tee:
 
     def _drain_all(self) -> None:
         # Until each pipe is empty (or ended) and each file read to its end: nothing a worker
-        # wrote before the close is lost, however slowly this thread got scheduled. The byte
-        # cap only stops a grandchild that escaped the process group and writes forever.
+        # wrote before the close is lost, however slowly this thread got scheduled or however
+        # far a fast writer got ahead of it. What bounds the reading is only there to stop a
+        # grandchild that escaped the process group and writes forever: for a file, its size
+        # now; for a pipe, a byte cap.
         for s in self._streams:
             if s.path is not None:
-                self._read_file(s, _DRAIN_CAP)
+                try:
+                    left = os.fstat(s.fd).st_size - os.lseek(s.fd, 0, os.SEEK_CUR)
+                except OSError:
+                    left = _DRAIN_CAP
+                self._read_file(s, left)
                 continue
             budget = _DRAIN_CAP
             while budget > 0:

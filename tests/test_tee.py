@@ -210,3 +210,14 @@ def test_a_line_longer_than_the_cap_goes_out_in_pieces_each_ended(tmp_path: Path
     assert got[-1] == b"" and all(piece.startswith(b"[p]:") for piece in got[:-1])
     assert b"".join(piece[4:] for piece in got[:-1]) == chunk * 3 + b"end"
     assert max(len(piece) for piece in got) <= _tee._MAX_PARTIAL + len(chunk) + 4
+
+
+def test_close_shows_everything_however_far_the_tee_lagged(
+    two_files: _Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker may write far ahead of the tee (a file never blocks it). The final drain reads
+    # each file up to its size at close, not up to the byte cap that bounds a pipe's drain.
+    monkeypatch.setattr(_tee, "_DRAIN_CAP", 1024)
+    os.write(two_files.writers[0], b"".join(b"%d\n" % i for i in range(5000)))  # ~24 KiB
+    two_files.close()  # never started: close drains
+    assert two_files.shown().splitlines() == [f"[0]:{i}" for i in range(5000)]
