@@ -218,6 +218,6 @@ def test_close_shows_everything_however_far_the_tee_lagged(
     # A worker may write far ahead of the tee (a file never blocks it). The final drain reads
     # each file up to its size at close, not up to the byte cap that bounds a pipe's drain.
     monkeypatch.setattr(_tee, "_DRAIN_CAP", 1024)
-    os.write(two_files.writers[0], b"".join(b"%d\n" % i for i in range(5000)))  # ~24 KiB
+    os.write(two_files.writers[0], b"".join(b"%d\n" % i for i in range(50000)))  # 290 KiB
     two_files.close()  # never started: close drains
-    assert two_files.shown().splitlines() == [f"[0]:{i}" for i in range(5000)]
+    assert two_files.shown().splitlines() == [f"[0]:{i}" for i in range(50000)]
