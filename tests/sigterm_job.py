@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import poll_until
 
 from xrun.specs import AppState
 
@@ -23,11 +24,8 @@ ROLE = "trainer"  # every signal test names its role sig/trainer
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str) -> float:
     """Poll ``cond`` until it holds; the time it did (fails the test after ``timeout`` s)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+    if not poll_until(cond, timeout, 0.05):
+        pytest.fail(f"timed out after {timeout} s waiting for {what}")
     return time.monotonic()
 
 

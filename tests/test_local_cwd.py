@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import poll_until
 
 from xrun.errors import AppNotFoundError, UsageError
 from xrun.schedulers.api import Stream, get_scheduler
@@ -57,10 +58,7 @@ def _other_process(code: str, timeout: float = 30) -> subprocess.CompletedProces
 
 
 def _wait_for(pred, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+    assert poll_until(pred, timeout, 0.02), "timed out"
 
 
 # --------------------------------------------------------------------------- dry run (a value)

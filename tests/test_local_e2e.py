@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import poll_until
 
 from xrun.schedulers.local_supervisor import is_alive
 
@@ -60,10 +61,7 @@ def _handle(stdout: str) -> str:
 
 
 def _wait_for(pred, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+    assert poll_until(pred, timeout, 0.02), "timed out"
 
 
 def _write(path: Path, text: str) -> Path:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
+from waiting import poll_until
 
 from xrun.errors import UsageError
 from xrun.runtime.procs import PContext, Std, start_processes
@@ -66,15 +67,6 @@ def _alive(pid: int) -> bool:
             return fp.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-def _wait_for(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
 
 
 # -- Std.parse ----------------------------------------------------------------------------------
@@ -500,7 +492,7 @@ def test_close_escalates_to_sigkill_and_kills_the_group(tmp_path):
         """
     )
     ctx = start_processes("bin", PY, {0: ("-c", code)}, {0: {}})
-    assert _wait_for(ready.exists, 20) and _wait_for(lambda: ready.read_text() != "", 5)
+    assert poll_until(ready.exists, 20) and poll_until(lambda: ready.read_text() != "", 5)
     grandchild = int(ready.read_text())
     t0 = time.monotonic()
     ctx.close(death_sig=signal.SIGTERM, timeout=0.5)
@@ -509,7 +501,7 @@ def test_close_escalates_to_sigkill_and_kills_the_group(tmp_path):
     assert not _alive(ctx.pids()[0])
     assert ctx._workers[0].exitcode == -signal.SIGKILL
     assert not os.path.exists(f"/proc/{ctx.pids()[0]}")  # reaped: no zombie left behind
-    assert _wait_for(lambda: not _alive(grandchild), 2)
+    assert poll_until(lambda: not _alive(grandchild), 2)
 
 
 @pytest.mark.timeout(30)
@@ -551,16 +543,16 @@ def test_workers_die_with_the_agent(tmp_path, kind):
     # TMPDIR: the killed agent cannot remove its scratch dir; keep it inside tmp_path
     agent = subprocess.Popen([PY, str(script)], env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
-        assert _wait_for(pids_file.exists, 40)
+        assert poll_until(pids_file.exists, 40)
         pids = json.loads(pids_file.read_text())
         if kind == "function":  # running the function: past the prctl
             ready = [tmp_path / "ready0", tmp_path / "ready1"]
-            assert _wait_for(lambda: all(p.exists() for p in ready), 40)
+            assert poll_until(lambda: all(p.exists() for p in ready), 40)
         assert all(_alive(p) for p in pids)
         agent.kill()
         agent.wait()
         t0 = time.monotonic()
-        assert _wait_for(lambda: not any(_alive(p) for p in pids), 1.0), (
+        assert poll_until(lambda: not any(_alive(p) for p in pids), 1.0), (
             "workers outlived the agent"
         )
         assert time.monotonic() - t0 < 1.0
@@ -591,7 +583,7 @@ def test_worker_whose_agent_died_before_its_prctl_exits(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # the agent's scratch dir stays behind
     subprocess.run([PY, str(script)], timeout=40, check=True, env=env)
     pids = json.loads(pids_file.read_text())
-    assert _wait_for(lambda: not any(_alive(p) for p in pids), 20), "orphaned worker survived"
+    assert poll_until(lambda: not any(_alive(p) for p in pids), 20), "orphaned worker survived"
     assert not ready.exists()  # it never ran the user's function
 
 

@@ -8,27 +8,18 @@ test_procs.py; these pin the paths a worker cannot steer on demand.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from waiting import poll_until
 
 from xrun.runtime import _tee
 from xrun.runtime._inotify import Inotify
 from xrun.runtime._tee import Tee
-
-
-def _wait_for(pred: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
 
 
 class _Setup:
@@ -64,10 +55,10 @@ def test_a_written_line_reaches_the_console_before_close(two_files: _Setup) -> N
     two_files.tee.start()
     assert two_files.tee._inotify is not None  # woken by inotify, not by polling
     # Only once the start-up read is done does the next line need a wake-up.
-    assert _wait_for(lambda: two_files.shown() == "[1]:start\n", 5), two_files.shown()
+    assert poll_until(lambda: two_files.shown() == "[1]:start\n", 5), two_files.shown()
     os.write(two_files.writers[1], b"hello\nhalf")
     want = "[1]:start\n[1]:hello\n"
-    assert _wait_for(lambda: two_files.shown() == want, 5), two_files.shown()
+    assert poll_until(lambda: two_files.shown() == want, 5), two_files.shown()
     two_files.close()
     assert two_files.shown() == want + "[1]:half\n"  # the partial line, ended at close
     assert two_files.logs[1].read_text() == "start\nhello\nhalf"  # the file is untouched
@@ -76,7 +67,7 @@ def test_a_written_line_reaches_the_console_before_close(two_files: _Setup) -> N
 def test_what_was_written_before_start_is_shown(two_files: _Setup) -> None:
     os.write(two_files.writers[0], b"early\n")  # before any watch existed
     two_files.tee.start()
-    assert _wait_for(lambda: two_files.shown() == "[0]:early\n", 5), two_files.shown()
+    assert poll_until(lambda: two_files.shown() == "[0]:early\n", 5), two_files.shown()
 
 
 def test_without_inotify_the_files_are_polled(
@@ -90,11 +81,11 @@ def test_without_inotify_the_files_are_polled(
     os.write(two_files.writers[0], b"start\n")
     two_files.tee.start()
     assert two_files.tee._inotify is None
-    assert _wait_for(lambda: two_files.shown() == "[0]:start\n", 5), two_files.shown()
+    assert poll_until(lambda: two_files.shown() == "[0]:start\n", 5), two_files.shown()
     os.write(two_files.writers[0], b"a\n")
     os.write(two_files.writers[1], b"b\n")
     want = ["[0]:a", "[0]:start", "[1]:b"]
-    assert _wait_for(lambda: sorted(two_files.shown().splitlines()) == want, 5)
+    assert poll_until(lambda: sorted(two_files.shown().splitlines()) == want, 5)
 
 
 def test_an_overflowed_queue_reads_every_file(
@@ -110,9 +101,9 @@ def test_an_overflowed_queue_reads_every_file(
     monkeypatch.setattr(_tee, "Inotify", Overflowing)
     os.write(two_files.writers[0], b"before\n")  # read at start, before any wake-up
     two_files.tee.start()
-    assert _wait_for(lambda: two_files.shown() == "[0]:before\n", 5), two_files.shown()
+    assert poll_until(lambda: two_files.shown() == "[0]:before\n", 5), two_files.shown()
     os.write(two_files.writers[0], b"x\n")
-    assert _wait_for(lambda: two_files.shown() == "[0]:before\n[0]:x\n", 5), two_files.shown()
+    assert poll_until(lambda: two_files.shown() == "[0]:before\n[0]:x\n", 5), two_files.shown()
 
 
 def test_inotify_reports_a_real_queue_overflow(tmp_path: Path) -> None:
@@ -156,7 +147,7 @@ def test_a_burst_longer_than_one_turn_is_shown_without_another_write(
     os.write(two_files.writers[0], line * n)
     os.write(two_files.writers[1], b"other\n")
     want = n * len(b"[0]:") + n * len(line) + len(b"[1]:other\n")
-    assert _wait_for(lambda: two_files.console_path.stat().st_size == want, 20)
+    assert poll_until(lambda: two_files.console_path.stat().st_size == want, 20)
     shown = two_files.shown().splitlines()
     assert shown.count("[0]:" + "y" * 99) == n and "[1]:other" in shown
 
