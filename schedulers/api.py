@@ -289,6 +289,13 @@ class Scheduler(abc.ABC, Generic[T]):
         """Release clients/connections."""
 
 
+def replicas_role_may_lose(role: Role) -> int:
+    """How many of ``role``'s replicas may fail before the app fails (gang semantics relaxed
+    for elastic roles): down to ``max(min_replicas, 1)`` survivors; 0 for a fixed-size role."""
+    floor = role.min_replicas if role.min_replicas is not None else role.num_replicas
+    return role.num_replicas - max(floor, 1)
+
+
 def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterator[str]:
     """Lines matching ``regex`` (all lines when None); a bad pattern is a UsageError."""
     if not regex:

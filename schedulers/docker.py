@@ -5,9 +5,16 @@ named after the app id and one container per replica, named ``<app_id>-<role>-<i
 hostname and network alias). Every container gets ``XRUN_RANK0_HOST`` = its role's replica-0
 name, which the dist.ddp command line uses as the rendezvous host.
 
-Who enforces gang semantics: there is no daemon of ours, so every :meth:`describe` (``xrun run``
+Gang semantics: a replica that fails for good fails the app and the others are stopped, except
+in an elastic role (``min_replicas < num_replicas``, e.g. ``-j 1:3x8``), which may lose replicas
+down to ``max(min_replicas, 1)``: the survivors carry on (dist.ddp's agents re-form the group
+without the lost node) and the app succeeds if they do, as on local_cwd. Each container carries
+its role's allowance in a label, so any process can judge.
+
+Who enforces them: there is no daemon of ours, so every :meth:`describe` (``xrun run``
 polls it while it waits; ``xrun status`` calls it from any shell) reconciles. When it sees the
-end -- a replica failed for good (others are then stopped), all succeeded, or a cancel -- it
+end -- a replica failed beyond its role's allowance (others are then stopped), all ended
+otherwise, or a cancel -- it
 copies every replica's logs to the state dir (see :mod:`xrun.schedulers.docker_state`), records
 the terminal status there, and removes the containers and the network. Logs and status stay
 readable after that from the state dir. So that this happens with nobody watching too,
@@ -78,7 +85,6 @@ from xrun.schedulers.docker_request import (
     LABEL_STOP_TIMEOUT,
     STOP_TIMEOUT,
     DockerJob,
-    app_state,
     format_job,
     make_app_id,
     materialize,
@@ -86,6 +92,7 @@ from xrun.schedulers.docker_request import (
 )
 from xrun.schedulers.docker_state import AppStateStore, replicas_from_json, replicas_to_json
 from xrun.schedulers.docker_status import (
+    containers_app_state,
     end_message,
     job_from_containers,
     role_statuses,
@@ -247,8 +254,7 @@ class DockerScheduler(Scheduler[DockerJob]):
                 # Finalised meanwhile by another process, or removed behind our back.
                 return self._finalize(app_id)
             return None
-        states = [replica_state(c.attrs)[0] for c in containers]
-        state = app_state(states, self._store.is_cancelled(app_id))
+        state = containers_app_state(containers, self._store.is_cancelled(app_id))
         if is_terminal(state):
             return self._finalize(app_id)
         return self._live(app_id, containers, state)
@@ -274,7 +280,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             containers = self._containers(app_id)
             before = {c.name: replica_state(c.attrs)[0] for c in containers}
             cancelled = self._store.is_cancelled(app_id)
-            state = app_state(list(before.values()), cancelled)
+            state = containers_app_state(containers, cancelled, before)
             if not containers:
                 state = AppState.FAILED
             elif not is_terminal(state):
@@ -351,7 +357,7 @@ class DockerScheduler(Scheduler[DockerJob]):
         containers = self._containers(app_id)
         if not containers and self._store.load_job(app_id) is None:
             raise AppNotFoundError(f"docker app {app_id!r} not found (see `xrun list -s docker`)")
-        state = app_state([replica_state(c.attrs)[0] for c in containers], False)
+        state = containers_app_state(containers, False)
         if not is_terminal(state):
             # Before any stop: a replica killed by this cancel must read as CANCELLED.
             self._store.mark_cancelled(app_id)
@@ -436,11 +442,10 @@ class DockerScheduler(Scheduler[DockerJob]):
             final = self._store.load_final(app_id)
             if final is not None:
                 continue  # ended; listed below from its record
-            states = [replica_state(c.attrs)[0] for c in cs]
             out.append(
                 ListAppResponse(
                     app_id=app_id,
-                    state=app_state(states, self._store.is_cancelled(app_id)),
+                    state=containers_app_state(cs, self._store.is_cancelled(app_id)),
                     name=cs[0].labels.get(LABEL_APP, ""),
                     app_handle=f"docker://{self.session_name}/{app_id}",
                 )

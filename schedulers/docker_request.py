@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from xrun.errors import UsageError
+from xrun.schedulers.api import replicas_role_may_lose
 from xrun.specs import (
     AppDef,
     AppState,
@@ -41,6 +42,9 @@ LABEL_ROLE = "xrun.role"
 LABEL_REPLICA = "xrun.replica"
 LABEL_SESSION = "xrun.session"
 LABEL_STOP_TIMEOUT = "xrun.stop_timeout"  # the app's stop_timeout run option, in seconds
+# An elastic role's replicas carry how many of the role's replicas may fail before the app
+# fails (see replicas_role_may_lose); absent: none may, the gang fails with its first failure.
+LABEL_MAY_LOSE = "xrun.may_lose"
 # Seconds from a stop's SIGTERM to the engine's SIGKILL, unless the app's stop_timeout says.
 STOP_TIMEOUT = 10
 
@@ -233,6 +237,7 @@ def _container(
             devices.append(f"{m.src_path}:{m.dst_path}:{m.permissions}")
         else:
             mounts.append(m)
+    may_lose = replicas_role_may_lose(role)
     return DockerContainer(
         name=container_name(app_id, role.name, replica_id),
         image=role.image,
@@ -246,6 +251,7 @@ def _container(
             LABEL_ROLE: role.name,
             LABEL_REPLICA: str(replica_id),
             LABEL_SESSION: session,
+            **({LABEL_MAY_LOSE: str(may_lose)} if may_lose else {}),
         },
         ports=sorted(set(role.port_map.values())),
         mounts=mounts,
@@ -288,19 +294,30 @@ def replica_state(attrs: Mapping[str, Any]) -> tuple[AppState, int | None]:
     return AppState.UNKNOWN, code
 
 
-def app_state(replicas: list[AppState], cancelled: bool) -> AppState:
-    """Gang semantics: one failed replica fails the app; it succeeds when all replicas did."""
+def app_state(
+    replicas: list[tuple[str, AppState]],
+    cancelled: bool,
+    may_lose: Mapping[str, int] | None = None,
+) -> AppState:
+    """Gang semantics over ``(role, state)`` pairs: a failed replica fails the app, unless its
+    (elastic) role may lose that many (``may_lose``, by role); the app succeeds when every
+    replica succeeded or failed within its role's allowance."""
     if cancelled:
         return AppState.CANCELLED
     if not replicas:
         return AppState.UNKNOWN
-    if AppState.FAILED in replicas:
+    failed: dict[str, int] = {}
+    for role, s in replicas:
+        if s == AppState.FAILED:
+            failed[role] = failed.get(role, 0) + 1
+    if any(n > (may_lose or {}).get(role, 0) for role, n in failed.items()):
         return AppState.FAILED
-    if all(s == AppState.SUCCEEDED for s in replicas):
+    states = [s for _, s in replicas if s != AppState.FAILED]  # the failures we may ignore
+    if all(s == AppState.SUCCEEDED for s in states):
         return AppState.SUCCEEDED
-    if AppState.RUNNING in replicas or AppState.SUCCEEDED in replicas:
+    if AppState.RUNNING in states or AppState.SUCCEEDED in states:
         return AppState.RUNNING
-    if AppState.PENDING in replicas:
+    if AppState.PENDING in states:
         return AppState.PENDING
     return AppState.UNKNOWN
 

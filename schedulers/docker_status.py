@@ -10,9 +10,11 @@ from typing import Any
 
 from xrun.schedulers.docker_request import (
     LABEL_APP,
+    LABEL_MAY_LOSE,
     LABEL_REPLICA,
     LABEL_ROLE,
     LABEL_SESSION,
+    app_state,
     replica_state,
 )
 from xrun.schedulers.docker_state import AppStateStore
@@ -54,6 +56,17 @@ def job_from_containers(app_id: str, containers: list[Any]) -> dict[str, Any]:
     }
 
 
+def containers_app_state(
+    containers: list[Any], cancelled: bool, states: dict[str, AppState] | None = None
+) -> AppState:
+    """The app's state from its containers (``states``: their states by name, if already
+    read); an elastic role's allowance of failed replicas comes from its containers' label."""
+    states = states or {c.name: replica_state(c.attrs)[0] for c in containers}
+    may_lose = {c.labels[LABEL_ROLE]: int(c.labels.get(LABEL_MAY_LOSE, 0)) for c in containers}
+    pairs = [(c.labels[LABEL_ROLE], states[c.name]) for c in containers]
+    return app_state(pairs, cancelled, may_lose)
+
+
 def role_statuses(containers: list[Any], stopped: set[str]) -> list[RoleStatus]:
     """Per-role replica statuses; a replica in ``stopped`` was stopped by xrun (CANCELLED)."""
     roles: dict[str, list[ReplicaStatus]] = {}
@@ -88,7 +101,7 @@ def end_message(
         return f"the containers of {app_id} are gone (removed outside xrun?)"
     if state == AppState.CANCELLED:
         return "cancelled"
-    if state != AppState.FAILED:
+    if state not in (AppState.FAILED, AppState.SUCCEEDED):
         return ""
     parts = []
     for r in roles:
@@ -102,6 +115,8 @@ def end_message(
             ]
             hint = f" (last stderr line: {last[-1][:200]})" if last else ""
             parts.append(f"replica {r.role}/{rep.id} exited with code {rep.exit_code}{hint}")
+    if state == AppState.SUCCEEDED:  # failures an elastic role was allowed
+        return "; ".join(parts) + " (an elastic role went on with fewer replicas)" if parts else ""
     stopped = sum(rep.state == AppState.CANCELLED for r in roles for rep in r.replicas)
     tail = f"; stopped the other {stopped} replica(s)" if stopped else ""
     return "; ".join(parts) + tail

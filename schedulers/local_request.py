@@ -16,7 +16,7 @@ from typing import Any
 
 from xrun.errors import UsageError
 from xrun.schedulers import local_store as store
-from xrun.schedulers.api import CfgVal
+from xrun.schedulers.api import CfgVal, replicas_role_may_lose
 from xrun.specs import AppDef, Role, appdef_to_dict, macros
 
 # ${rank0_env} names this variable; every local replica sees it set to "localhost".
@@ -182,11 +182,7 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
                     error_file=paths.error_file(role.name, i),
                 )
             )
-    tolerate = {
-        r.name: r.num_replicas
-        - max(r.min_replicas if r.min_replicas is not None else r.num_replicas, 1)
-        for r in app.roles
-    }
+    tolerate = {r.name: replicas_role_may_lose(r) for r in app.roles}
     req = LocalRequest(
         app_id, paths.app_dir, cwd, grace, replicas, appdef_to_dict(app), notes, tolerate
     )

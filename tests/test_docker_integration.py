@@ -443,3 +443,69 @@ def test_gang_semantics_hold_with_nobody_watching(docker_engine: str) -> None:
     codes = {r.id: (r.state, r.exit_code) for r in resp.roles_statuses[0].replicas}
     assert codes[1] == (AppState.FAILED, 5)
     assert codes[0][0] == AppState.CANCELLED
+
+
+def test_an_elastic_role_loses_a_replica_and_the_survivor_finishes(
+    sched: DockerScheduler, docker_engine: str
+) -> None:
+    # min_replicas=1 of 2: replica 1's failure is within the allowance, so replica 0 is not
+    # stopped; it finishes on its own and the app succeeds, as on local_cwd.
+    cmd = "case ${replica_id} in 0) sleep 3; echo done;; 1) echo lost >&2; exit 3;; esac"
+    app = AppDef("elastic", [Role("r", docker_engine, "sh", ["-c", cmd], num_replicas=2,
+                                  min_replicas=1)])  # fmt: skip
+    app_id = sched.submit(app, {}, workspace="")
+    resp = sched.wait(app_id, timeout=60)
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    reps = {r.id: (r.state, r.exit_code) for r in resp.roles_statuses[0].replicas}
+    assert reps == {0: (AppState.SUCCEEDED, 0), 1: (AppState.FAILED, 3)}
+    assert "replica r/1 exited with code 3 (last stderr line: lost)" in resp.msg
+    assert "went on with fewer replicas" in resp.msg
+    assert list(sched.log_iter(app_id, "r", 0)) == ["done\n"]
+    assert _leftovers(app_id) == []
+
+
+ELASTIC_WORKER = textwrap.dedent(
+    """
+    import os, time
+    world = int(os.environ["WORLD_SIZE"])
+    print(f"up at world {world}", flush=True)
+    if world == 2:
+        time.sleep(120)  # until the test kills the other replica's container
+    print("finished at world 1", flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(180)
+def test_elastic_ddp_goes_on_after_a_container_is_killed(
+    sched: DockerScheduler, tmp_path: Path
+) -> None:
+    """``dist.ddp -j 1:2x1``: SIGKILL one replica's container (not the rendezvous host's).
+    xrun's runtime in the other re-forms the group at world size 1 and finishes; the app ends
+    SUCCEEDED with the killed replica FAILED (137)."""
+    import docker
+
+    (tmp_path / "worker.py").write_text(ELASTIC_WORKER)
+    app = ddp(script="worker.py", j="1:2x1", image="xrun-python:latest", name="el/trainer",
+              rdzv_conf="last_call_timeout=1")  # fmt: skip
+    app_id = sched.submit(app, {}, workspace=str(tmp_path))
+
+    def survivor_log() -> str:
+        return "".join(sched.log_iter(app_id, "trainer", 0))
+
+    deadline = time.monotonic() + 90
+    while "up at world 2" not in survivor_log():
+        assert time.monotonic() < deadline, survivor_log()
+        time.sleep(0.5)
+    client = docker.from_env()
+    try:
+        client.containers.get(f"{app_id}-trainer-1").kill()
+    finally:
+        client.close()
+    resp = sched.wait(app_id, timeout=90)
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    reps = {r.id: (r.state, r.exit_code) for r in resp.roles_statuses[0].replicas}
+    assert reps == {0: (AppState.SUCCEEDED, 0), 1: (AppState.FAILED, 137)}
+    text = survivor_log()
+    assert text.index("up at world 2") < text.index("finished at world 1"), text
+    assert _leftovers(app_id) == []

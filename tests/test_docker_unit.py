@@ -234,12 +234,36 @@ def test_replica_state(attrs: dict[str, object], expected: tuple[AppState, int |
 
 def test_app_state_gang_rules() -> None:
     S = AppState
-    assert app_state([S.SUCCEEDED, S.RUNNING], False) == S.RUNNING
-    assert app_state([S.SUCCEEDED, S.SUCCEEDED], False) == S.SUCCEEDED
-    assert app_state([S.FAILED, S.RUNNING], False) == S.FAILED
-    assert app_state([S.PENDING, S.PENDING], False) == S.PENDING
-    assert app_state([S.FAILED, S.RUNNING], True) == S.CANCELLED
+
+    def one_role(*states: AppState) -> list[tuple[str, AppState]]:
+        return [("r", st) for st in states]
+
+    assert app_state(one_role(S.SUCCEEDED, S.RUNNING), False) == S.RUNNING
+    assert app_state(one_role(S.SUCCEEDED, S.SUCCEEDED), False) == S.SUCCEEDED
+    assert app_state(one_role(S.FAILED, S.RUNNING), False) == S.FAILED
+    assert app_state(one_role(S.PENDING, S.PENDING), False) == S.PENDING
+    assert app_state(one_role(S.FAILED, S.RUNNING), True) == S.CANCELLED
     assert app_state([], False) == S.UNKNOWN
+
+
+def test_app_state_lets_an_elastic_role_lose_replicas_down_to_its_minimum() -> None:
+    S = AppState
+    may_lose = {"trainer": 2}  # -j 1:3x..: 3 replicas, at least 1 must survive
+    lost_two = [("trainer", S.FAILED), ("trainer", S.FAILED), ("trainer", S.RUNNING)]
+    assert app_state(lost_two, False, may_lose) == S.RUNNING
+    assert app_state([*lost_two[:2], ("trainer", S.SUCCEEDED)], False, may_lose) == S.SUCCEEDED
+    assert app_state([*lost_two[:2], ("trainer", S.FAILED)], False, may_lose) == S.FAILED
+    # The allowance is per role: another role's failure still fails the gang.
+    assert app_state([*lost_two, ("ps", S.FAILED)], False, may_lose) == S.FAILED
+    assert app_state(lost_two, False) == S.FAILED  # no allowance given: fixed-size rules
+
+
+def test_only_an_elastic_role_gets_an_allowance_label() -> None:
+    elastic = materialize(ddp(script="t.py", j="1:3x2", image="i:1", name="e"), "e-1", {})
+    assert {c.labels.get("xrun.may_lose") for c in elastic.containers} == {"2"}
+    assert "--label xrun.may_lose=2" in str(elastic)  # --dryrun shows it
+    fixed = materialize(ddp(script="t.py", j="3x2", image="i:1", name="f"), "f-1", {})
+    assert all("xrun.may_lose" not in c.labels for c in fixed.containers)
 
 
 # ----------------------------------------------------------------------------- state files
