@@ -25,12 +25,9 @@ import time
 
 from xrun.runtime.errors import record
 
-KEYS = (
-    "LOCAL_RANK RANK GROUP_RANK ROLE_RANK ROLE_NAME LOCAL_WORLD_SIZE WORLD_SIZE GROUP_WORLD_SIZE "
-    "ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS "
-    "TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE TORCH_NCCL_ASYNC_ERROR_HANDLING "
-    "TORCHELASTIC_ERROR_FILE OMP_NUM_THREADS"
-).split()
+# The agent also runs this file with --run-path (runpy), where its folder is not on sys.path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from worker_env import KEYS  # noqa: E402
 
 
 def write(path: str, data: object) -> None:

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import os
 
-from xrun.runtime.errors import record
+from worker_env import KEYS
 
-KEYS = (
-    "LOCAL_RANK RANK GROUP_RANK ROLE_RANK ROLE_NAME LOCAL_WORLD_SIZE WORLD_SIZE GROUP_WORLD_SIZE "
-    "ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS "
-    "TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE TORCH_NCCL_ASYNC_ERROR_HANDLING "
-    "TORCHELASTIC_ERROR_FILE OMP_NUM_THREADS"
-).split()
+from xrun.runtime.errors import record
 
 
 def env_of_worker() -> dict[str, str | None]:
