@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pytest
 from waiting import poll_until
@@ -71,3 +71,58 @@ class SigtermJob:
 
     def log(self, k: int) -> str:
         return "".join(self.sched.log_iter(self.app_id, ROLE, k))
+
+
+J = TypeVar("J", bound=SigtermJob)
+
+
+class SigtermJobs(Generic[J]):
+    """Starts jobs of the worker, each with a marker dir of its own, and cancels at the end
+    whatever a failed test left. A scheduler's test module names its ``scheme`` and says how to
+    wrap a submitted app (``make_job``) and how to cancel one (``cancel``)."""
+
+    scheme = ""
+
+    def __init__(self, sched: Any, workspace: Path, tmp: Path) -> None:
+        self.sched, self.workspace, self.tmp = sched, workspace, tmp
+        self.started: list[J] = []
+        self.clis: list[subprocess.Popen[str]] = []
+
+    def make_job(self, marks: Path, app_id: str, j: str) -> J:
+        raise NotImplementedError
+
+    def cancel(self, job: J) -> None:
+        raise NotImplementedError
+
+    def new_marks(self) -> Path:
+        marks = self.tmp / f"marks{len(self.started)}"
+        marks.mkdir()
+        return marks
+
+    def adopt(self, marks: Path, app_id: str, j: str) -> J:
+        """The job submitted as ``app_id``, once every worker is ready."""
+        job = self.make_job(marks, app_id, j)
+        self.started.append(job)
+        job.wait_ready()
+        return job
+
+    def start_cli(self, marks: Path, j: str, ddp_args: list[str]) -> tuple[subprocess.Popen[str], J]:
+        """``xrun run -s <scheme> --wait dist.ddp <ddp_args>`` from the workspace; returns once
+        every worker is ready."""
+        cmd = [XRUN, "run", "-s", self.scheme, "--wait", "dist.ddp", *ddp_args]
+        proc = subprocess.Popen(
+            cmd, cwd=self.workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.clis.append(proc)
+        assert proc.stdout is not None
+        handle = proc.stdout.readline().strip()
+        assert handle.startswith(f"{self.scheme}://default/"), (handle, proc.communicate(timeout=60))
+        return proc, self.adopt(marks, handle.rsplit("/", 1)[1], j)
+
+    def cleanup(self) -> None:
+        for proc in self.clis:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        for job in self.started:
+            self.cancel(job)

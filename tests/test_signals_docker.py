@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sigterm_job import WORKER, XRUN, SigtermJob, wait_for, xrun
+from sigterm_job import WORKER, SigtermJob, SigtermJobs, wait_for, xrun
 
 from xrun.components.dist import ddp
 from xrun.schedulers.docker import STOP_TIMEOUT, DockerScheduler
@@ -77,55 +77,29 @@ def ddp_args(j: str, marks: Path, stubborn: str = "") -> list[str]:
     ]  # fmt: skip
 
 
-class Jobs:
-    """Starts jobs in their own marker dirs; cancels, at the end, whatever a failed test left."""
+class Jobs(SigtermJobs[Job]):
+    scheme = "docker"
 
-    def __init__(self, sched: DockerScheduler, workspace: Path, tmp: Path) -> None:
-        self.sched, self.workspace, self.tmp = sched, workspace, tmp
-        self.started: list[Job] = []
-        self.clis: list[subprocess.Popen[str]] = []
+    def make_job(self, marks: Path, app_id: str, j: str) -> Job:
+        return Job(self.sched, marks, app_id, j)
 
-    def _marks(self) -> Path:
-        marks = self.tmp / f"marks{len(self.started)}"
-        marks.mkdir()
-        return marks
+    def cancel(self, job: Job) -> None:
+        self.sched.cancel(job.app_id)
 
     def submit(self, j: str, stubborn: str = "", env: dict[str, str] | None = None,
                cfg: dict[str, object] | None = None) -> Job:
         """Through the scheduler API; returns once every worker is ready."""
-        marks = self._marks()
+        marks = self.new_marks()
         app = ddp(
             MARKS, "--stubborn", stubborn or "-", script=WORKER.name, j=j, name="sig/trainer",
             image="xrun-python:latest", env=env, mounts=[f"type=bind,src={marks},dst={MARKS}"],
         )  # fmt: skip
-        job = Job(self.sched, marks, self.sched.submit(app, cfg or {}, str(self.workspace)), j)
-        self.started.append(job)
-        job.wait_ready()
-        return job
+        return self.adopt(marks, self.sched.submit(app, cfg or {}, str(self.workspace)), j)
 
     def run_cli(self, j: str) -> tuple[subprocess.Popen[str], Job]:
         """``xrun run -s docker --wait`` from the workspace; returns once every worker is ready."""
-        marks = self._marks()
-        cmd = [XRUN, "run", "-s", "docker", "--wait", "dist.ddp", *ddp_args(j, marks)]
-        proc = subprocess.Popen(
-            cmd, cwd=self.workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        self.clis.append(proc)
-        assert proc.stdout is not None
-        handle = proc.stdout.readline().strip()
-        assert handle.startswith("docker://default/"), (handle, proc.communicate(timeout=60))
-        job = Job(self.sched, marks, handle.rsplit("/", 1)[1], j)
-        self.started.append(job)
-        job.wait_ready()
-        return proc, job
-
-    def cleanup(self) -> None:
-        for proc in self.clis:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        for job in self.started:
-            self.sched.cancel(job.app_id)
+        marks = self.new_marks()
+        return self.start_cli(marks, j, ddp_args(j, marks))
 
 
 @pytest.fixture

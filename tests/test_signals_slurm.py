@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import slurm_fixture
-from sigterm_job import ROLE, WORKER, XRUN, SigtermJob, xrun
+from sigterm_job import ROLE, WORKER, SigtermJob, SigtermJobs, xrun
 from slurm_fixture import SlurmCluster
 
 from xrun.components.dist import ddp
@@ -72,62 +72,38 @@ class Job(SigtermJob):
         super().__init__(sched, "slurm", marks, app_id, j)
 
 
-class Jobs:
-    """Starts jobs with their own marker dirs; cancels, at the end, whatever a failed test left."""
+class Jobs(SigtermJobs[Job]):
+    scheme = "slurm"
 
     def __init__(self, tmp: Path) -> None:
-        self.sched = create_scheduler("default")
-        self.workspace = tmp / "ws"
-        self.workspace.mkdir()
-        shutil.copy(WORKER, self.workspace / WORKER.name)
-        self.tmp = tmp
-        self.started: list[Job] = []
-        self.clis: list[subprocess.Popen[str]] = []
+        workspace = tmp / "ws"
+        workspace.mkdir()
+        shutil.copy(WORKER, workspace / WORKER.name)
+        super().__init__(create_scheduler("default"), workspace, tmp)
 
-    def _marks(self) -> Path:
-        marks = self.tmp / f"marks{len(self.started)}"
-        marks.mkdir()
-        return marks
+    def make_job(self, marks: Path, app_id: str, j: str) -> Job:
+        return Job(self.sched, marks, app_id, j)
+
+    def cancel(self, job: Job) -> None:
+        subprocess.run(["scancel", job.app_id], capture_output=True, check=False)
 
     def submit(self, j: str, stubborn: str = "", env: dict[str, str] | None = None) -> Job:
         """Through the scheduler API; returns once every worker is ready."""
-        marks = self._marks()
+        marks = self.new_marks()
         app = ddp(
             str(marks), "--stubborn", stubborn or "-", script=WORKER.name, j=j,
             name=f"sig/{ROLE}", cpu=1, memMB=256, rdzv_port=free_port(), env=env,
         )  # fmt: skip
-        job = Job(self.sched, marks, self.sched.submit(app, {}, str(self.workspace)), j)
-        self.started.append(job)
-        job.wait_ready()
-        return job
+        return self.adopt(marks, self.sched.submit(app, {}, str(self.workspace)), j)
 
     def run_cli(self, j: str) -> tuple[subprocess.Popen[str], Job]:
         """``xrun run -s slurm --wait`` from the workspace; returns once every worker is ready."""
-        marks = self._marks()
-        cmd = [
-            XRUN, "run", "-s", "slurm", "--wait", "dist.ddp", "-j", j, "--name", f"sig/{ROLE}",
-            "--cpu", "1", "--memMB", "256", "--rdzv_port", str(free_port()),
-            "--script", WORKER.name, "--", str(marks), "--stubborn", "-",
-        ]  # fmt: skip
-        proc = subprocess.Popen(
-            cmd, cwd=self.workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        self.clis.append(proc)
-        assert proc.stdout is not None
-        handle = proc.stdout.readline().strip()
-        assert handle.startswith("slurm://default/"), (handle, proc.communicate(timeout=60))
-        job = Job(self.sched, marks, handle.rsplit("/", 1)[1], j)
-        self.started.append(job)
-        job.wait_ready()
-        return proc, job
-
-    def cleanup(self) -> None:
-        for proc in self.clis:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        for job in self.started:
-            subprocess.run(["scancel", job.app_id], capture_output=True, check=False)
+        marks = self.new_marks()
+        return self.start_cli(marks, j, [
+            "-j", j, "--name", f"sig/{ROLE}", "--cpu", "1", "--memMB", "256",
+            "--rdzv_port", str(free_port()), "--script", WORKER.name, "--", str(marks),
+            "--stubborn", "-",
+        ])  # fmt: skip
 
 
 def check_codes(job: Job, codes: list[int | None]) -> None:
