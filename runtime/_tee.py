@@ -35,7 +35,7 @@ _PIPE_SIZE = 256 << 10
 _READ_SIZE = 64 << 10
 # A "line" this long without a newline is written out anyway: memory stays bounded.
 _MAX_PARTIAL = 1 << 20
-# What the final drain reads at most per stream (see ``Tee._drain_all``).
+# What the final drain reads at most of a pipe (see ``Tee._drain_all``).
 _DRAIN_CAP = 64 << 20
 # What one wake-up reads of one log file before serving the others (fairness); the rest is
 # read on the next turn of the loop, without waiting for another write.
@@ -226,7 +226,7 @@ class Tee:
             open_pipes = len(self._streams) - len(files)
             while (open_pipes or (files and not self._closing)) and not self._stop:
                 for s in list(behind):
-                    if not self._read_file(s, _FILE_TURN):
+                    if not self._read_up_to(s, _FILE_TURN):
                         behind.discard(s)
                 events = sel.select(0 if behind else poll)
                 if not events and poll is not None:
@@ -260,14 +260,17 @@ class Tee:
         self._feed(s, data)
         return True
 
-    def _read_file(self, s: _Stream, budget: int) -> bool:
-        """Read a tailed file up to its current end or ``budget`` bytes; True if there may be
-        more (the budget ran out)."""
+    def _read_up_to(self, s: _Stream, budget: int) -> bool:
+        """Read until the stream is empty (a pipe), at its current end (a tailed file) or
+        ``budget`` bytes are read; True if there may be more (the budget ran out)."""
         while budget > 0:
             try:
                 data = os.read(s.fd, _READ_SIZE)
-            except OSError as exc:
-                _report(s, exc)
+            except BlockingIOError:  # an empty pipe
+                return False
+            except OSError as exc:  # a broken pipe just ends; a file that fails says so
+                if s.path is not None:
+                    _report(s, exc)
                 return False
             if not data:
                 return False
@@ -288,23 +291,13 @@ class Tee:
         # grandchild that escaped the process group and writes forever: for a file, its size
         # now; for a pipe, a byte cap.
         for s in self._streams:
+            budget = _DRAIN_CAP
             if s.path is not None:
                 try:
-                    left = os.fstat(s.fd).st_size - os.lseek(s.fd, 0, os.SEEK_CUR)
+                    budget = os.fstat(s.fd).st_size - os.lseek(s.fd, 0, os.SEEK_CUR)
                 except OSError:
-                    left = _DRAIN_CAP
-                self._read_file(s, left)
-                continue
-            budget = _DRAIN_CAP
-            while budget > 0:
-                try:
-                    data = os.read(s.fd, _READ_SIZE)
-                except OSError:  # empty (EAGAIN) or broken
-                    break
-                if not data:
-                    break
-                budget -= len(data)
-                self._feed(s, data)
+                    pass
+            self._read_up_to(s, budget)
 
 
 def _report(s: _Stream, exc: Exception) -> None:
