@@ -45,18 +45,25 @@ def _load(spec: str) -> Callable[[int, bool], list[Row]]:
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="xrun side by side with torchrun (and TorchX where installed) and the floor.")
+        description="xrun side by side with torchrun (and TorchX where installed) and the floor.",
+    )
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition (CI)")
-    p.add_argument("--reps", type=int, default=None,
-                   help="measured repetitions per contender (default 5; 1 with --smoke)")
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="measured repetitions per contender (default 5; 1 with --smoke)",
+    )
     p.add_argument("--only", default="", help="comma-separated measure numbers, e.g. 1,3,8")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"JSON file (default {DEFAULT_OUT})")
     ns = p.parse_args(argv)
     only = [k.strip() for k in ns.only.split(",") if k.strip()]
     unknown = [k for k in only if k not in MEASURES]
     if unknown:
-        p.error(f"--only {ns.only!r}: unknown measure(s) {', '.join(unknown)}; "
-                f"expected numbers among {', '.join(MEASURES)}")
+        p.error(
+            f"--only {ns.only!r}: unknown measure(s) {', '.join(unknown)}; "
+            f"expected numbers among {', '.join(MEASURES)}"
+        )
     if ns.reps is not None and ns.reps < 1:
         p.error(f"--reps {ns.reps} is invalid: expected an integer >= 1")
     ns.only = only or list(MEASURES)
@@ -72,9 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = harness.machine()
     t0 = time.perf_counter()
     done: dict[str, tuple[str, list[Row]]] = {}
-    print(f"xrun benchmarks ({'smoke' if ns.smoke else 'full'}, {ns.reps} rep(s)) on "
-          f"{started['host']}, {started['cpus']} CPUs, load {started['loadavg'][0]:.2f}",
-          flush=True)
+    print(
+        f"xrun benchmarks ({'smoke' if ns.smoke else 'full'}, {ns.reps} rep(s)) on "
+        f"{started['host']}, {started['cpus']} CPUs, load {started['loadavg'][0]:.2f}",
+        flush=True,
+    )
     for key in ns.only:
         title, spec = MEASURES[key]
         m0 = time.perf_counter()
@@ -83,15 +92,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - the other measures still run; the row says why
             rows = [Row(title, "s", "-", results={"harness": f"failed: {type(e).__name__}: {e}"})]
         done[key] = (title, rows)
-        print(harness.render({key: (title, rows)}), f"\n  ({time.perf_counter() - m0:.1f} s)",
-              flush=True)
-        doc = harness.document(done, smoke=ns.smoke, reps=ns.reps,
-                               wall_s=time.perf_counter() - t0, started=started)
+        print(
+            harness.render({key: (title, rows)}),
+            f"\n  ({time.perf_counter() - m0:.1f} s)",
+            flush=True,
+        )
+        doc = harness.document(
+            done, smoke=ns.smoke, reps=ns.reps, wall_s=time.perf_counter() - t0, started=started
+        )
         harness.write_json(ns.out, doc)
-    failed = [f"{key}: {row.label}: {name}"
-              for key, (_, rows) in done.items() for row in rows
-              for name, res in row.results.items()
-              if isinstance(res, str) and res.startswith("failed")]
+    failed = [
+        f"{key}: {row.label}: {name}"
+        for key, (_, rows) in done.items()
+        for row in rows
+        for name, res in row.results.items()
+        if isinstance(res, str) and res.startswith("failed")
+    ]
     ours = [f for f in failed if f.split(": ")[-1].startswith(("xrun", "harness"))]
     print(f"\nwrote {ns.out} in {time.perf_counter() - t0:.1f} s")
     if failed:

@@ -49,6 +49,7 @@ def ensure_bytecode() -> None:
         if (root / folder).is_dir():
             compileall.compile_dir(str(root / folder), quiet=2, workers=1)
 
+
 Cmd = tuple[list[str], dict[str, str]]
 
 
@@ -116,8 +117,22 @@ def _launcher_cmds(prefix: list[str], job: Job) -> list[Cmd]:
     endpoint = f"127.0.0.1:{free_port()}"
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     return [
-        ([*prefix, "--nnodes", str(job.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint",
-          endpoint, "--rdzv-id", run_id, *common, *tail], {})
+        (
+            [
+                *prefix,
+                "--nnodes",
+                str(job.nnodes),
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                endpoint,
+                "--rdzv-id",
+                run_id,
+                *common,
+                *tail,
+            ],
+            {},
+        )
         for _ in range(job.nnodes)
     ]
 
@@ -160,9 +175,10 @@ _STATE: str | None = None
 
 def xrun(job: Job) -> list[Cmd]:
     """The whole product: ``xrun run -s local_cwd dist.ddp -j NxM --script ...``."""
-    if importlib.util.find_spec("xrun.cli") is None or importlib.util.find_spec(
-        "xrun.schedulers.local_cwd"
-    ) is None:
+    if (
+        importlib.util.find_spec("xrun.cli") is None
+        or importlib.util.find_spec("xrun.schedulers.local_cwd") is None
+    ):
         raise Unavailable("the xrun CLI or its local_cwd scheduler is not built yet")
     return _component_cmd(tool("xrun"), job, "--wait")
 
@@ -201,10 +217,16 @@ def timed(
     try:
         t0 = time.perf_counter()
         for (argv, env), err in zip(cmds, errs, strict=True):
-            procs.append(subprocess.Popen(
-                argv, cwd=cwd, env={**os.environ, **BASE_ENV, **env}, stdout=out_fd,
-                stderr=err, stdin=subprocess.DEVNULL,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    env={**os.environ, **BASE_ENV, **env},
+                    stdout=out_fd,
+                    stderr=err,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
         deadline = t0 + timeout
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.perf_counter()))

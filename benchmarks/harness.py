@@ -218,7 +218,11 @@ def machine() -> dict[str, Any]:
 
 
 def document(
-    measures: Mapping[str, tuple[str, Sequence[Row]]], *, smoke: bool, reps: int, wall_s: float,
+    measures: Mapping[str, tuple[str, Sequence[Row]]],
+    *,
+    smoke: bool,
+    reps: int,
+    wall_s: float,
     started: dict[str, Any],
 ) -> dict[str, Any]:
     return {
@@ -246,6 +250,14 @@ def write_json(path: str, doc: Mapping[str, Any]) -> None:
 
 
 __all__ = [
-    "Row", "RunFailed", "Stats", "Unavailable", "at_most", "document", "interleave", "machine",
-    "render", "write_json",
+    "Row",
+    "RunFailed",
+    "Stats",
+    "Unavailable",
+    "at_most",
+    "document",
+    "interleave",
+    "machine",
+    "render",
+    "write_json",
 ]

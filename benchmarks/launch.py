@@ -18,27 +18,41 @@ def _runs(job: c.Job, who: dict[str, Launcher], timeout: float) -> dict[str, Cal
     # Commands are built per run: each run gets its own free port and rendezvous id.
     def one(launcher: Launcher) -> Callable[[], float]:
         return lambda: c.timed(launcher(job), timeout=timeout)
+
     return {name: one(f) for name, f in who.items()}
 
 
 ALL: dict[str, Launcher] = {
-    "floor": c.floor, "torchrun": c.torchrun, "torchx": c.torchx, "xrun-agent": c.agent,
+    "floor": c.floor,
+    "torchrun": c.torchrun,
+    "torchx": c.torchx,
+    "xrun-agent": c.agent,
     "xrun": c.xrun,
 }
 
 
 def measure_1(reps: int, smoke: bool) -> list[Row]:
     job = c.Job("noop.py", nproc=4)
-    row = Row("1x4 do-nothing job, end to end", "s", "xrun <= floor + 0.25 s",
-              reference="torchrun", check=at_most("xrun", 0.25, plus="floor"))
+    row = Row(
+        "1x4 do-nothing job, end to end",
+        "s",
+        "xrun <= floor + 0.25 s",
+        reference="torchrun",
+        check=at_most("xrun", 0.25, plus="floor"),
+    )
     row.results = interleave(_runs(job, ALL, 120), reps, warmup=not smoke)
     return [row]
 
 
 def measure_2(reps: int, smoke: bool) -> list[Row]:
     job = c.Job("noop.py", nnodes=2, nproc=2)
-    row = Row("2x2 do-nothing job (two agents, rendezvous), end to end", "s", "xrun <= 0.45 s",
-              reference="torchrun", check=at_most("xrun", 0.45))
+    row = Row(
+        "2x2 do-nothing job (two agents, rendezvous), end to end",
+        "s",
+        "xrun <= 0.45 s",
+        reference="torchrun",
+        check=at_most("xrun", 0.45),
+    )
     row.results = interleave(_runs(job, ALL, 120), reps, warmup=not smoke)
     return [row]
 
@@ -47,7 +61,12 @@ def measure_3(reps: int, smoke: bool) -> list[Row]:
     # Smoke: two workers, not four: two torch imports instead of four keep CI quick.
     nproc = 2 if smoke else 4
     job = c.Job("allreduce.py", nproc=nproc)
-    row = Row(f"gloo all_reduce job 1x{nproc}", "s", "xrun <= floor + 0.3 s",
-              reference="torchrun", check=at_most("xrun", 0.3, plus="floor"))
+    row = Row(
+        f"gloo all_reduce job 1x{nproc}",
+        "s",
+        "xrun <= floor + 0.3 s",
+        reference="torchrun",
+        check=at_most("xrun", 0.3, plus="floor"),
+    )
     row.results = interleave(_runs(job, ALL, 300), reps, warmup=not smoke)
     return [row]

@@ -117,10 +117,16 @@ def run_torch(n_agents: int, timeout: float = 60.0) -> float:
         out = subprocess.run(
             # + room for importing torch; under the 30 s grace a caller (benchmarks/scale.py)
             # gives this process, so that this child is never orphaned
-            cmd, capture_output=True, text=True, timeout=timeout + 25, check=False
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout + 25,
+            check=False,
         )
     except subprocess.TimeoutExpired:
-        raise TimeoutError(f"torch: {n_agents} agents did not rendezvous within {timeout:g}s") from None
+        raise TimeoutError(
+            f"torch: {n_agents} agents did not rendezvous within {timeout:g}s"
+        ) from None
     lines = out.stdout.split()
     if out.returncode != 0 or not lines:
         if "did not rendezvous" in out.stderr:
@@ -144,7 +150,9 @@ def _torch_child(n_agents: int, timeout: float) -> float:
     run_id = uuid.uuid4().hex[:8]
 
     def join(i: int) -> None:
-        store = TCPStore("127.0.0.1", master.port, is_master=False, timeout=timedelta(seconds=timeout))
+        store = TCPStore(
+            "127.0.0.1", master.port, is_master=False, timeout=timedelta(seconds=timeout)
+        )
         backend = C10dRendezvousBackend(store, run_id)
         handler = DynamicRendezvousHandler.from_backend(
             run_id=run_id,

@@ -15,12 +15,14 @@ from benchmarks import contenders as c
 from benchmarks.harness import Row, at_most, interleave
 
 
-def _added(launcher: Callable[[c.Job], list[c.Cmd]], job: c.Job,
-           timeout: float) -> Callable[[], float]:
+def _added(
+    launcher: Callable[[c.Job], list[c.Cmd]], job: c.Job, timeout: float
+) -> Callable[[], float]:
     def run() -> float:
         clean = c.timed(launcher(replace(job, args=("clean",))), timeout=timeout)
         failed = c.timed(launcher(job), timeout=timeout)
         return failed - clean
+
     return run
 
 
@@ -31,12 +33,21 @@ def measure_7(reps: int, smoke: bool) -> list[Row]:
     rows = []
     for nnodes, nproc, label in ((1, 4, "1 node (1x4)"), (2, 2, "2 nodes (2x2)")):
         job = c.Job("fail_once.py", nnodes=nnodes, nproc=nproc, max_restarts=1)
-        row = Row(f"one worker failure + restart, added wall time, {label}", "s",
-                  "xrun agent <= +0.1 s", subject="xrun-agent", reference="torchrun",
-                  check=at_most("xrun-agent", 0.10))
-        row.results = interleave({
-            "torchrun": _added(c.torchrun, job, timeout),
-            "xrun-agent": _added(c.agent, job, timeout),
-        }, reps, warmup=not smoke)
+        row = Row(
+            f"one worker failure + restart, added wall time, {label}",
+            "s",
+            "xrun agent <= +0.1 s",
+            subject="xrun-agent",
+            reference="torchrun",
+            check=at_most("xrun-agent", 0.10),
+        )
+        row.results = interleave(
+            {
+                "torchrun": _added(c.torchrun, job, timeout),
+                "xrun-agent": _added(c.agent, job, timeout),
+            },
+            reps,
+            warmup=not smoke,
+        )
         rows.append(row)
     return rows

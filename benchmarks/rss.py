@@ -33,10 +33,17 @@ def _vm_hwm_kib(pid: int) -> int | None:
 
 def peak_rss_mib(cmd: c.Cmd) -> float:
     argv, env = cmd
-    with tempfile.TemporaryDirectory(prefix="xrun-bench-") as cwd, \
-            tempfile.TemporaryFile() as errf:  # a file, not a pipe nobody drains meanwhile
-        p = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **c.BASE_ENV, **env},
-                             stdout=subprocess.DEVNULL, stderr=errf)
+    with (
+        tempfile.TemporaryDirectory(prefix="xrun-bench-") as cwd,
+        tempfile.TemporaryFile() as errf,
+    ):  # a file, not a pipe nobody drains meanwhile
+        p = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env={**os.environ, **c.BASE_ENV, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=errf,
+        )
         peak = 0
         while p.poll() is None:
             kib = _vm_hwm_kib(p.pid)  # None once it is a zombie: keep the last value
@@ -56,11 +63,21 @@ def measure_4(reps: int, smoke: bool) -> list[Row]:
         return lambda: peak_rss_mib(launcher(job)[0])
 
     bare: c.Cmd = ([c.PYTHON, "-c", f"import time; time.sleep({job.args[0]})"], {})
-    row = Row("agent peak RSS (VmHWM), 1x4 job", "MiB", "xrun agent <= 30 MiB",
-              subject="xrun-agent", reference="torchrun", check=at_most("xrun-agent", 30.0))
-    row.results = interleave({
-        "python (bare)": lambda: peak_rss_mib(bare),
-        "torchrun": one(c.torchrun),
-        "xrun-agent": one(c.agent),
-    }, reps=min(reps, 3), warmup=False)
+    row = Row(
+        "agent peak RSS (VmHWM), 1x4 job",
+        "MiB",
+        "xrun agent <= 30 MiB",
+        subject="xrun-agent",
+        reference="torchrun",
+        check=at_most("xrun-agent", 30.0),
+    )
+    row.results = interleave(
+        {
+            "python (bare)": lambda: peak_rss_mib(bare),
+            "torchrun": one(c.torchrun),
+            "xrun-agent": one(c.agent),
+        },
+        reps=min(reps, 3),
+        warmup=False,
+    )
     return [row]

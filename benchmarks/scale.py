@@ -22,10 +22,16 @@ ROOT = str(c.WORKERS.parent.parent)  # the child imports benchmarks.rdzv from th
 
 
 def _child(func: str, n: int, cap: float) -> float:
-    code = (f"import benchmarks.rdzv as r; print(r.{func}({n}, timeout={cap!r}))")
+    code = f"import benchmarks.rdzv as r; print(r.{func}({n}, timeout={cap!r}))"
     try:
-        p = subprocess.run([c.PYTHON, "-c", code], capture_output=True, text=True,
-                           timeout=cap + 30, env={**os.environ, **c.BASE_ENV}, cwd=ROOT)
+        p = subprocess.run(
+            [c.PYTHON, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=cap + 30,
+            env={**os.environ, **c.BASE_ENV},
+            cwd=ROOT,
+        )
     except subprocess.TimeoutExpired:
         raise RunFailed(f"no completion in {cap:g} s") from None
     if p.returncode != 0:
@@ -43,6 +49,7 @@ def _torch(n: int, cap: float, gave_up: int | None) -> Callable[[], float]:
 
     def skipped() -> float:
         raise Unavailable(f"not run: no completion at {gave_up} agents already")
+
     return skipped
 
 
@@ -52,12 +59,21 @@ def measure_6(reps: int, smoke: bool) -> list[Row]:
     rows: list[Row] = []
     torch_gave_up: int | None = None
     for n in sizes:
-        row = Row(f"rendezvous of {n} agents", "s", "xrun: 1024 agents < 2 s" if n == 1024
-                  else "(scaling)", reference="torch c10d",
-                  check=at_most("xrun", 2.0) if n == 1024 else None)
-        row.results = interleave({"torch c10d": _torch(n, cap, torch_gave_up),
-                                  "xrun": functools.partial(_child, "run", n, cap)},
-                                 reps=1 if n >= 64 else min(reps, 3), warmup=False)
+        row = Row(
+            f"rendezvous of {n} agents",
+            "s",
+            "xrun: 1024 agents < 2 s" if n == 1024 else "(scaling)",
+            reference="torch c10d",
+            check=at_most("xrun", 2.0) if n == 1024 else None,
+        )
+        row.results = interleave(
+            {
+                "torch c10d": _torch(n, cap, torch_gave_up),
+                "xrun": functools.partial(_child, "run", n, cap),
+            },
+            reps=1 if n >= 64 else min(reps, 3),
+            warmup=False,
+        )
         if torch_gave_up is None and not isinstance(row.results["torch c10d"], Stats):
             torch_gave_up = n
         rows.append(row)

@@ -18,9 +18,20 @@ def _dryrun(exe_name: str, module: str) -> Callable[[], float]:
         if importlib.util.find_spec(module) is None:
             raise Unavailable(f"{module} is not importable")
         job = c.Job("noop.py")
-        cmd = [c.tool(exe_name), "run", "--dryrun", "-s", "local_cwd", "dist.ddp", "-j", "1x4",
-               "--script", job.path]
+        cmd = [
+            c.tool(exe_name),
+            "run",
+            "--dryrun",
+            "-s",
+            "local_cwd",
+            "dist.ddp",
+            "-j",
+            "1x4",
+            "--script",
+            job.path,
+        ]
         return c.timed([(cmd, {})], timeout=60)
+
     return run
 
 
@@ -30,25 +41,45 @@ def _python(code: str) -> Callable[[], float]:
 
 def measure_5(reps: int, smoke: bool) -> list[Row]:
     n = reps if smoke else reps * 2  # cheap: more samples steady the median
-    imp = Row("import xrun (whole process)", "s", "xrun <= 0.10 s", reference="python (bare)",
-              check=at_most("xrun", 0.10))
-    imp.results = interleave({
-        "python (bare)": _python("pass"),
-        "xrun": _python("import xrun"),
-        "torchx": _python("import torchx") if importlib.util.find_spec("torchx")
-        else _unavailable("torchx is not installed (optional)"),
-    }, n, warmup=not smoke)
-    dry = Row("run --dryrun -s local_cwd dist.ddp -j 1x4", "s", "xrun <= 0.10 s",
-              reference="torchx", check=at_most("xrun", 0.10))
-    dry.results = interleave({
-        "python (bare)": _python("pass"),
-        "torchx": _dryrun("torchx", "torchx"),
-        "xrun": _dryrun("xrun", "xrun.cli"),
-    }, n, warmup=not smoke)
+    imp = Row(
+        "import xrun (whole process)",
+        "s",
+        "xrun <= 0.10 s",
+        reference="python (bare)",
+        check=at_most("xrun", 0.10),
+    )
+    imp.results = interleave(
+        {
+            "python (bare)": _python("pass"),
+            "xrun": _python("import xrun"),
+            "torchx": _python("import torchx")
+            if importlib.util.find_spec("torchx")
+            else _unavailable("torchx is not installed (optional)"),
+        },
+        n,
+        warmup=not smoke,
+    )
+    dry = Row(
+        "run --dryrun -s local_cwd dist.ddp -j 1x4",
+        "s",
+        "xrun <= 0.10 s",
+        reference="torchx",
+        check=at_most("xrun", 0.10),
+    )
+    dry.results = interleave(
+        {
+            "python (bare)": _python("pass"),
+            "torchx": _dryrun("torchx", "torchx"),
+            "xrun": _dryrun("xrun", "xrun.cli"),
+        },
+        n,
+        warmup=not smoke,
+    )
     return [imp, dry]
 
 
 def _unavailable(reason: str) -> Callable[[], float]:
     def run() -> float:
         raise Unavailable(reason)
+
     return run

@@ -40,8 +40,9 @@ def check_console(path: str, nproc: int, count: int) -> None:
             nxt[int(m[1])] += 1
     lost = sum(count - n for n in nxt)
     if bad or lost:
-        raise RunFailed(f"tee console: {lost} line(s) lost, {bad} split/garbled/out of order "
-                        f"(e.g. {example!r})")
+        raise RunFailed(
+            f"tee console: {lost} line(s) lost, {bad} split/garbled/out of order (e.g. {example!r})"
+        )
 
 
 def check_logs(log_dir: str, nproc: int, count: int) -> None:
@@ -53,13 +54,20 @@ def check_logs(log_dir: str, nproc: int, count: int) -> None:
             with open(os.path.join(dirpath, "stdout.log"), "rb") as f:
                 found[int(os.path.basename(dirpath))] = sum(1 for _ in f)
     if sorted(found) != list(range(nproc)) or any(n != count for n in found.values()):
-        raise RunFailed(f"tee log files: expected {count} lines for each local rank "
-                        f"0..{nproc - 1}, found {found}")
+        raise RunFailed(
+            f"tee log files: expected {count} lines for each local rank "
+            f"0..{nproc - 1}, found {found}"
+        )
 
 
-def _pair(launcher: Callable[[c.Job], list[c.Cmd]], job: c.Job, tee_times: list[float],
-          damage: list[str] | None) -> Callable[[], float]:
+def _pair(
+    launcher: Callable[[c.Job], list[c.Cmd]],
+    job: c.Job,
+    tee_times: list[float],
+    damage: list[str] | None,
+) -> Callable[[], float]:
     """One sample; ``damage`` None -> lost/split lines raise, else they are appended to it."""
+
     def run() -> float:
         with tempfile.TemporaryDirectory(prefix="xrun-bench-tee-") as tmp:
             plain_out, tee_out = os.path.join(tmp, "plain.out"), os.path.join(tmp, "tee.out")
@@ -75,6 +83,7 @@ def _pair(launcher: Callable[[c.Job], list[c.Cmd]], job: c.Job, tee_times: list[
                 damage.append(str(e))
         tee_times.append(teed)
         return teed / plain
+
     return run
 
 
@@ -82,21 +91,37 @@ def measure_8(reps: int, smoke: bool) -> list[Row]:
     count = 2_000 if smoke else 250_000
     job = c.Job("lines.py", args=(str(count),), nproc=4)
     times: dict[str, list[float]] = {"torchrun": [], "xrun-agent": []}
-    ratio = Row(f"tee -t 3 vs no tee, 4 workers x {count} lines (time ratio)", "x",
-                "xrun agent <= 1.2x, 0 lines lost or split", subject="xrun-agent",
-                reference="torchrun", check=at_most("xrun-agent", 1.2))
+    ratio = Row(
+        f"tee -t 3 vs no tee, 4 workers x {count} lines (time ratio)",
+        "x",
+        "xrun agent <= 1.2x, 0 lines lost or split",
+        subject="xrun-agent",
+        reference="torchrun",
+        check=at_most("xrun-agent", 1.2),
+    )
     damage: list[str] = []
-    ratio.results = interleave({
-        "torchrun": _pair(c.torchrun, job, times["torchrun"], damage),
-        "xrun-agent": _pair(c.agent, job, times["xrun-agent"], None),
-    }, reps=reps, warmup=False)
+    ratio.results = interleave(
+        {
+            "torchrun": _pair(c.torchrun, job, times["torchrun"], damage),
+            "xrun-agent": _pair(c.agent, job, times["xrun-agent"], None),
+        },
+        reps=reps,
+        warmup=False,
+    )
     if damage:
         ratio.note = f"torchrun's console lost lines in {len(damage)} run(s): {damage[0]}"
-    absolute = Row("the tee runs' wall time (floor: the workers alone, no launcher, no tee)", "s",
-                   "(context)", subject="xrun-agent", reference="floor")
+    absolute = Row(
+        "the tee runs' wall time (floor: the workers alone, no launcher, no tee)",
+        "s",
+        "(context)",
+        subject="xrun-agent",
+        reference="floor",
+    )
     floor = interleave({"floor": lambda: _floor(job)}, reps=reps, warmup=False)
-    absolute.results = {**floor, **{k: Stats(v) if v else "no successful run"
-                                    for k, v in times.items()}}
+    absolute.results = {
+        **floor,
+        **{k: Stats(v) if v else "no successful run" for k, v in times.items()},
+    }
     return [ratio, absolute]
 
 

@@ -42,6 +42,7 @@ DEFAULT_RDZV_PORT = 29500
 # Set by a scheduler that knows a free port for the rendezvous of a multi-node app (local_cwd).
 RDZV_PORT_ENV = "XRUN_RDZV_PORT"
 
+
 def ddp(
     *script_args: str,
     script: str | None = None,
@@ -201,18 +202,30 @@ def _app(
     # The default port defers to XRUN_RDZV_PORT when a scheduler sets it: local_cwd runs every
     # replica on this host and gives each multi-node app a free port, so that two such apps
     # never meet on 29500. A port the user chose is used as it is.
-    port = f"${{{RDZV_PORT_ENV}:-{rdzv_port}}}" if rdzv_port == DEFAULT_RDZV_PORT else str(rdzv_port)
+    port = (
+        f"${{{RDZV_PORT_ENV}:-{rdzv_port}}}" if rdzv_port == DEFAULT_RDZV_PORT else str(rdzv_port)
+    )
     endpoint = f"${{{macros.rank0_env}}}:{port}" if multi_node else "localhost:0"
     cmd = [
-        "exec", "python3", "-m", "xrun.runtime",
-        "--nnodes", size.nnodes_arg(),
-        "--nproc-per-node", str(size.nproc_per_node),
-        "--rdzv-backend", rdzv_backend,
-        "--rdzv-endpoint", endpoint,
-        "--rdzv-id", macros.app_id,
-        "--max-restarts", str(max_retries),
-        "--tee", str(tee),
-    ]  # fmt: skip
+        "exec",
+        "python3",
+        "-m",
+        "xrun.runtime",
+        "--nnodes",
+        size.nnodes_arg(),
+        "--nproc-per-node",
+        str(size.nproc_per_node),
+        "--rdzv-backend",
+        rdzv_backend,
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        macros.app_id,
+        "--max-restarts",
+        str(max_retries),
+        "--tee",
+        str(tee),
+    ]
     if rdzv_conf:
         cmd += ["--rdzv-conf", shlex.quote(rdzv_conf)]
     cmd += [shlex.quote(script)] if script is not None else ["-m", shlex.quote(str(m))]

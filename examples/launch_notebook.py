@@ -42,11 +42,18 @@ def main() -> None:
     print("1x2:", dict(sorted(launch(LaunchConfig(nproc_per_node=2), all_reduce_sum)(1.0).items())))
 
     # 2 agents x 2 workers: two "nodes" (here two threads of this process) meet at an endpoint.
-    cfg = LaunchConfig(min_nodes=2, max_nodes=2, nproc_per_node=2, run_id="notebook",
-                       rdzv_endpoint=f"127.0.0.1:{free_port()}")
+    cfg = LaunchConfig(
+        min_nodes=2,
+        max_nodes=2,
+        nproc_per_node=2,
+        run_id="notebook",
+        rdzv_endpoint=f"127.0.0.1:{free_port()}",
+    )
     results: list[dict[int, Any]] = []
-    nodes = [threading.Thread(target=lambda: results.append(launch(cfg, all_reduce_sum)(1.0)))
-             for _ in range(2)]
+    nodes = [
+        threading.Thread(target=lambda: results.append(launch(cfg, all_reduce_sum)(1.0)))
+        for _ in range(2)
+    ]
     for t in nodes:
         t.start()
     for t in nodes:

@@ -72,7 +72,12 @@ def trainer(
         # A UsageError is how a component reports a user's mistake: one line, exit 2.
         raise UsageError(f"trainer: --epochs {epochs} is invalid; expected an integer >= 1")
     app = dist.ddp(
-        "--epochs", str(epochs), "--lr", str(lr), "--checkpoint-dir", checkpoint_dir,
+        "--epochs",
+        str(epochs),
+        "--lr",
+        str(lr),
+        "--checkpoint-dir",
+        checkpoint_dir,
         *extra_args,
         script="examples/train_ddp.py",
         name="trainer/",
@@ -80,6 +85,6 @@ def trainer(
         h=h,
         env={"OMP_NUM_THREADS": "1", **(env or {})},
         debug=debug,
-    )  # fmt: skip
+    )
     app.metadata["tags"] = ",".join(tags or [])
     return app

@@ -51,13 +51,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=5, help="epochs to train in total (default: 5)")
     p.add_argument("--steps-per-epoch", type=int, default=20, help="steps per epoch (default: 20)")
     p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default: 0.1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the model and the data (default: 0)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the model and the data (default: 0)"
+    )
     p.add_argument(
         "--checkpoint-dir",
         default="./outputs/ckpt",
         help="dir or fsspec URL for checkpoints; resumes from the newest (default: ./outputs/ckpt)",
     )
-    p.add_argument("--out", help="write the final parameters' sha256, loss etc. here as JSON (rank 0)")
+    p.add_argument(
+        "--out", help="write the final parameters' sha256, loss etc. here as JSON (rank 0)"
+    )
     p.add_argument(
         "--step-sleep", type=float, default=0.0, help="seconds to sleep per step (to watch it run)"
     )
@@ -108,9 +112,7 @@ def latest_checkpoint(fs: fsspec.AbstractFileSystem, root: str) -> tuple[int, st
     return max(found) if found else None
 
 
-def save_checkpoint(
-    fs: fsspec.AbstractFileSystem, root: str, epoch: int, model: nn.Module
-) -> None:
+def save_checkpoint(fs: fsspec.AbstractFileSystem, root: str, epoch: int, model: nn.Module) -> None:
     """Write, then rename: readers see the whole checkpoint or none (rename is atomic)."""
     fs.makedirs(root, exist_ok=True)
     final = f"{root.rstrip('/')}/epoch-{epoch:05d}.pt"

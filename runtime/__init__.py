@@ -34,8 +34,18 @@ _LAZY = {
 }
 
 __all__ = [  # spelled out (not sorted(_LAZY)) so linters see the re-exports
-    "Agent", "AgentFailedError", "ChildFailedError", "LaunchConfig", "PContext", "ProcessFailure",
-    "RunProcsResult", "RunResult", "Std", "launch", "record", "start_processes",
+    "Agent",
+    "AgentFailedError",
+    "ChildFailedError",
+    "LaunchConfig",
+    "PContext",
+    "ProcessFailure",
+    "RunProcsResult",
+    "RunResult",
+    "Std",
+    "launch",
+    "record",
+    "start_processes",
 ]
 
 

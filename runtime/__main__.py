@@ -33,8 +33,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     if result.exitcode != 0:
-        print(result.message if result.failures else f"{PROG}: {result.message}",
-              file=sys.stderr, flush=True)
+        print(
+            result.message if result.failures else f"{PROG}: {result.message}",
+            file=sys.stderr,
+            flush=True,
+        )
         # The scheduler above us reads this file (torchrun's @record on its main does the same);
         # the workers got their own error files under the log dir, never this one.
         own = os.environ.get("TORCHELASTIC_ERROR_FILE")

@@ -46,8 +46,9 @@ class TimerHandle:
 
     __slots__ = ("when", "seq", "fn", "args", "loop")
 
-    def __init__(self, when: float, seq: int, fn: Callable[..., Any], args: tuple[Any, ...],
-                 loop: Loop) -> None:
+    def __init__(
+        self, when: float, seq: int, fn: Callable[..., Any], args: tuple[Any, ...], loop: Loop
+    ) -> None:
         self.when, self.seq, self.fn, self.args, self.loop = when, seq, fn, args, loop
 
     def __lt__(self, other: TimerHandle) -> bool:

@@ -251,8 +251,15 @@ class Launcher:
         parent = None if self.start_method == "forkserver" else self.parent_pid
         proc = self._mp.Process(
             target=function_main,
-            args=(payload, env, _inherit(out), _inherit(err), result_path, parent,
-                  tuple(k for k in AGENT_ONLY_ENV if k not in env)),
+            args=(
+                payload,
+                env,
+                _inherit(out),
+                _inherit(err),
+                result_path,
+                parent,
+                tuple(k for k in AGENT_ONLY_ENV if k not in env),
+            ),
             name=f"{self.name}-{rank}",
         )
         proc.start()

@@ -237,8 +237,11 @@ class Tee:
                         os.read(self._wake_r, 512)  # a close() wake-up: the loop test decides
                     elif s is self._inotify:
                         changed = self._inotify.read()
-                        behind.update(files if changed is None else
-                                      (self._watched[wd] for wd in changed if wd in self._watched))
+                        behind.update(
+                            files
+                            if changed is None
+                            else (self._watched[wd] for wd in changed if wd in self._watched)
+                        )
                     elif not self._read_pipe(s):
                         sel.unregister(s.fd)
                         s.finish()

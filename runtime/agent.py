@@ -161,8 +161,11 @@ class Agent:
         self.entrypoint = entrypoint
         self.args = args
         if name is None:
-            name = entrypoint if isinstance(entrypoint, str) else str(
-                getattr(entrypoint, "__qualname__", entrypoint))
+            name = (
+                entrypoint
+                if isinstance(entrypoint, str)
+                else str(getattr(entrypoint, "__qualname__", entrypoint))
+            )
         self.name: str = name
         self.host = socket.gethostname()
         self._signum = 0
@@ -257,13 +260,17 @@ class Agent:
             if not result.is_failed():
                 pc.close(signal.SIGTERM, cfg.shutdown_timeout)  # reaps, flushes the tee threads
                 # every local rank, None for binaries (and functions that returned None)
-                return self._finish(handler, {offset + r: result.return_values.get(r)
-                                              for r in range(cfg.nproc_per_node)})
+                return self._finish(
+                    handler,
+                    {offset + r: result.return_values.get(r) for r in range(cfg.nproc_per_node)},
+                )
             failures = {offset + r: f for r, f in result.failures.items()}
             pc.close(signal.SIGTERM, cfg.shutdown_timeout)
             root = failures[root_cause(failures)]
-            reason = (f"local_rank {root.local_rank} on {self.host} failed: "
-                      f"{root.message.splitlines()[-1] if root.message else root.exitcode}")
+            reason = (
+                f"local_rank {root.local_rank} on {self.host} failed: "
+                f"{root.message.splitlines()[-1] if root.message else root.exitcode}"
+            )
             if self._port_retries < _PORT_RACE_RETRIES and _is_port_race(result):
                 self._port_retries += 1
                 _log(f"worker store port was taken ({reason}); retrying with a new port")
@@ -271,16 +278,14 @@ class Agent:
                 continue
             if self._restart_count < cfg.max_restarts:
                 self._restart_count += 1
-                _log(f"{reason}; restarting the workers "
-                     f"({self._restart_count}/{cfg.max_restarts})")
+                _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
                 self._request_restart(handler, reason)
                 continue
             try:
                 handler.close(failed=True, reason=reason)
             except RendezvousError:
                 pass  # the store host may be gone already; our exit code says it all
-            return RunResult(1, failures=failures,
-                             message=format_failures(self.name, failures))
+            return RunResult(1, failures=failures, message=format_failures(self.name, failures))
 
     def _request_restart(self, handler: RendezvousHandler, reason: str) -> None:
         from xrun.runtime.rendezvous import RendezvousError
@@ -298,8 +303,10 @@ class Agent:
             # The exit barrier: conf exit_barrier_timeout (300 s), not close_timeout.
             late = handler.finish()
             if late:
-                _log(f"{', '.join(late)} did not finish within exit_barrier_timeout="
-                     f"{handler.cfg.exit_barrier_timeout:g}s: the job was closed as failed")
+                _log(
+                    f"{', '.join(late)} did not finish within exit_barrier_timeout="
+                    f"{handler.cfg.exit_barrier_timeout:g}s: the job was closed as failed"
+                )
         except RendezvousClosedError as e:
             if getattr(e, "failed", False):
                 return RunResult(1, values, message=f"a peer failed: {getattr(e, 'reason', e)}")
@@ -405,8 +412,11 @@ class Agent:
             if self._wakeup_r >= 0:
                 sel.register(self._wakeup_r, selectors.EVENT_READ, "signal")
             # Without an exit fd per worker fall back to polling every monitor_interval.
-            timeout = None if len(worker_fds) >= self.config.nproc_per_node \
+            timeout = (
+                None
+                if len(worker_fds) >= self.config.nproc_per_node
                 else self.config.monitor_interval
+            )
             while True:
                 if self._signum:
                     return "signal", self._signum
@@ -446,8 +456,10 @@ class Agent:
         os.set_blocking(r, False)
         os.set_blocking(w, False)
         old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        old = {s: signal.signal(s, self._on_signal) for s in parse_signals(
-            self.config.signals_to_handle)}
+        old = {
+            s: signal.signal(s, self._on_signal)
+            for s in parse_signals(self.config.signals_to_handle)
+        }
         self._wakeup_r = r
 
         def restore() -> None:
@@ -476,8 +488,9 @@ class Agent:
         except BlockingIOError:
             pass
 
-    def _on_signal_exit(self, handler: RendezvousHandler | None, pc: PContext | None,
-                        signum: int) -> RunResult:
+    def _on_signal_exit(
+        self, handler: RendezvousHandler | None, pc: PContext | None, signum: int
+    ) -> RunResult:
         from xrun.runtime.rendezvous import RendezvousError
 
         self._raise_on_signal = False
@@ -491,7 +504,6 @@ class Agent:
             except RendezvousError:
                 pass
         return RunResult(128 + signum, message=f"the agent got {name}")
-
 
 
 def _is_port_race(result: RunProcsResult) -> bool:
@@ -546,10 +558,20 @@ def format_failures(name: str, failures: Mapping[int, ProcessFailure]) -> str:
     parts = {r: _format_failure(i, r, f, host) for i, (r, f) in enumerate(sorted(failures.items()))}
     width = min(60, max([len(title)] + [len(x) for p in parts.values() for x in p.splitlines()]))
     others = [p for r, p in parts.items() if r != root] or ["  <NO_OTHER_FAILURES>"]
-    return "\n".join([
-        "", "=" * width, title, "-" * width, "Failures:", *others, "-" * width,
-        "Root Cause (first observed failure):", parts[root], "=" * width,
-    ])
+    return "\n".join(
+        [
+            "",
+            "=" * width,
+            title,
+            "-" * width,
+            "Failures:",
+            *others,
+            "-" * width,
+            "Root Cause (first observed failure):",
+            parts[root],
+            "=" * width,
+        ]
+    )
 
 
 def write_agent_error_file(path: str, result: RunResult) -> None:
@@ -564,15 +586,21 @@ def write_agent_error_file(path: str, result: RunResult) -> None:
             doc: dict[str, Any] = json.loads(json.dumps(data))
             doc["message"]["errorCode"] = f.exitcode
         else:
-            doc = {"message": {"message": f"ChildFailedError: {f.message}",
-                               "extraInfo": {"py_callstack": result.message,
-                                             "timestamp": str(f.timestamp)},
-                               "errorCode": f.exitcode}}
+            doc = {
+                "message": {
+                    "message": f"ChildFailedError: {f.message}",
+                    "extraInfo": {"py_callstack": result.message, "timestamp": str(f.timestamp)},
+                    "errorCode": f.exitcode,
+                }
+            }
     else:
-        doc = {"message": {"message": f"AgentFailedError: {result.message}",
-                           "extraInfo": {"py_callstack": result.message,
-                                         "timestamp": str(int(time.time()))},
-                           "errorCode": result.exitcode}}
+        doc = {
+            "message": {
+                "message": f"AgentFailedError: {result.message}",
+                "extraInfo": {"py_callstack": result.message, "timestamp": str(int(time.time()))},
+                "errorCode": result.exitcode,
+            }
+        }
     tmp = f"{path}.{os.getpid()}.tmp"
     # 0600: the root cause's traceback may quote data or paths meant for the user alone.
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fp:

@@ -42,8 +42,11 @@ def launch(
     """
 
     def run(*args: Any) -> dict[int, Any]:
-        name = entrypoint if isinstance(entrypoint, str) else getattr(
-            entrypoint, "__qualname__", repr(entrypoint))
+        name = (
+            entrypoint
+            if isinstance(entrypoint, str)
+            else getattr(entrypoint, "__qualname__", repr(entrypoint))
+        )
         result = Agent(config, entrypoint, tuple(args), name=name).run()
         error = result.error(name)
         if error is not None:

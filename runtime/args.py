@@ -32,7 +32,11 @@ _UNSUPPORTED: tuple[tuple[tuple[str, ...], bool, str], ...] = (
     (("--duplicate-stderr-filters", "--duplicate_stderr_filters"), True, "use -t/--tee and grep"),
     (("--logs-specs", "--logs_specs"), True, "logs go under --log-dir"),
     (("--numa-binding", "--numa_binding"), True, "bind CPUs in the script (os.sched_setaffinity)"),
-    (("--virtual-local-rank", "--virtual_local_rank"), False, "set CUDA_VISIBLE_DEVICES in the script"),
+    (
+        ("--virtual-local-rank", "--virtual_local_rank"),
+        False,
+        "set CUDA_VISIBLE_DEVICES in the script",
+    ),
 )
 
 
@@ -48,8 +52,13 @@ class _Unsupported(argparse.Action):
         self.why = why
         super().__init__(option_strings, dest, **kw)
 
-    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        ns: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         raise UsageError(
             f"torchrun flag {option_string} is not supported by xrun ({self.why}): remove it"
         )
@@ -65,9 +74,7 @@ def _env_flag(dest: str) -> bool:
     try:
         return bool(int(raw))
     except ValueError:
-        raise UsageError(
-            f"PET_{dest.upper()}={raw!r} is invalid: expected 0 or 1"
-        ) from None
+        raise UsageError(f"PET_{dest.upper()}={raw!r} is invalid: expected 0 or 1") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,16 +97,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     opt("--nnodes", default="1:1", help="nodes: N or MIN:MAX (elastic). Default 1:1.")
     opt(*both("nproc-per-node"), default="1", help="workers per node: int, auto, cpu or gpu.")
-    opt(*both("rdzv-backend"), default="static", help="c10d or static (torchrun's default "
-        "static on one node without --master-port means standalone).")
-    opt(*both("rdzv-endpoint"), default="", help="rendezvous host[:port] ([v6]:port); "
-        f"default port {DEFAULT_RDZV_PORT}.")
+    opt(
+        *both("rdzv-backend"),
+        default="static",
+        help="c10d or static (torchrun's default "
+        "static on one node without --master-port means standalone).",
+    )
+    opt(
+        *both("rdzv-endpoint"),
+        default="",
+        help=f"rendezvous host[:port] ([v6]:port); default port {DEFAULT_RDZV_PORT}.",
+    )
     opt(*both("rdzv-id"), default="none", help="job id shared by every node.")
     opt(*both("rdzv-conf"), default="", help="k=v,... e.g. join_timeout=600,last_call_timeout=30.")
     flag("--standalone", help="single node: private rendezvous on a free localhost port.")
     opt(*both("max-restarts"), default="0", help="worker group restarts before failing.")
-    opt(*both("monitor-interval"), default="0.1", help="fallback poll period in seconds (the "
-        "agent is woken by worker exits; this only matters without pidfd support).")
+    opt(
+        *both("monitor-interval"),
+        default="0.1",
+        help="fallback poll period in seconds (the "
+        "agent is woken by worker exits; this only matters without pidfd support).",
+    )
     opt(*both("start-method"), default="spawn", help="spawn, fork or forkserver (--run-path).")
     opt("--role", default="default", help="worker role name (ROLE_NAME).")
     flag("-m", "--module", help="run the script as a module (python -m).")
@@ -108,19 +126,35 @@ def build_parser() -> argparse.ArgumentParser:
     opt(*both("log-dir"), default=None, help="logs: <log_dir>/<run_id>/attempt_<n>/<local_rank>/.")
     opt("-r", "--redirects", default="0", help="std streams to files only: 0-3 or 0:1,1:2.")
     opt("-t", "--tee", default="0", help="std streams to files and console: 0-3 or 0:1,1:2.")
-    opt(*both("local-ranks-filter"), default="", help="console output only from these local "
-        "ranks, e.g. 0,1 (log files get everything).")
+    opt(
+        *both("local-ranks-filter"),
+        default="",
+        help="console output only from these local ranks, e.g. 0,1 (log files get everything).",
+    )
     opt(*both("node-rank"), default="0", help="this node's rank (static rendezvous only).")
     opt(*both("master-addr"), default="127.0.0.1", help="static rendezvous host.")
     opt(*both("master-port"), default=None, help="static rendezvous port (default 29500).")
     opt(*both("local-addr"), default=None, help="address this node advertises to its peers.")
-    opt(*both("signals-to-handle"), default=DEFAULT_SIGNALS, help="signals forwarded to the "
-        "workers before the agent shuts down, e.g. SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2.")
-    opt(*both("shutdown-timeout"), default=None, help="seconds between the forwarded signal "
-        "and SIGKILL (default $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30).")
+    opt(
+        *both("signals-to-handle"),
+        default=DEFAULT_SIGNALS,
+        help="signals forwarded to the "
+        "workers before the agent shuts down, e.g. SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2.",
+    )
+    opt(
+        *both("shutdown-timeout"),
+        default=None,
+        help="seconds between the forwarded signal "
+        "and SIGKILL (default $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30).",
+    )
     for names, takes_value, why in _UNSUPPORTED:
-        p.add_argument(*names, action=_Unsupported, why=why, nargs=None if takes_value else 0,
-                       help=argparse.SUPPRESS)
+        p.add_argument(
+            *names,
+            action=_Unsupported,
+            why=why,
+            nargs=None if takes_value else 0,
+            help=argparse.SUPPRESS,
+        )
     p.add_argument("training_script", help="script (or module with -m, binary with --no-python)")
     p.add_argument("training_script_args", nargs=argparse.REMAINDER)
     return p
@@ -257,7 +291,9 @@ def run_script_path(training_script: str, *training_script_args: str) -> None:
             raise
 
 
-def parse(argv: Sequence[str] | None = None) -> tuple[LaunchConfig, Callable[..., Any] | str, tuple[str, ...]]:
+def parse(
+    argv: Sequence[str] | None = None,
+) -> tuple[LaunchConfig, Callable[..., Any] | str, tuple[str, ...]]:
     """Command line -> (config, entrypoint, entrypoint args), with torchrun's defaulting."""
     from xrun.runtime.procs import Std
 
@@ -265,8 +301,9 @@ def parse(argv: Sequence[str] | None = None) -> tuple[LaunchConfig, Callable[...
     for names, _, why in _UNSUPPORTED:  # torchrun would read these from the env too
         var = "PET_" + names[-1].lstrip("-").upper()
         if os.environ.get(var):
-            raise UsageError(f"{var} (torchrun's {names[0]}) is not supported by xrun ({why}): "
-                             "unset it")
+            raise UsageError(
+                f"{var} (torchrun's {names[0]}) is not supported by xrun ({why}): unset it"
+            )
     min_nodes, max_nodes = parse_nnodes(ns.nnodes)
     nproc = parse_nproc(ns.nproc_per_node)
     backend = ns.rdzv_backend
@@ -274,9 +311,11 @@ def parse(argv: Sequence[str] | None = None) -> tuple[LaunchConfig, Callable[...
     run_id = ns.rdzv_id
     if backend not in ("c10d", "static"):
         raise UsageError(f"--rdzv-backend {backend!r} is not supported: expected c10d or static")
-    if ns.standalone or (
-        backend == "static" and not endpoint and ns.master_port is None and max_nodes == 1
-    ) or (backend == "c10d" and not endpoint and max_nodes == 1):
+    if (
+        ns.standalone
+        or (backend == "static" and not endpoint and ns.master_port is None and max_nodes == 1)
+        or (backend == "c10d" and not endpoint and max_nodes == 1)
+    ):
         # torchrun: a one-node job without a master port gets a private store on a free port
         # (the Agent gives it a random run id).
         backend, endpoint, run_id = "c10d", "", ""
@@ -285,8 +324,11 @@ def parse(argv: Sequence[str] | None = None) -> tuple[LaunchConfig, Callable[...
         master_port = _int("--master-port", ns.master_port or "29500")
         if not endpoint:
             addr = ns.master_addr
-            endpoint = f"{addr}:{master_port}" if addr.startswith("[") or ":" not in addr \
+            endpoint = (
+                f"{addr}:{master_port}"
+                if addr.startswith("[") or ":" not in addr
                 else f"[{addr}]:{master_port}"
+            )
         node_rank = _int("--node-rank", ns.node_rank)
     if endpoint:
         check_endpoint(endpoint)

@@ -245,9 +245,7 @@ def config_from_conf(conf: Mapping[str, str]) -> RdzvConfig:
                 f"${TOKEN_ENV}, ${TOKEN_FILE_ENV} or --rdzv-conf token_file=PATH instead"
             )
         if key not in CONF_KEYS:
-            raise UsageError(
-                f"unknown --rdzv-conf key {key!r}; valid keys: {', '.join(CONF_KEYS)}"
-            )
+            raise UsageError(f"unknown --rdzv-conf key {key!r}; valid keys: {', '.join(CONF_KEYS)}")
         if key in _SECONDS_KEYS or key == "timeout":
             try:
                 v = float(raw)
@@ -297,7 +295,9 @@ def load_token(cfg: RdzvConfig, env: Mapping[str, str] | None = None) -> bytes |
                 f"point token_file / ${TOKEN_FILE_ENV} at a readable file"
             ) from None
         if not token:
-            raise UsageError(f"the rendezvous token file {path!r} is empty; write the job's secret in it")
+            raise UsageError(
+                f"the rendezvous token file {path!r} is empty; write the job's secret in it"
+            )
         return token
     token_s = env.get(TOKEN_ENV)
     return token_s.encode() if token_s else None
@@ -566,8 +566,7 @@ class RendezvousHandler:
             ) from None
         try:
             # Which job this store belongs to, there before any peer can ask (see _check_host).
-            self._server = StoreServer(addr, port, self._token,
-                                       seed={HOST_KEY: p.run_id.encode()})
+            self._server = StoreServer(addr, port, self._token, seed={HOST_KEY: p.run_id.encode()})
         except OSError as e:
             # EADDRINUSE: another agent on this host serves it. EADDRNOTAVAIL: not our address.
             if must or e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
@@ -710,8 +709,11 @@ class RendezvousHandler:
                 break
             # Full or sealed: that round runs (or is forming) without us.
             if v >= SEAL:
-                vals = c.wait([self._k(rnd, "world"), self._closed_key], want_all=False,
-                              timeout=max(0.0, deadline - time.monotonic()))
+                vals = c.wait(
+                    [self._k(rnd, "world"), self._closed_key],
+                    want_all=False,
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
                 if vals is None:
                     raise RendezvousTimeoutError(self._timeout_msg())
                 if vals[1] is not None:
@@ -721,17 +723,26 @@ class RendezvousHandler:
             rnd += 1
         fire = self._lease_message(rnd, v)
         # No need to wait for these two answers: the server applies them before our next request.
-        c.post_set(self._k(rnd, f"node/{v}"), f"{p.local_world_size}\t{self._sortkey}\t{self.addr}".encode())
+        c.post_set(
+            self._k(rnd, f"node/{v}"),
+            f"{p.local_world_size}\t{self._sortkey}\t{self.addr}".encode(),
+        )
         # Owned by this connection: if our agent dies, its socket closes and the peers hear of it
         # at once; a hung agent (socket open, no heartbeats) is dropped after heartbeat_timeout.
         c.post_lease(
-            self._k(rnd, f"lease/{v}"), self.cfg.heartbeat_timeout, self._k(rnd, "stale"),
-            fire.encode(), fire_on_disconnect=True,
+            self._k(rnd, f"lease/{v}"),
+            self.cfg.heartbeat_timeout,
+            self._k(rnd, "stale"),
+            fire.encode(),
+            fire_on_disconnect=True,
         )
         # And when our connection closes we count as "left" for the host's leave-together wait
         # (finish / close), which then need not sit out its whole timeout for a dead node.
         c.post_lease(
-            self._k(rnd, f"finlease/{v}"), _NEVER, self._k(rnd, f"fin/{v}"), b"gone",
+            self._k(rnd, f"finlease/{v}"),
+            _NEVER,
+            self._k(rnd, f"fin/{v}"),
+            b"gone",
             fire_on_disconnect=True,
         )
         with self._lock:
@@ -828,7 +839,9 @@ class RendezvousHandler:
         n = min(v - SEAL, p.max_nodes)
         keys = [self._k(rnd, f"node/{i}") for i in range(1, n + 1)]
         # Every counted node sets its key right after its ADD; wait briefly for stragglers.
-        vals = c.wait(keys, timeout=min(self.cfg.read_timeout, max(0.0, deadline - time.monotonic())))
+        vals = c.wait(
+            keys, timeout=min(self.cfg.read_timeout, max(0.0, deadline - time.monotonic()))
+        )
         if vals is None:
             vals = c.multi_get(keys)
         members: list[tuple[str, str, int, int]] = []
@@ -920,7 +933,9 @@ class RendezvousHandler:
                 )
             except (StoreError, OSError) as e:
                 # The store is gone (its host died): the watch fd reports that to the agent.
-                log.warning("rendezvous heartbeat to %s failed, stopping them: %s", self.endpoint, e)
+                log.warning(
+                    "rendezvous heartbeat to %s failed, stopping them: %s", self.endpoint, e
+                )
                 self._beating = False
                 return None
         return time.monotonic() + self.cfg.heartbeat_interval
@@ -944,7 +959,11 @@ class RendezvousHandler:
         conn = self._watch_conn()
         if self._armed_for != self._round:
             self._watch_rid += 1
-            keys = [self._k(self._round, "stale"), self._closed_key] if self._round >= 0 else [self._closed_key]
+            keys = (
+                [self._k(self._round, "stale"), self._closed_key]
+                if self._round >= 0
+                else [self._closed_key]
+            )
             conn.send(encode_request(self._watch_rid, Op.WAIT, wait_fields(keys, False, None)))
             self._armed_rid, self._armed_for = self._watch_rid, self._round
         return conn
@@ -955,7 +974,9 @@ class RendezvousHandler:
             try:
                 return self._arm().sock.fileno()
             except (StoreError, OSError) as e:
-                raise RendezvousClosedError(f"lost the rendezvous store at {self.endpoint}: {e}") from None
+                raise RendezvousClosedError(
+                    f"lost the rendezvous store at {self.endpoint}: {e}"
+                ) from None
 
     @property
     def closed_failed(self) -> bool:
@@ -978,7 +999,9 @@ class RendezvousHandler:
                     resp = conn.recv_response()
                     if resp.rid != self._armed_rid or resp.status != Status.OK:
                         continue  # the answer to a previous round's watch
-                    stale, closed = resp.values()[-2:] if self._round >= 0 else (None, resp.values()[0])
+                    stale, closed = (
+                        resp.values()[-2:] if self._round >= 0 else (None, resp.values()[0])
+                    )
                     if closed is not None:
                         err = self._closed_error(closed)
                         self._closed_failed = err.failed
@@ -987,7 +1010,10 @@ class RendezvousHandler:
                         self._event = (RendezvousEvent.RESTART, stale.decode(errors="replace"))
             except (StoreError, OSError, ConnectionError) as e:
                 self._closed_failed = True
-                self._event = (RendezvousEvent.CLOSED, f"lost the rendezvous store at {self.endpoint}: {e}")
+                self._event = (
+                    RendezvousEvent.CLOSED,
+                    f"lost the rendezvous store at {self.endpoint}: {e}",
+                )
             return self._event
 
     # -- leaving -------------------------------------------------------------------------------
@@ -1005,7 +1031,8 @@ class RendezvousHandler:
         self._leave_round()
         with contextlib.suppress(StoreError):
             self._client.set(
-                self._closed_key, json.dumps({"failed": failed, "reason": f"node {self.addr}: {reason}"}).encode()
+                self._closed_key,
+                json.dumps({"failed": failed, "reason": f"node {self.addr}: {reason}"}).encode(),
             )
 
     def finish(self, timeout: float | None = None) -> list[str]:

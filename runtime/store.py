@@ -410,7 +410,9 @@ class _Conn:
 
     def reply(self, rid: int, status: Status, payload: bytes = b"") -> None:
         if rid != 0:
-            self.out.append(_LEN.pack(_HEAD.size + len(payload)) + _HEAD.pack(rid, status) + payload)
+            self.out.append(
+                _LEN.pack(_HEAD.size + len(payload)) + _HEAD.pack(rid, status) + payload
+            )
 
     def flush(self) -> None:
         t = self.transport
@@ -427,8 +429,10 @@ class _Conn:
 
     def _handshake_expired(self) -> None:
         if not self.authed:
-            log.info("store: dropped a client that sent no handshake in %ss",
-                     self.server._handshake_timeout)
+            log.info(
+                "store: dropped a client that sent no handshake in %ss",
+                self.server._handshake_timeout,
+            )
             self.close()
 
     def _handshake(self, body: bytes) -> None:
@@ -469,7 +473,9 @@ class _Conn:
                     self.reply(rid, Status.OK if ok else Status.TIMEOUT, data.present(keys))
                     return
                 if len(self.waits) >= MAX_WAITS_PER_CONNECTION:
-                    raise StoreError(f"more than {MAX_WAITS_PER_CONNECTION} waits on one connection")
+                    raise StoreError(
+                        f"more than {MAX_WAITS_PER_CONNECTION} waits on one connection"
+                    )
                 w = _Waiter(self, rid, keys, want_all)
                 self.waits.add(w)
                 data.park(w, timeout)
@@ -685,7 +691,9 @@ class Connection:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                sock = cls._connect(host, port, max(0.05, min(read_timeout, remaining)), read_timeout)
+                sock = cls._connect(
+                    host, port, max(0.05, min(read_timeout, remaining)), read_timeout
+                )
             except OSError as e:
                 if time.monotonic() + delay >= deadline:
                     raise StoreTimeoutError(
@@ -854,7 +862,10 @@ class StoreClient:
             )
             try:
                 self._conn.send(
-                    b"".join(encode_request(rid, op, *f) for rid, (op, f) in zip(rids, calls, strict=True))
+                    b"".join(
+                        encode_request(rid, op, *f)
+                        for rid, (op, f) in zip(rids, calls, strict=True)
+                    )
                 )
                 # Answers to parked waits may overtake earlier ones: match them by id.
                 by_id: dict[int, Response] = {}
@@ -894,7 +905,12 @@ class StoreClient:
         self.post(Op.SET, _pack_bytes(key.encode()), _pack_bytes(value))
 
     def post_lease(
-        self, key: str, ttl: float, fire_key: str, fire_value: bytes, fire_on_disconnect: bool = False
+        self,
+        key: str,
+        ttl: float,
+        fire_key: str,
+        fire_value: bytes,
+        fire_on_disconnect: bool = False,
     ) -> None:
         self.post(Op.LEASE, lease_fields(key, ttl, fire_key, fire_value, fire_on_disconnect))
 
@@ -908,7 +924,12 @@ class StoreClient:
         self._call(Op.PING)
 
     def lease(
-        self, key: str, ttl: float, fire_key: str, fire_value: bytes, fire_on_disconnect: bool = False
+        self,
+        key: str,
+        ttl: float,
+        fire_key: str,
+        fire_value: bytes,
+        fire_on_disconnect: bool = False,
     ) -> None:
         """Unless renewed (same call) within ``ttl`` s, the store sets ``fire_key``; ttl 0 releases."""
         self._call(Op.LEASE, lease_fields(key, ttl, fire_key, fire_value, fire_on_disconnect))

@@ -230,9 +230,7 @@ class Scheduler(abc.ABC, Generic[T]):
         The default does nothing: schedulers that run in the cwd need no copy.
         """
 
-    def submit(
-        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
-    ) -> str:
+    def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
         if workspace:
             self.build_workspace(app, workspace, cfg)
         return self.schedule(self.submit_dryrun(app, cfg))

@@ -171,7 +171,9 @@ def _stop_timeout(value: object) -> int:
     if value is None:
         return STOP_TIMEOUT
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise UsageError(f"run option stop_timeout={value!r} must be a whole number of seconds >= 0")
+        raise UsageError(
+            f"run option stop_timeout={value!r} must be a whole number of seconds >= 0"
+        )
     return value
 
 

@@ -324,9 +324,15 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
     def _sacct(self, app_id: str) -> list[SlurmJobRecord]:
         """The job after it left squeue/scontrol: accounting, else the jobcomp file."""
         for argv, fields in (
-            (["sacct", "-X", "-j", app_id, "--parsable2", "--noheader", "-o", SACCT_FIELDS], SACCT_FIELDS),
-            (["sacct", "-c", "-j", app_id, "--parsable2", "--noheader", "-o", SACCT_COMP_FIELDS], SACCT_COMP_FIELDS),
-        ):  # fmt: skip
+            (
+                ["sacct", "-X", "-j", app_id, "--parsable2", "--noheader", "-o", SACCT_FIELDS],
+                SACCT_FIELDS,
+            ),
+            (
+                ["sacct", "-c", "-j", app_id, "--parsable2", "--noheader", "-o", SACCT_COMP_FIELDS],
+                SACCT_COMP_FIELDS,
+            ),
+        ):
             proc = _run(argv)
             if proc.returncode == 0:
                 recs = app_records(parse_sacct(proc.stdout, fields), app_id)

@@ -100,8 +100,15 @@ def workers(marker: str) -> list[Worker]:
         env = environ(pid)
         if "RANK" not in env:
             continue
-        out.append(Worker(pid, parent, int(env["RANK"]), int(env.get("GROUP_RANK", "-1")),
-                          int(env.get("TORCHELASTIC_RESTART_COUNT", "-1"))))
+        out.append(
+            Worker(
+                pid,
+                parent,
+                int(env["RANK"]),
+                int(env.get("GROUP_RANK", "-1")),
+                int(env.get("TORCHELASTIC_RESTART_COUNT", "-1")),
+            )
+        )
     return sorted(out, key=lambda w: w.rank)
 
 
@@ -219,8 +226,10 @@ class Chaos(threading.Thread):
             # Not the store's host; among the others the one whose workers have the top ranks.
             others = [a for a in ags if a != host] or ags
             victim = max(others, key=lambda a: max(w.rank for w in ws if w.agent == a))
-            what = f"agent {victim} (ranks {[w.rank for w in ws if w.agent == victim]}, " \
-                   f"store host {host})"
+            what = (
+                f"agent {victim} (ranks {[w.rank for w in ws if w.agent == victim]}, "
+                f"store host {host})"
+            )
         else:
             w = self.rng.choice(ws)
             victim, what = w.pid, f"worker rank {w.rank} (restart {w.restart})"

@@ -106,7 +106,9 @@ class SigtermJobs(Generic[J]):
         job.wait_ready()
         return job
 
-    def start_cli(self, marks: Path, j: str, ddp_args: list[str]) -> tuple[subprocess.Popen[str], J]:
+    def start_cli(
+        self, marks: Path, j: str, ddp_args: list[str]
+    ) -> tuple[subprocess.Popen[str], J]:
         """``xrun run -s <scheme> --wait dist.ddp <ddp_args>`` from the workspace; returns once
         every worker is ready."""
         cmd = [XRUN, "run", "-s", self.scheme, "--wait", "dist.ddp", *ddp_args]
@@ -116,7 +118,10 @@ class SigtermJobs(Generic[J]):
         self.clis.append(proc)
         assert proc.stdout is not None
         handle = proc.stdout.readline().strip()
-        assert handle.startswith(f"{self.scheme}://default/"), (handle, proc.communicate(timeout=60))
+        assert handle.startswith(f"{self.scheme}://default/"), (
+            handle,
+            proc.communicate(timeout=60),
+        )
         return proc, self.adopt(marks, handle.rsplit("/", 1)[1], j)
 
     def cleanup(self) -> None:

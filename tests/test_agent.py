@@ -39,8 +39,9 @@ def agent(*args: str) -> list[str]:
 
 
 def run(cmd: list[str], timeout: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw
+    )  # type: ignore[call-overload]
 
 
 def events(out: Path) -> list[dict[str, object]]:
@@ -84,9 +85,17 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
         p.communicate(timeout=10)
 
 
-def popen(procs: list[subprocess.Popen[str]], cmd: list[str], **kw: object) -> subprocess.Popen[str]:
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+def popen(
+    procs: list[subprocess.Popen[str]], cmd: list[str], **kw: object
+) -> subprocess.Popen[str]:
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        **kw,
+    )  # type: ignore[call-overload]
     procs.append(p)
     return p
 
@@ -113,14 +122,37 @@ def check_world(evs: dict[int, dict[str, object]], nprocs: list[int]) -> None:
         assert e["TORCHELASTIC_USE_AGENT_STORE"] == "False"
 
 
-def two_agents(procs: list[subprocess.Popen[str]], nprocs: tuple[int, int], out: Path,
-               actions: list[str], extra: tuple[str, ...] = (), nnodes: str = "2",
-               ) -> list[subprocess.Popen[str]]:
+def two_agents(
+    procs: list[subprocess.Popen[str]],
+    nprocs: tuple[int, int],
+    out: Path,
+    actions: list[str],
+    extra: tuple[str, ...] = (),
+    nnodes: str = "2",
+) -> list[subprocess.Popen[str]]:
     port = free_port()
     return [
-        popen(procs, agent("--nnodes", nnodes, "--nproc-per-node", str(n), "--rdzv-backend",
-                           "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job",
-                           "--rdzv-conf", FAST, *extra, BEHAVE, str(out), *actions))
+        popen(
+            procs,
+            agent(
+                "--nnodes",
+                nnodes,
+                "--nproc-per-node",
+                str(n),
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                "job",
+                "--rdzv-conf",
+                FAST,
+                *extra,
+                BEHAVE,
+                str(out),
+                *actions,
+            ),
+        )
         for n in nprocs
     ]
 
@@ -140,8 +172,9 @@ def test_standalone_1x2_env(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("nprocs", [(2, 2), (1, 3)], ids=["2x2", "1+3"])
-def test_two_agents_env(tmp_path: Path, procs: list[subprocess.Popen[str]],
-                        nprocs: tuple[int, int]) -> None:
+def test_two_agents_env(
+    tmp_path: Path, procs: list[subprocess.Popen[str]], nprocs: tuple[int, int]
+) -> None:
     agents = two_agents(procs, nprocs, tmp_path, [])
     for a in agents:
         assert a.wait(timeout=60) == 0, a.communicate()[1]
@@ -157,9 +190,25 @@ def test_two_agents_over_ipv6(tmp_path: Path, procs: list[subprocess.Popen[str]]
     """`--rdzv-endpoint [::1]:PORT`: the store serves and the agents join over IPv6."""
     port = free_port()
     agents = [
-        popen(procs, agent("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                           "--rdzv-endpoint", f"[::1]:{port}", "--rdzv-id", "v6",
-                           "--rdzv-conf", FAST, BEHAVE, str(tmp_path)))
+        popen(
+            procs,
+            agent(
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"[::1]:{port}",
+                "--rdzv-id",
+                "v6",
+                "--rdzv-conf",
+                FAST,
+                BEHAVE,
+                str(tmp_path),
+            ),
+        )
         for _ in range(2)
     ]
     for a in agents:
@@ -168,18 +217,36 @@ def test_two_agents_over_ipv6(tmp_path: Path, procs: list[subprocess.Popen[str]]
 
 
 @pytest.mark.timeout(120)
-def test_gloo_all_reduce_across_two_agents(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+def test_gloo_all_reduce_across_two_agents(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
     port = free_port()
     agents = [
-        popen(procs, agent("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                           "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "gloo",
-                           ALLREDUCE, str(tmp_path)))
+        popen(
+            procs,
+            agent(
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                "gloo",
+                ALLREDUCE,
+                str(tmp_path),
+            ),
+        )
         for _ in range(2)
     ]
     for a in agents:
         assert a.wait(timeout=100) == 0, a.communicate()[1]
-    results = sorted((json.loads(f.read_text()) for f in tmp_path.glob("allreduce.*.json")),
-                     key=lambda r: r["rank"])
+    results = sorted(
+        (json.loads(f.read_text()) for f in tmp_path.glob("allreduce.*.json")),
+        key=lambda r: r["rank"],
+    )
     # ranks contribute rank+1: 1 + 2 = 3 on both
     assert results == [{"rank": 0, "sum": 3.0}, {"rank": 1, "sum": 3.0}]
 
@@ -187,9 +254,23 @@ def test_gloo_all_reduce_across_two_agents(tmp_path: Path, procs: list[subproces
 def test_static_backend(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
     port = free_port()
     agents = [
-        popen(procs, agent("--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(r),
-                           "--master-addr", "127.0.0.1", "--master-port", str(port),
-                           BEHAVE, str(tmp_path)))
+        popen(
+            procs,
+            agent(
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--node-rank",
+                str(r),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                BEHAVE,
+                str(tmp_path),
+            ),
+        )
         for r in (1, 0)  # the non-host starts first: it must wait for the store
     ]
     for a in agents:
@@ -204,12 +285,26 @@ def test_static_backend(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> N
 
 
 def test_failure_then_restart_counts(tmp_path: Path) -> None:
-    p = run(agent("--nproc-per-node", "2", "--max-restarts", "2", BEHAVE, str(tmp_path),
-                  "barrier:2", "fail-rank:1"))
+    p = run(
+        agent(
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "2",
+            BEHAVE,
+            str(tmp_path),
+            "barrier:2",
+            "fail-rank:1",
+        )
+    )
     assert p.returncode == 0, p.stderr
     evs = events(tmp_path)
     assert sorted((e["RANK"], e["TORCHELASTIC_RESTART_COUNT"]) for e in evs) == [
-        ("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
+        ("0", "0"),
+        ("0", "1"),
+        ("1", "0"),
+        ("1", "1"),
+    ]
     errs = sorted(str(e["TORCHELASTIC_ERROR_FILE"]) for e in evs if e["RANK"] == "1")
     assert errs[0].endswith("attempt_0/1/error.json") and errs[1].endswith("attempt_1/1/error.json")
 
@@ -217,9 +312,22 @@ def test_failure_then_restart_counts(tmp_path: Path) -> None:
 def test_restarts_exhausted_summary_and_error_files(tmp_path: Path) -> None:
     own = tmp_path / "agent_error.json"
     env = {**os.environ, "TORCHELASTIC_ERROR_FILE": str(own)}
-    p = run(agent("--nproc-per-node", "2", "--max-restarts", "1", "--log-dir",
-                  str(tmp_path / "logs"), BEHAVE, str(tmp_path), "barrier:2",
-                  "fail-rank-always:1", "sleep:30"), env=env)
+    p = run(
+        agent(
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "1",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            BEHAVE,
+            str(tmp_path),
+            "barrier:2",
+            "fail-rank-always:1",
+            "sleep:30",
+        ),
+        env=env,
+    )
     assert p.returncode == 1
     err = p.stderr
     assert "Root Cause (first observed failure):" in err and "Failures:" in err
@@ -251,8 +359,10 @@ def test_restarts_exhausted_summary_and_error_files(tmp_path: Path) -> None:
 
 def test_signal_death_summary_without_error_file(tmp_path: Path) -> None:
     own = tmp_path / "agent_error.json"
-    p = run(agent("--nproc-per-node", "1", BEHAVE, str(tmp_path), "kill-rank:0"),
-            env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(own)})
+    p = run(
+        agent("--nproc-per-node", "1", BEHAVE, str(tmp_path), "kill-rank:0"),
+        env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(own)},
+    )
     assert p.returncode == 1
     assert "exitcode  : -9" in p.stderr and "(SIGKILL)" in p.stderr
     assert "error_file: <N/A>" in p.stderr
@@ -260,12 +370,25 @@ def test_signal_death_summary_without_error_file(tmp_path: Path) -> None:
     assert doc["message"]["errorCode"] == -9 and "SIGKILL" in doc["message"]["message"]
 
 
-def test_peer_failure_stops_the_other_agent_promptly(tmp_path: Path,
-                                                     procs: list[subprocess.Popen[str]]) -> None:
+def test_peer_failure_stops_the_other_agent_promptly(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
     out = tmp_path
     port = free_port()
-    common = ("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "j", "--rdzv-conf", FAST)
+    common = (
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "j",
+        "--rdzv-conf",
+        FAST,
+    )
     sleeper = popen(procs, agent(*common, BEHAVE, str(out), "ready", "sleep:60"))
     failer = popen(procs, agent(*common, BEHAVE, str(out), "ready", "sleep:0.5", "exit-rank:0:3"))
     assert failer.wait(timeout=60) == 1
@@ -278,14 +401,29 @@ def test_peer_failure_stops_the_other_agent_promptly(tmp_path: Path,
         assert not alive(int(str(e["pid"])))
 
 
-def _host_then_peer(procs: list[subprocess.Popen[str]], out: Path, conf: str,
-                    peer_sleep: float) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+def _host_then_peer(
+    procs: list[subprocess.Popen[str]], out: Path, conf: str, peer_sleep: float
+) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
     """Two agents whose workers run behave.py sleep-env: the first serves the store and its
     workers end at once; the second's workers sleep ``peer_sleep`` s."""
     port = free_port()
-    common = ("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "barrier",
-              "--rdzv-conf", f"{FAST},{conf}", BEHAVE, str(out), "sleep-env:XRUN_TEST_SLEEP")
+    common = (
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "barrier",
+        "--rdzv-conf",
+        f"{FAST},{conf}",
+        BEHAVE,
+        str(out),
+        "sleep-env:XRUN_TEST_SLEEP",
+    )
     host = popen(procs, agent(*common))
     wait_for(lambda: _serving(port), what="the first agent's rendezvous store")
     peer = popen(procs, agent(*common), env={**os.environ, "XRUN_TEST_SLEEP": str(peer_sleep)})
@@ -294,7 +432,8 @@ def _host_then_peer(procs: list[subprocess.Popen[str]], out: Path, conf: str,
 
 @pytest.mark.timeout(60)
 def test_exit_barrier_outlasts_close_timeout_for_a_slow_peer(
-        tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
     # The store's host is done ~3 s before its peer: far beyond close_timeout, well within the
     # exit barrier. Both succeed: a slow node is not a failed node.
     host, peer = _host_then_peer(procs, tmp_path, "close_timeout=0.5", peer_sleep=3)
@@ -305,7 +444,8 @@ def test_exit_barrier_outlasts_close_timeout_for_a_slow_peer(
 
 @pytest.mark.timeout(60)
 def test_exit_barrier_timeout_closes_the_job_under_a_laggard(
-        tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
     host, peer = _host_then_peer(procs, tmp_path, "exit_barrier_timeout=1", peer_sleep=30)
     assert host.wait(timeout=40) == 0, host.communicate()[1]  # its own workers all succeeded
     t0 = time.monotonic()
@@ -320,7 +460,8 @@ def test_exit_barrier_timeout_closes_the_job_under_a_laggard(
 
 @pytest.mark.parametrize("failed", [True, False], ids=["peer-gave-up", "job-finished"])
 def test_closed_event_tells_a_failed_job_from_a_finished_one(
-        tmp_path: Path, procs: list[subprocess.Popen[str]], failed: bool) -> None:
+    tmp_path: Path, procs: list[subprocess.Popen[str]], failed: bool
+) -> None:
     # The other node is this test process's own rendezvous handler: it lets the test close the
     # job either way while the agent's workers run, which no second real agent does on demand.
     from xrun.runtime.rendezvous import RendezvousParams, create_handler
@@ -329,9 +470,27 @@ def test_closed_event_tells_a_failed_job_from_a_finished_one(
     conf = dict(x.split("=") for x in FAST.split(","))
     host = create_handler(RendezvousParams("c10d", ep, "closing", 2, 2, 1, conf))
     try:
-        a = popen(procs, agent("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                               "--rdzv-endpoint", ep, "--rdzv-id", "closing", "--rdzv-conf", FAST,
-                               BEHAVE, str(tmp_path), "ready", "sleep:60"))
+        a = popen(
+            procs,
+            agent(
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                ep,
+                "--rdzv-id",
+                "closing",
+                "--rdzv-conf",
+                FAST,
+                BEHAVE,
+                str(tmp_path),
+                "ready",
+                "sleep:60",
+            ),
+        )
         info = host.next_rendezvous()
         if info.group_rank == 0:  # publish the workers' store address, as an agent would
             host.kv().set(f"xrun/master/{info.round}", b"127.0.0.1\n1")
@@ -364,12 +523,21 @@ def test_module_no_python_and_run_path(tmp_path: Path) -> None:
     (pkg / "__init__.py").write_text("")
     (pkg / "work.py").write_text(
         "import os, sys\n"
-        "open(os.path.join(sys.argv[1], 'm.' + os.environ['RANK']), 'w').write(repr(sys.flags.optimize))\n")
+        "open(os.path.join(sys.argv[1], 'm.' + os.environ['RANK']), 'w').write(repr(sys.flags.optimize))\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     p = run(agent("--nproc-per-node", "2", "-m", "mypkg.work", str(tmp_path)), env=env)
     assert p.returncode == 0, p.stderr
-    p = run(agent("--nproc-per-node", "2", "--no-python", "/bin/sh", "-c",
-                  f'echo "$LOCAL_RANK/$WORLD_SIZE" > {tmp_path}/sh.$RANK'))
+    p = run(
+        agent(
+            "--nproc-per-node",
+            "2",
+            "--no-python",
+            "/bin/sh",
+            "-c",
+            f'echo "$LOCAL_RANK/$WORLD_SIZE" > {tmp_path}/sh.$RANK',
+        )
+    )
     assert p.returncode == 0, p.stderr
     p = run(agent("--nproc-per-node", "2", "--run-path", BEHAVE, str(tmp_path), "print:rp"))
     assert p.returncode == 0, p.stderr
@@ -380,7 +548,8 @@ def test_module_no_python_and_run_path(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_second_job_on_a_busy_endpoint_fails_fast_and_the_first_is_unharmed(
-        tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
     # Two 2x2 jobs, one endpoint (localhost:P), different run ids. The store lives in an agent of
     # the first job and ends with it, so the second job is refused at once (exit 2, one line
     # naming the fix) instead of running until the first job's end pulls its store away.
@@ -388,10 +557,29 @@ def test_second_job_on_a_busy_endpoint_fails_fast_and_the_first_is_unharmed(
 
     def job(run_id: str, out: Path) -> list[subprocess.Popen[str]]:
         out.mkdir()
-        return [popen(procs, agent("--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend",
-                                   "c10d", "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id",
-                                   run_id, "--rdzv-conf", FAST, BEHAVE, str(out), "sleep:1"))
-                for _ in range(2)]
+        return [
+            popen(
+                procs,
+                agent(
+                    "--nnodes",
+                    "2",
+                    "--nproc-per-node",
+                    "2",
+                    "--rdzv-backend",
+                    "c10d",
+                    "--rdzv-endpoint",
+                    f"localhost:{port}",
+                    "--rdzv-id",
+                    run_id,
+                    "--rdzv-conf",
+                    FAST,
+                    BEHAVE,
+                    str(out),
+                    "sleep:1",
+                ),
+            )
+            for _ in range(2)
+        ]
 
     first = job("one", tmp_path / "one")
     wait_for(lambda: _serving(port), what="the first job's rendezvous store")
@@ -417,7 +605,7 @@ def test_standalone_store_is_token_protected_and_on_loopback(tmp_path: Path) -> 
     p = run(agent("--nproc-per-node", "1", PROBE, str(tmp_path)), env=env)
     assert p.returncode == 0, p.stderr
     probe = json.loads((tmp_path / "probe.json").read_text())
-    (addr, port), = probe["listen"]  # the store: 127.0.0.1 only, never 0.0.0.0 / ::
+    ((addr, port),) = probe["listen"]  # the store: 127.0.0.1 only, never 0.0.0.0 / ::
     assert addr == "127.0.0.1" and port > 0
     assert probe["refused"] == [True]
 
@@ -435,8 +623,12 @@ def test_the_secret_never_reaches_workers(tmp_path: Path, entry: str) -> None:
         assert probe["env"] == dict.fromkeys(SECRET_ENV)
         assert probe["refused"] == [True]  # the job's secret protects the store
     else:
-        p = run(agent("--nproc-per-node", "1", "--no-python", "/bin/sh", "-c",
-                      f"env > {tmp_path}/env.txt"), env=env)
+        p = run(
+            agent(
+                "--nproc-per-node", "1", "--no-python", "/bin/sh", "-c", f"env > {tmp_path}/env.txt"
+            ),
+            env=env,
+        )
         assert p.returncode == 0, p.stderr
         seen = (tmp_path / "env.txt").read_text()
         assert "XRUN_RDZV" not in seen and "tok-" not in seen
@@ -446,9 +638,13 @@ def test_the_secret_never_reaches_workers(tmp_path: Path, entry: str) -> None:
 # -- signals -------------------------------------------------------------------------------------
 
 
-def test_sigterm_is_forwarded_to_workers(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
-    p = popen(procs, agent("--nproc-per-node", "2", BEHAVE, str(tmp_path), "trap-term", "ready",
-                           "sleep:60"))
+def test_sigterm_is_forwarded_to_workers(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    p = popen(
+        procs,
+        agent("--nproc-per-node", "2", BEHAVE, str(tmp_path), "trap-term", "ready", "sleep:60"),
+    )
     wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 2, what="workers ready")
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=20) == 128 + signal.SIGTERM
@@ -456,10 +652,24 @@ def test_sigterm_is_forwarded_to_workers(tmp_path: Path, procs: list[subprocess.
     assert json.loads((tmp_path / "term.0").read_text()) == signal.SIGTERM
 
 
-def test_handled_sigusr2_is_forwarded_then_shutdown(tmp_path: Path,
-                                                    procs: list[subprocess.Popen[str]]) -> None:
-    p = popen(procs, agent("--nproc-per-node", "1", "--signals-to-handle", "SIGTERM,SIGUSR2",
-                           "--shutdown-timeout", "1", BEHAVE, str(tmp_path), "ready", "sleep:60"))
+def test_handled_sigusr2_is_forwarded_then_shutdown(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    p = popen(
+        procs,
+        agent(
+            "--nproc-per-node",
+            "1",
+            "--signals-to-handle",
+            "SIGTERM,SIGUSR2",
+            "--shutdown-timeout",
+            "1",
+            BEHAVE,
+            str(tmp_path),
+            "ready",
+            "sleep:60",
+        ),
+    )
     wait_for(lambda: list(tmp_path.glob("ready.*")), what="worker ready")
     pid = int(str(events(tmp_path)[0]["pid"]))
     p.send_signal(signal.SIGUSR2)  # the worker does not handle SIGUSR2: it dies of it
@@ -469,8 +679,21 @@ def test_handled_sigusr2_is_forwarded_then_shutdown(tmp_path: Path,
 
 def test_sigterm_while_waiting_for_peers(procs: list[subprocess.Popen[str]]) -> None:
     port = free_port()
-    p = popen(procs, agent("--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                           f"127.0.0.1:{port}", "--rdzv-id", "lonely", BEHAVE, "/nonexistent"))
+    p = popen(
+        procs,
+        agent(
+            "--nnodes",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "lonely",
+            BEHAVE,
+            "/nonexistent",
+        ),
+    )
 
     # once it serves the store it is in next_rendezvous, waiting for a node that never comes
     wait_for(lambda: _serving(port), what="the agent's rendezvous store")
@@ -482,7 +705,9 @@ def test_sigterm_while_waiting_for_peers(procs: list[subprocess.Popen[str]]) -> 
     assert "Traceback" not in p.communicate()[1]
 
 
-def test_sigkill_of_agent_leaves_no_workers(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
+def test_sigkill_of_agent_leaves_no_workers(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
     p = popen(procs, agent("--nproc-per-node", "2", BEHAVE, str(tmp_path), "ready", "sleep:60"))
     wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 2, what="workers ready")
     pids = [int(str(e["pid"])) for e in events(tmp_path)]
@@ -500,8 +725,20 @@ def test_sigkill_of_agent_leaves_no_workers(tmp_path: Path, procs: list[subproce
 @pytest.mark.timeout(90)
 def test_elastic_join_mid_run(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
     port = free_port()
-    common = ("--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "el", "--rdzv-conf", FAST)
+    common = (
+        "--nnodes",
+        "1:2",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "el",
+        "--rdzv-conf",
+        FAST,
+    )
     actions = (BEHAVE, str(tmp_path), "ready", "sleep-unless-world:4:60")
     first = popen(procs, agent(*common, *actions))
     wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 2, what="first agent's workers")
@@ -510,7 +747,7 @@ def test_elastic_join_mid_run(tmp_path: Path, procs: list[subprocess.Popen[str]]
     second = popen(procs, agent(*common, *actions))
     assert second.wait(timeout=60) == 0, second.communicate()[1]
     assert first.wait(timeout=60) == 0, first.communicate()[1]
-    evs = events(tmp_path)[len(alone):]
+    evs = events(tmp_path)[len(alone) :]
     # (on a loaded machine the second agent may first form a world alone; it ends at 4)
     assert sorted(int(str(e["RANK"])) for e in evs if e["WORLD_SIZE"] == "4") == [0, 1, 2, 3]
     # a membership change is not a failure restart
@@ -520,23 +757,41 @@ def test_elastic_join_mid_run(tmp_path: Path, procs: list[subprocess.Popen[str]]
 
 
 @pytest.mark.timeout(90)
-def test_elastic_peer_killed_the_other_reforms(tmp_path: Path,
-                                               procs: list[subprocess.Popen[str]]) -> None:
+def test_elastic_peer_killed_the_other_reforms(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
     port = free_port()
-    common = ("--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "el2", "--rdzv-conf", FAST)
+    common = (
+        "--nnodes",
+        "1:2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "el2",
+        "--rdzv-conf",
+        FAST,
+    )
     actions = (BEHAVE, str(tmp_path), "ready", "sleep-unless-world:1:60")
     host = popen(procs, agent(*common, *actions))
     # the first agent serves the store; the second is a client we may kill
     wait_for(lambda: _serving(port), what="the first agent's rendezvous store")
     other = popen(procs, agent(*common, *actions))
-    wait_for(lambda: {e["WORLD_SIZE"] for e in events(tmp_path)} == {"2"}
-             and len(events(tmp_path)) == 2, what="a two-node world")
+    wait_for(
+        lambda: {e["WORLD_SIZE"] for e in events(tmp_path)} == {"2"} and len(events(tmp_path)) == 2,
+        what="a two-node world",
+    )
     other.kill()
     assert host.wait(timeout=30) == 0, host.communicate()[1]
     last = events(tmp_path)[-1]
     assert (last["WORLD_SIZE"], last["GROUP_WORLD_SIZE"], last["TORCHELASTIC_RESTART_COUNT"]) == (
-        "1", "1", "0")
+        "1",
+        "1",
+        "0",
+    )
 
 
 # -- logs ----------------------------------------------------------------------------------------
@@ -544,8 +799,21 @@ def test_elastic_peer_killed_the_other_reforms(tmp_path: Path,
 
 def test_log_layout_tee_prefix_and_filter(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    p = run(agent("--nproc-per-node", "2", "--rdzv-id", "ignored", "--log-dir", str(logs),
-                  "-t", "3", BEHAVE, str(tmp_path), "print:hello"))
+    p = run(
+        agent(
+            "--nproc-per-node",
+            "2",
+            "--rdzv-id",
+            "ignored",
+            "--log-dir",
+            str(logs),
+            "-t",
+            "3",
+            BEHAVE,
+            str(tmp_path),
+            "print:hello",
+        )
+    )
     assert p.returncode == 0, p.stderr
     assert sorted(p.stdout.splitlines()) == ["[default0]:hello", "[default1]:hello"]
     assert "[default1]:err:hello" in p.stderr.splitlines()
@@ -559,8 +827,26 @@ def test_log_layout_tee_prefix_and_filter(tmp_path: Path) -> None:
     out2 = tmp_path / "2"
     out2.mkdir()
     env = {**os.environ, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "<${role_name}|${rank}>"}
-    p = run(agent("--nproc-per-node", "2", "--role", "trainer", "--log-dir", str(logs), "-r", "2",
-                  "-t", "1", "--local-ranks-filter", "1", BEHAVE, str(out2), "print:x"), env=env)
+    p = run(
+        agent(
+            "--nproc-per-node",
+            "2",
+            "--role",
+            "trainer",
+            "--log-dir",
+            str(logs),
+            "-r",
+            "2",
+            "-t",
+            "1",
+            "--local-ranks-filter",
+            "1",
+            BEHAVE,
+            str(out2),
+            "print:x",
+        ),
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["<trainer|1>x"]
     assert "err:x" not in p.stderr  # redirected to the file only
@@ -579,15 +865,38 @@ def test_agent_does_not_import_torch_and_stays_small(tmp_path: Path) -> None:
         "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
         "sys.stderr.write(p.stderr)\n"
     )
-    p = run([PY, "-c", code, PY, "-X", "importtime", "-m", "xrun.runtime", "--nproc-per-node",
-             "2", "--max-restarts", "1", BEHAVE, str(tmp_path), "fail-rank:0"])
+    p = run(
+        [
+            PY,
+            "-c",
+            code,
+            PY,
+            "-X",
+            "importtime",
+            "-m",
+            "xrun.runtime",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "1",
+            BEHAVE,
+            str(tmp_path),
+            "fail-rank:0",
+        ]
+    )
     rc, maxrss_kib = (int(x) for x in p.stdout.split())
     assert rc == 0, p.stderr
-    imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines()
-                if line.startswith("import time:")}
+    imported = {
+        line.split("|")[-1].strip()
+        for line in p.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     assert "xrun.runtime.agent" in imported and "xrun.runtime.rendezvous" in imported
-    heavy = {m for m in imported
-             if m.split(".")[0] in ("torch", "numpy", "yaml", "fsspec", "docker", "docstring_parser")}
+    heavy = {
+        m
+        for m in imported
+        if m.split(".")[0] in ("torch", "numpy", "yaml", "fsspec", "docker", "docstring_parser")
+    }
     assert not heavy
     # The store's host runs a selectors loop (runtime/_loop.py): asyncio alone would add
     # 15-60 ms and ~3 MiB to every standalone job's start-up.
@@ -600,8 +909,10 @@ def test_overhead_over_spawning_workers_directly(tmp_path: Path) -> None:
     noop = tmp_path / "noop.py"
     noop.write_text("")
     flaky = tmp_path / "flaky.py"  # local rank 1 fails on attempt 0 only
-    flaky.write_text("import os, sys\nsys.exit(os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' "
-                     "and os.environ['LOCAL_RANK'] == '1')\n")
+    flaky.write_text(
+        "import os, sys\nsys.exit(os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' "
+        "and os.environ['LOCAL_RANK'] == '1')\n"
+    )
 
     def direct() -> None:
         ps = [subprocess.Popen([PY, "-u", str(noop)]) for _ in range(4)]
@@ -621,9 +932,11 @@ def test_overhead_over_spawning_workers_directly(tmp_path: Path) -> None:
             t0 = time.perf_counter()
             fn()
             best[key] = min(best[key], time.perf_counter() - t0)
-    print(f"\n4 no-op workers: direct {best['direct']:.3f}s, via agent {best['clean']:.3f}s "
-          f"(+{best['clean'] - best['direct']:.3f}s); with a failure+restart {best['restart']:.3f}s "
-          f"(+{best['restart'] - best['clean']:.3f}s, the second start of 4 workers included)")
+    print(
+        f"\n4 no-op workers: direct {best['direct']:.3f}s, via agent {best['clean']:.3f}s "
+        f"(+{best['clean'] - best['direct']:.3f}s); with a failure+restart {best['restart']:.3f}s "
+        f"(+{best['restart'] - best['clean']:.3f}s, the second start of 4 workers included)"
+    )
     # Targets on an idle machine: +0.25 s, and +0.1 s over the second start of the workers.
     # Asserted relative to the measured spawn cost, so that a loaded CI machine (2-4x slower)
     # does not fail it while an agent that sleeps or polls does.

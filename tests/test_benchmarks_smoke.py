@@ -21,8 +21,13 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.mark.timeout(420)
 def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
     out = tmp_path / "latest.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1

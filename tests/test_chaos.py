@@ -47,20 +47,48 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def xrun_ddp(tmp: Path, name: str, jobspec: str, *, retries: int = 0, timeout: float = 150,
-             chaos_run: chaos.Chaos | None = None) -> tuple[dict[str, object], str]:
+def xrun_ddp(
+    tmp: Path,
+    name: str,
+    jobspec: str,
+    *,
+    retries: int = 0,
+    timeout: float = 150,
+    chaos_run: chaos.Chaos | None = None,
+) -> tuple[dict[str, object], str]:
     """Run train_ddp through ``xrun run -s local_cwd dist.ddp`` in ``tmp``; return the --out
     JSON and the output. ``chaos_run`` (started here) acts while the job runs."""
     out = tmp / f"{name}.json"
     port = free_port()
     train_args = [*TRAIN_ARGS, "--checkpoint-dir", str(tmp / f"{name}-ckpt"), "--out", str(out)]
-    argvs = [[XRUN, "run", "-s", "local_cwd", "-cfg", "stop_grace_s=2", "dist.ddp", "-j",
-              jobspec, "--max_retries", str(retries), "--rdzv_port", str(port),
-              # A survivor waits this long for lost peers before going on without them.
-              "--rdzv_conf", "last_call_timeout=1",
-              "--script", TRAIN, "--", *train_args]]
-    procs = [subprocess.Popen(argv, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for argv in argvs]
+    argvs = [
+        [
+            XRUN,
+            "run",
+            "-s",
+            "local_cwd",
+            "-cfg",
+            "stop_grace_s=2",
+            "dist.ddp",
+            "-j",
+            jobspec,
+            "--max_retries",
+            str(retries),
+            "--rdzv_port",
+            str(port),
+            # A survivor waits this long for lost peers before going on without them.
+            "--rdzv_conf",
+            "last_call_timeout=1",
+            "--script",
+            TRAIN,
+            "--",
+            *train_args,
+        ]
+    ]
+    procs = [
+        subprocess.Popen(argv, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for argv in argvs
+    ]
     texts, codes = [], []
     try:
         if chaos_run is not None:
@@ -86,8 +114,11 @@ def xrun_ddp(tmp: Path, name: str, jobspec: str, *, retries: int = 0, timeout: f
     text = "\n".join(texts)
     killed = {k.pid for k in chaos_run.done} if chaos_run else set()
     # An agent the driver SIGKILLed exits -9; every other process must succeed.
-    bad = [(p.args, c) for p, c in zip(procs, codes, strict=True)
-           if c != 0 and not (p.pid in killed and c == -9)]
+    bad = [
+        (p.args, c)
+        for p, c in zip(procs, codes, strict=True)
+        if c != 0 and not (p.pid in killed and c == -9)
+    ]
     assert not bad, f"{name}: {bad} failed:\n{text[-4000:]}"
     return json.loads(out.read_text()), text
 
@@ -123,14 +154,15 @@ def test_sigkilled_workers_change_nothing(tmp_path: Path, reference: tuple) -> N
     driver = chaos.Chaos(marker=marker, ckpt_dir=Path(marker), kills=3, seed=7, nworkers=4)
     result, text = xrun_ddp(tmp_path, "chaos", "2x2", retries=6, chaos_run=driver)
     kills = "\n".join(f"  {k.what} after epoch {k.at_epoch}" for k in driver.done)
-    assert len(driver.done) == 3, f"only {len(driver.done)} kills happened:\n{kills}\n{text[-3000:]}"
+    assert len(driver.done) == 3, (
+        f"only {len(driver.done)} kills happened:\n{kills}\n{text[-3000:]}"
+    )
     assert result["world_size"] == 4
     # The kills did force restarts (each resumed from a checkpoint, not from scratch).
     assert len(re.findall(r"rank 0: resuming after epoch \d+", text)) >= 3, text[-3000:]
     _assert_checkpoints_sound(driver, Path(marker))
     assert not chaos.agents(marker) and not chaos.workers(marker), "processes outlived the job"
-    if (result["params_sha256"], result["final_loss"]) != (ref["params_sha256"],
-                                                           ref["final_loss"]):
+    if (result["params_sha256"], result["final_loss"]) != (ref["params_sha256"], ref["final_loss"]):
         raise ParamsDiffer(f"parameters differ from the undisturbed run after the kills:\n{kills}")
 
 
@@ -138,8 +170,9 @@ def test_sigkilled_workers_change_nothing(tmp_path: Path, reference: tuple) -> N
 def test_elastic_job_survives_losing_an_agent(tmp_path: Path, reference: tuple) -> None:
     _, ref_ckpt = reference
     marker = str(tmp_path / "elastic-ckpt")
-    driver = chaos.Chaos(marker=marker, ckpt_dir=Path(marker), kills=1, seed=11, nworkers=4,
-                         target="agent")
+    driver = chaos.Chaos(
+        marker=marker, ckpt_dir=Path(marker), kills=1, seed=11, nworkers=4, target="agent"
+    )
     # Through local_cwd: an elastic role may lose replicas down to its minimum (1 here).
     result, text = xrun_ddp(tmp_path, "elastic", "1:2x2", retries=3, chaos_run=driver)
     assert len(driver.done) == 1, f"the agent was not killed:\n{text[-3000:]}"
@@ -167,5 +200,6 @@ def test_elastic_job_survives_losing_an_agent(tmp_path: Path, reference: tuple) 
     assert expected["world_size"] == 2
     assert result["params_sha256"] == expected["params_sha256"], (
         f"the elastic run ({kill.what} after epoch {kill.at_epoch}, resumed at world size 2 "
-        f"after epoch {k}) differs from the undisturbed equivalent")
+        f"after epoch {k}) differs from the undisturbed equivalent"
+    )
     assert not chaos.agents(marker) and not chaos.workers(marker), "processes outlived the job"

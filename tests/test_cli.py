@@ -49,9 +49,12 @@ def split_dryrun(stdout: str) -> tuple[AppDef, str]:
 
 @pytest.mark.parametrize(
     "j, nnodes, nproc, replicas, min_replicas, endpoint",
-    [("1x2", "1:1", 2, 1, 1, "localhost:0"), ("2x4", "2:2", 4, 2, 2, "${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}"),
-     ("1:3x2", "1:3", 2, 3, 1, "${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}")],
-)  # fmt: skip
+    [
+        ("1x2", "1:1", 2, 1, 1, "localhost:0"),
+        ("2x4", "2:2", 4, 2, 2, "${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}"),
+        ("1:3x2", "1:3", 2, 3, 1, "${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}"),
+    ],
+)
 def test_dryrun(
     cli: Env, j: str, nnodes: str, nproc: int, replicas: int, min_replicas: int, endpoint: str
 ) -> None:
@@ -129,8 +132,10 @@ def test_config_precedence_through_the_cli(cli: Env) -> None:
 
 
 BAD_RUNS: list[tuple[list[str], str]] = [
-    *[(["run", "--dryrun", "dist.ddp", "--script", "t.py", "-j", j], f"-j '{j}' is invalid")
-      for j in ("x4", "1x", ":2", "1x2:3", "2x2x2", "0x1", "3:2x1", "-1x2", "ax2", "1x0")],
+    *[
+        (["run", "--dryrun", "dist.ddp", "--script", "t.py", "-j", j], f"-j '{j}' is invalid")
+        for j in ("x4", "1x", ":2", "1x2:3", "2x2x2", "0x1", "3:2x1", "-1x2", "ax2", "1x0")
+    ],
     (["run", "dist.dpp"], "did you mean dist.ddp"),
     (["run", "dist.ddp"], "exactly one of --script FILE or -m MODULE"),
     (["run", "dist.ddp", "--script", "t.py", "--debug", "maybe"], "not a bool"),
@@ -142,8 +147,10 @@ BAD_RUNS: list[tuple[list[str], str]] = [
     (["run", "-cfg", "nonsense", "utils.echo"], "is not KEY=VALUE"),
     (["run", "--dryrun", "-cfg", "log_dri=x", "utils.echo"], "unknown run option 'log_dri'"),
     (["run", "--dryrun", "utils.echo", "--mounts", "x"], "unknown option --mounts"),
-    (["run", "--dryrun", "dist.ddp", "--script", "t", "--mounts", "type=nfs,src=a,dst=b"],
-     "unknown type 'nfs'"),
+    (
+        ["run", "--dryrun", "dist.ddp", "--script", "t", "--mounts", "type=nfs,src=a,dst=b"],
+        "unknown type 'nfs'",
+    ),
     (["run", "--dryrun", "missing.yaml"], "cannot read spec 'missing.yaml'"),
     (["run", "--dryrun", "missing.py:fn"], "does not exist"),
     (["run"], "missing COMPONENT"),
@@ -154,7 +161,7 @@ BAD_RUNS: list[tuple[list[str], str]] = [
     (["log", "local_cwd:/x"], "malformed"),
     (["runopts", "nosuch"], "unknown scheduler 'nosuch'"),
     (["builtins", "--print", "dist.nope"], "unknown component 'dist.nope'"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("args, expected", BAD_RUNS, ids=[" ".join(a) for a, _ in BAD_RUNS])
@@ -170,13 +177,21 @@ def test_bad_input_exits_2_with_one_line(cli: Env, args: list[str], expected: st
 
 @pytest.mark.parametrize(
     "name, text, expected",
-    [("broken.py", "def f(:\n", "syntax error at line 1"),
-     ("noann.py", "from xrun.specs import AppDef\ndef f(a) -> AppDef: ...\n",
-      "parameter 'a' has no type annotation"),
-     ("badtype.py", "from xrun.specs import AppDef\ndef f(a: set) -> AppDef: ...\n",
-      "unsupported type"),
-     ("nofn.py", "def g(): pass\n", "no function 'f'; functions defined: g")],
-)  # fmt: skip
+    [
+        ("broken.py", "def f(:\n", "syntax error at line 1"),
+        (
+            "noann.py",
+            "from xrun.specs import AppDef\ndef f(a) -> AppDef: ...\n",
+            "parameter 'a' has no type annotation",
+        ),
+        (
+            "badtype.py",
+            "from xrun.specs import AppDef\ndef f(a: set) -> AppDef: ...\n",
+            "unsupported type",
+        ),
+        ("nofn.py", "def g(): pass\n", "no function 'f'; functions defined: g"),
+    ],
+)
 def test_broken_component_file_is_reported_with_its_problem(
     cli: Env, name: str, text: str, expected: str
 ) -> None:
@@ -206,8 +221,16 @@ def test_unknown_handle_exits_1_not_found(cli: Env, command: str) -> None:
 
 @pytest.mark.timeout(60)
 def test_local_run_echo_then_status_log_describe_list(cli: Env) -> None:
-    r = cli.run("run", "-s", "local_cwd", "utils.echo", "--msg", "hi from ${replica_id}",
-                "--num_replicas", "2")  # fmt: skip
+    r = cli.run(
+        "run",
+        "-s",
+        "local_cwd",
+        "utils.echo",
+        "--msg",
+        "hi from ${replica_id}",
+        "--num_replicas",
+        "2",
+    )
     assert r.returncode == 0, r.stderr
     handle = r.stdout.strip()
     assert r.stdout == handle + "\n" and handle.startswith("local_cwd://default/echo-")
@@ -248,10 +271,25 @@ def test_ddp_script_args_are_quoted_end_to_end(cli: Env) -> None:
 def test_dryrun_imports_nothing_heavy(cli: Env) -> None:
     """The start-up budget: yaml, docstring_parser, fsspec, torch and configparser stay out."""
     r = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "xrun", "run", "--dryrun", "dist.ddp",
-         "-j", "2x2", "--script", "t.py"],
-        cwd=cli.cwd, env={**os.environ, "HOME": str(cli.home)}, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "xrun",
+            "run",
+            "--dryrun",
+            "dist.ddp",
+            "-j",
+            "2x2",
+            "--script",
+            "t.py",
+        ],
+        cwd=cli.cwd,
+        env={**os.environ, "HOME": str(cli.home)},
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
     assert "xrun.cli" in imported
@@ -261,8 +299,20 @@ def test_dryrun_imports_nothing_heavy(cli: Env) -> None:
 
 def test_example_custom_component(cli: Env, repo_root: Path) -> None:
     example = f"{repo_root}/examples/my_component.py:trainer"
-    r = cli.run("run", "--dryrun", example, "--epochs", "2", "-j", "2x2", "--tags", "a,b",
-                "--", "--seed", "3")  # fmt: skip
+    r = cli.run(
+        "run",
+        "--dryrun",
+        example,
+        "--epochs",
+        "2",
+        "-j",
+        "2x2",
+        "--tags",
+        "a,b",
+        "--",
+        "--seed",
+        "3",
+    )
     assert r.returncode == 0, r.stderr
     app, _ = split_dryrun(r.stdout)
     assert app.name == "trainer" and app.metadata == {"tags": "a,b"}
@@ -274,8 +324,9 @@ def test_example_custom_component(cli: Env, repo_root: Path) -> None:
     r = cli.run("run", example, "--epochs", "0")
     assert r.returncode == 2 and "--epochs 0 is invalid" in r.stderr
     # the README's first custom-component command, run for real
-    r = cli.run("run", "-s", "local_cwd", f"{repo_root}/examples/my_component.py:hello",
-                "--who", "world")  # fmt: skip
+    r = cli.run(
+        "run", "-s", "local_cwd", f"{repo_root}/examples/my_component.py:hello", "--who", "world"
+    )
     assert r.returncode == 0 and "greeter/0 hello world from replica 0 of hello-" in r.stderr
 
 
@@ -314,9 +365,12 @@ def test_status_and_follow_from_another_process_while_running(cli: Env) -> None:
         handle = runner.run_component("utils.sh", [f"cd {cli.cwd} && {script}"], "local_cwd")
         try:
             follower = subprocess.Popen(
-                [XRUN, "log", "-f", handle], cwd=cli.cwd, stdout=subprocess.PIPE, text=True,
+                [XRUN, "log", "-f", handle],
+                cwd=cli.cwd,
+                stdout=subprocess.PIPE,
+                text=True,
                 env={**os.environ, "HOME": str(cli.home)},
-            )  # fmt: skip
+            )
             assert follower.stdout is not None
             assert follower.stdout.readline() == "first\n"  # printed while the app runs
             status = cli.run("status", handle)
@@ -336,9 +390,12 @@ def test_ctrl_c_on_a_local_run_cancels_the_app_and_cancel_command(cli: Env) -> N
 
     proc = subprocess.Popen(
         [XRUN, "run", "-cfg", "stop_grace_s=1", "utils.sh", "echo started; sleep 30"],
-        cwd=cli.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=cli.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "HOME": str(cli.home)},
-    )  # fmt: skip
+    )
     assert proc.stdout is not None and proc.stderr is not None
     handle = proc.stdout.readline().strip()  # printed as soon as the app is submitted
     while "started" not in proc.stderr.readline():
@@ -377,9 +434,12 @@ def test_log_into_a_closed_pipe_is_quiet(cli: Env) -> None:
     r = cli.run("run", "utils.sh", "seq 1 100000")
     handle = r.stdout.strip()
     proc = subprocess.Popen(
-        [XRUN, "log", handle], cwd=cli.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [XRUN, "log", handle],
+        cwd=cli.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env={**os.environ, "HOME": str(cli.home)},
-    )  # fmt: skip
+    )
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline() == b"1\n"
     proc.stdout.close()  # like `| head -1`

@@ -56,10 +56,19 @@ def typed(
         some_name: an underscored option
     """
     meta = {
-        "rest": repr(rest), "count": repr(count), "ratio": repr(ratio), "flag": repr(flag),
-        "opt": repr(opt), "maybe": repr(maybe), "tags": repr(tags), "nums": repr(nums),
-        "floats": repr(floats), "env": repr(env), "x": repr(x), "some_name": repr(some_name),
-    }  # fmt: skip
+        "rest": repr(rest),
+        "count": repr(count),
+        "ratio": repr(ratio),
+        "flag": repr(flag),
+        "opt": repr(opt),
+        "maybe": repr(maybe),
+        "tags": repr(tags),
+        "nums": repr(nums),
+        "floats": repr(floats),
+        "env": repr(env),
+        "x": repr(x),
+        "some_name": repr(some_name),
+    }
     return AppDef(name=name, roles=[Role(name="r", image="i", entrypoint="e")], metadata=meta)
 
 
@@ -72,10 +81,30 @@ def call(*argv: str, defaults: dict[str, tuple[str, str]] | None = None) -> dict
 
 def test_every_type_converts() -> None:
     m = call(
-        "--name", "n", "--count", "3", "--ratio=0.25", "--flag", "yes", "--opt", "7",
-        "--maybe", "m", "--tags", "a,b,c", "--nums", "1,2", "--floats", "1.5,2",
-        "--env", "A=1,B=x=y", "-x", "short", "--some-name", "dash",
-    )  # fmt: skip
+        "--name",
+        "n",
+        "--count",
+        "3",
+        "--ratio=0.25",
+        "--flag",
+        "yes",
+        "--opt",
+        "7",
+        "--maybe",
+        "m",
+        "--tags",
+        "a,b,c",
+        "--nums",
+        "1,2",
+        "--floats",
+        "1.5,2",
+        "--env",
+        "A=1,B=x=y",
+        "-x",
+        "short",
+        "--some-name",
+        "dash",
+    )
     assert m["count"] == "3" and m["ratio"] == "0.25" and m["flag"] == "True"
     assert m["opt"] == "7" and m["maybe"] == "'m'"
     assert m["tags"] == "['a', 'b', 'c']" and m["nums"] == "[1, 2]" and m["floats"] == "[1.5, 2.0]"

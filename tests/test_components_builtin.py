@@ -27,9 +27,14 @@ def cmd_of(app: AppDef) -> str:
 
 @pytest.mark.parametrize(
     "j, nnodes, nproc, replicas, min_replicas",
-    [("1x2", "1:1", 2, 1, 1), ("2x4", "2:2", 4, 2, 2), ("1:3x2", "1:3", 2, 3, 1),
-     ("4", "1:1", 4, 1, 1), ("0:1x4", "1:1", 4, 1, 0)],
-)  # fmt: skip
+    [
+        ("1x2", "1:1", 2, 1, 1),
+        ("2x4", "2:2", 4, 2, 2),
+        ("1:3x2", "1:3", 2, 3, 1),
+        ("4", "1:1", 4, 1, 1),
+        ("0:1x4", "1:1", 4, 1, 0),
+    ],
+)
 def test_ddp_sizes(j: str, nnodes: str, nproc: int, replicas: int, min_replicas: int) -> None:
     app = dist.ddp(script="train.py", j=j)
     role = app.roles[0]
@@ -98,9 +103,14 @@ def test_exactly_one_of_script_or_module(kw: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "name, app_name, role_name",
-    [("/", "train_ddp", "train_ddp"), ("exp/", "exp", "train_ddp"), ("/r", "train_ddp", "r"),
-     ("exp/r", "exp", "r"), ("exp", "exp", "train_ddp")],
-)  # fmt: skip
+    [
+        ("/", "train_ddp", "train_ddp"),
+        ("exp/", "exp", "train_ddp"),
+        ("/r", "train_ddp", "r"),
+        ("exp/r", "exp", "r"),
+        ("exp", "exp", "train_ddp"),
+    ],
+)
 def test_name_derivation(name: str, app_name: str, role_name: str) -> None:
     app = dist.ddp(script="examples/train_ddp.py", name=name)
     assert (app.name, app.roles[0].name) == (app_name, role_name)
@@ -121,10 +131,14 @@ def test_resources_named_resource_overrides() -> None:
 
 def test_env_debug_retries_conf_tee_image_mounts() -> None:
     app = dist.ddp(
-        script="t.py", env={"A": "1", "NCCL_DEBUG": "WARN"}, debug=True, max_retries=3,
-        rdzv_conf="join_timeout=600,last_call_timeout=30", tee=1,
+        script="t.py",
+        env={"A": "1", "NCCL_DEBUG": "WARN"},
+        debug=True,
+        max_retries=3,
+        rdzv_conf="join_timeout=600,last_call_timeout=30",
+        tee=1,
         mounts=["type=bind,src=/a,dst=/b,readonly", "type=volume,src=v,dst=/c"],
-    )  # fmt: skip
+    )
     role = app.roles[0]
     assert role.env["A"] == "1" and role.env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
     assert role.env["NCCL_DEBUG"] == "WARN"  # the user's env wins over debug's
@@ -137,11 +151,16 @@ def test_env_debug_retries_conf_tee_image_mounts() -> None:
 
 @pytest.mark.parametrize(
     "kw, expected",
-    [({"rdzv_backend": "etcd"}, "rdzv_backend 'etcd' is not supported"),
-     ({"tee": 4}, "--tee 4 is invalid"), ({"rdzv_port": 0}, "--rdzv_port 0 is invalid"),
-     ({"max_retries": -1}, "--max_retries -1"), ({"j": "2x2x2"}, "-j '2x2x2' is invalid"),
-     ({"h": "gpu.smal"}, "did you mean 'gpu.small'"), ({"mounts": ["type=bind,src=/a"]}, "dst=")],
-)  # fmt: skip
+    [
+        ({"rdzv_backend": "etcd"}, "rdzv_backend 'etcd' is not supported"),
+        ({"tee": 4}, "--tee 4 is invalid"),
+        ({"rdzv_port": 0}, "--rdzv_port 0 is invalid"),
+        ({"max_retries": -1}, "--max_retries -1"),
+        ({"j": "2x2x2"}, "-j '2x2x2' is invalid"),
+        ({"h": "gpu.smal"}, "did you mean 'gpu.small'"),
+        ({"mounts": ["type=bind,src=/a"]}, "dst="),
+    ],
+)
 def test_ddp_bad_arguments(kw: dict[str, Any], expected: str) -> None:
     with pytest.raises(UsageError, match=expected.replace("(", r"\(")):
         dist.ddp(script="t.py", **kw)
@@ -190,8 +209,11 @@ def test_utils_copy_worker_really_copies(tmp_path: Path) -> None:
 def test_named_resources() -> None:
     assert get_named_resource("cpu.small") == Resource(cpu=1, gpu=0, memMB=1024)
     assert [get_named_resource(f"gpu.{s}").gpu for s in ("small", "medium", "large", "xlarge")] == [
-        1, 2, 4, 8,
-    ]  # fmt: skip
+        1,
+        2,
+        4,
+        8,
+    ]
     assert {"cpu.small", "cpu.medium", "cpu.large", "gpu.small", "gpu.xlarge"} <= set(names())
     a = get_named_resource("gpu.small")
     a.cpu = 1000

@@ -247,8 +247,11 @@ def test_run_and_wait_through_the_cli(docker_engine: str, workspace: Path) -> No
     """`xrun run -s docker --wait` from the workspace (the default --workspace is the cwd)."""
     proc = subprocess.run(
         [XRUN, "run", "-s", "docker", "--wait", "dist.ddp", "-j", "2x1", "--script", "worker.py"],
-        capture_output=True, text=True, timeout=90, cwd=workspace,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=workspace,
+    )
     assert proc.returncode == 0, proc.stderr
     handle = proc.stdout.strip()
     assert handle.startswith("docker://default/worker-") and "ended SUCCEEDED" in proc.stderr
@@ -372,9 +375,12 @@ def test_a_refused_start_leaves_nothing_behind(
     docker_engine: str,
 ) -> None:
     role = Role(
-        "r", docker_engine, "true", num_replicas=2,
+        "r",
+        docker_engine,
+        "true",
+        num_replicas=2,
         mounts=[BindMount("/nonexistent/xrun/data", "/data")],
-    )  # fmt: skip
+    )
     with pytest.raises(SchedulerError, match="nonexistent/xrun/data") as e:
         sched.submit(AppDef("refused", [role]), {}, workspace="")
     app_id = re.search(r"app (refused-[a-z0-9]+)", str(e.value)).group(1)  # type: ignore[union-attr]
@@ -451,8 +457,9 @@ def test_an_elastic_role_loses_a_replica_and_the_survivor_finishes(
     # min_replicas=1 of 2: replica 1's failure is within the allowance, so replica 0 is not
     # stopped; it finishes on its own and the app succeeds, as on local_cwd.
     cmd = "case ${replica_id} in 0) sleep 3; echo done;; 1) echo lost >&2; exit 3;; esac"
-    app = AppDef("elastic", [Role("r", docker_engine, "sh", ["-c", cmd], num_replicas=2,
-                                  min_replicas=1)])  # fmt: skip
+    app = AppDef(
+        "elastic", [Role("r", docker_engine, "sh", ["-c", cmd], num_replicas=2, min_replicas=1)]
+    )
     app_id = sched.submit(app, {}, workspace="")
     resp = sched.wait(app_id, timeout=60)
     assert resp is not None and resp.state == AppState.SUCCEEDED, resp
@@ -486,8 +493,13 @@ def test_elastic_ddp_goes_on_after_a_container_is_killed(
     import docker
 
     (tmp_path / "worker.py").write_text(ELASTIC_WORKER)
-    app = ddp(script="worker.py", j="1:2x1", image="xrun-python:latest", name="el/trainer",
-              rdzv_conf="last_call_timeout=1")  # fmt: skip
+    app = ddp(
+        script="worker.py",
+        j="1:2x1",
+        image="xrun-python:latest",
+        name="el/trainer",
+        rdzv_conf="last_call_timeout=1",
+    )
     app_id = sched.submit(app, {}, workspace=str(tmp_path))
 
     def survivor_log() -> str:

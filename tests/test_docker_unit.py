@@ -321,8 +321,14 @@ def test_build_context_has_workspace_and_xrun_but_no_caches(tmp_path: Path) -> N
         n.startswith(("workspace/.git", "workspace/__pycache__", "workspace/.venv")) for n in names
     )
     # The whole installed package, sub-packages included, so `python3 -m xrun.runtime` imports.
-    for mod in ("xrun/__init__.py", "xrun/errors.py", "xrun/runtime/__main__.py",
-                "xrun/runtime/agent.py", "xrun/schedulers/api.py", "xrun/components/dist.py"):  # fmt: skip
+    for mod in (
+        "xrun/__init__.py",
+        "xrun/errors.py",
+        "xrun/runtime/__main__.py",
+        "xrun/runtime/agent.py",
+        "xrun/schedulers/api.py",
+        "xrun/components/dist.py",
+    ):
         assert mod in names
     assert not any("__pycache__" in n for n in names)
     assert "PYTHONPATH=/opt/xrun" in DEFAULT_DOCKERFILE

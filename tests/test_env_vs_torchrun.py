@@ -34,9 +34,15 @@ def free_port() -> int:
 
 def launch(launcher: list[str], flags: list[str], out: Path, nodes: int) -> dict[int, dict]:
     out.mkdir()
-    procs = [subprocess.Popen([*launcher, *flags, SCRIPT, str(out), "x", "${local_rank}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(nodes)]
+    procs = [
+        subprocess.Popen(
+            [*launcher, *flags, SCRIPT, str(out), "x", "${local_rank}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(nodes)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -66,7 +72,10 @@ def compare(ours: dict[int, dict], theirs: dict[int, dict], world: int, run_id: 
         tail = ["attempt_0", str(rank % 2), "error.json"]
         assert a["TORCHELASTIC_ERROR_FILE"].split("/")[-3:] == tail
         assert b["TORCHELASTIC_ERROR_FILE"].split("/")[-3:] == tail
-        assert (a["TORCHELASTIC_USE_AGENT_STORE"], b["TORCHELASTIC_USE_AGENT_STORE"]) == ("False", "True")
+        assert (a["TORCHELASTIC_USE_AGENT_STORE"], b["TORCHELASTIC_USE_AGENT_STORE"]) == (
+            "False",
+            "True",
+        )
     # one workers' store per job
     assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in ours.values()}) == 1
 
@@ -82,8 +91,20 @@ def test_standalone_1x2(tmp_path: Path) -> None:
 @pytest.mark.timeout(180)
 def test_two_agents_x2(tmp_path: Path) -> None:
     def flags() -> list[str]:
-        return ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "job", "--max-restarts", "1"]
+        return [
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{free_port()}",
+            "--rdzv-id",
+            "job",
+            "--max-restarts",
+            "1",
+        ]
 
     ours = launch([sys.executable, "-m", "xrun.runtime"], flags(), tmp_path / "xrun", 2)
     theirs = launch([TORCHRUN], flags(), tmp_path / "torchrun", 2)

@@ -24,8 +24,7 @@ from xrun.errors import UsageError
 from xrun.jobspec import JobSize, parse_j
 from xrun.specs import AppDef, AppHandle, Role, parse_mounts
 
-FUZZ = settings(max_examples=100, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # One directory for the whole module: hypothesis reruns a test body many times, and
 # function-scoped fixtures would not be reset between examples.
 _TMP = Path(tempfile.mkdtemp(prefix="xrun-fuzz-"))
@@ -114,15 +113,16 @@ def every_type(
     d: dict[str, str] | None = None,
 ) -> AppDef:
     """Echo the parsed values back through metadata."""
-    meta = {k: repr(v) for k, v in dict(rest=rest, s=s, i=i, f=f, b=b, oi=oi, ls=ls, li=li,
-                                         lf=lf, d=d).items()}  # fmt: skip
+    meta = {
+        k: repr(v)
+        for k, v in dict(rest=rest, s=s, i=i, f=f, b=b, oi=oi, ls=ls, li=li, lf=lf, d=d).items()
+    }
     return AppDef(name="t", roles=[Role(name="t", image="", entrypoint="e")], metadata=meta)
 
 
 EVERY = analyze("fuzz.every_type", every_type)
 # Values a command line can carry (no NUL; anything else goes).
-arg_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"),
-                   max_size=12)  # fmt: skip
+arg_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12)
 
 
 @FUZZ
@@ -139,19 +139,37 @@ def test_any_value_for_any_type_converts_or_names_the_option(name: str, value: s
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
     st.lists(st.from_regex(r"[a-z_-]( ?[a-z_-]){0,4}", fullmatch=True), max_size=4),
     st.lists(st.integers(), max_size=4),
-    st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,5}", fullmatch=True),
-                    st.text(alphabet="abc=/:", max_size=6), max_size=3),
+    st.dictionaries(
+        st.from_regex(r"[A-Z_][A-Z0-9_]{0,5}", fullmatch=True),
+        st.text(alphabet="abc=/:", max_size=6),
+        max_size=3,
+    ),
     st.lists(arg_text, max_size=3),
-)  # fmt: skip
+)
 def test_valid_values_round_trip(
     i: int, f: float, b: bool, ls: list[str], li: list[int], d: dict[str, str], rest: list[str]
 ) -> None:
-    argv = ["--i", str(i), "--f", repr(f), "--b", "yes" if b else "no",
-            "--ls", ",".join(ls), "--li", ",".join(map(str, li)),
-            "--d", ",".join(f"{k}={v}" for k, v in d.items()), "--", *rest]  # fmt: skip
+    argv = [
+        "--i",
+        str(i),
+        "--f",
+        repr(f),
+        "--b",
+        "yes" if b else "no",
+        "--ls",
+        ",".join(ls),
+        "--li",
+        ",".join(map(str, li)),
+        "--d",
+        ",".join(f"{k}={v}" for k, v in d.items()),
+        "--",
+        *rest,
+    ]
     meta = call_component(EVERY, argv).metadata
     assert meta["i"] == repr(i) and meta["f"] == repr(f) and meta["b"] == repr(b)
     assert meta["ls"] == repr([x.strip() for x in ls]) and meta["li"] == repr(li)
@@ -159,8 +177,24 @@ def test_valid_values_round_trip(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["--cpu", "--gpu", "--memMB", "--debug", "--env", "--mounts", "--tee",
-                        "--rdzv_port", "--max_retries", "-h", "--name"]), arg_text)  # fmt: skip
+@given(
+    st.sampled_from(
+        [
+            "--cpu",
+            "--gpu",
+            "--memMB",
+            "--debug",
+            "--env",
+            "--mounts",
+            "--tee",
+            "--rdzv_port",
+            "--max_retries",
+            "-h",
+            "--name",
+        ]
+    ),
+    arg_text,
+)
 def test_ddp_options_through_the_cli(flag: str, value: str) -> None:
     code, out, err = run_cli("run", "--dryrun", "dist.ddp", "--script", "t.py", flag, value)
     if code == 0:
@@ -172,10 +206,13 @@ def test_ddp_options_through_the_cli(flag: str, value: str) -> None:
 # --------------------------------------------------------------------------- handles
 handle_text = st.one_of(
     arg_text,
-    st.builds(lambda s, sess, app: f"{s}://{sess}/{app}",
-              st.sampled_from(["local_cwd", "slurmm", "", "x y"]),
-              st.text(alphabet="ab_-./ ", max_size=5), st.text(alphabet="ab_-. :/\n", max_size=8)),
-)  # fmt: skip
+    st.builds(
+        lambda s, sess, app: f"{s}://{sess}/{app}",
+        st.sampled_from(["local_cwd", "slurmm", "", "x y"]),
+        st.text(alphabet="ab_-./ ", max_size=5),
+        st.text(alphabet="ab_-. :/\n", max_size=8),
+    ),
+)
 
 
 @FUZZ
@@ -206,12 +243,29 @@ def test_log_targets(text: str) -> None:
 
 # --------------------------------------------------------------------------- config files
 ini_line = st.one_of(
-    st.sampled_from(["[local_cwd]", "[component:utils.echo]", "[cli:run]", "[slurmm]",
-                     "[component:]", "msg = hi", "num_replicas = 2", "num_replicas = two",
-                     "stop_grace_s = 1.5", "stop_grace_s = soon", "scheduler = local_cwd",
-                     "bogus = 1", "= x", "[", "a = %(b)s", "  indented = 1", "; comment"]),
+    st.sampled_from(
+        [
+            "[local_cwd]",
+            "[component:utils.echo]",
+            "[cli:run]",
+            "[slurmm]",
+            "[component:]",
+            "msg = hi",
+            "num_replicas = 2",
+            "num_replicas = two",
+            "stop_grace_s = 1.5",
+            "stop_grace_s = soon",
+            "scheduler = local_cwd",
+            "bogus = 1",
+            "= x",
+            "[",
+            "a = %(b)s",
+            "  indented = 1",
+            "; comment",
+        ]
+    ),
     arg_text.map(lambda t: t.replace("\n", " ")),
-)  # fmt: skip
+)
 
 
 @FUZZ
@@ -236,11 +290,26 @@ def test_config_files(lines: list[str]) -> None:
 
 # --------------------------------------------------------------------------- mounts & -cfg
 mount_text = st.lists(
-    st.one_of(st.sampled_from(["type=bind", "type=volume", "type=device", "type=nfs", "src=/a",
-                               "dst=/b", "readonly", "ro=true", "perm=rwx", "perm=r", "bogus"]),
-              st.text(alphabet="=,/ab", max_size=6)),
+    st.one_of(
+        st.sampled_from(
+            [
+                "type=bind",
+                "type=volume",
+                "type=device",
+                "type=nfs",
+                "src=/a",
+                "dst=/b",
+                "readonly",
+                "ro=true",
+                "perm=rwx",
+                "perm=r",
+                "bogus",
+            ]
+        ),
+        st.text(alphabet="=,/ab", max_size=6),
+    ),
     max_size=5,
-).map(",".join)  # fmt: skip
+).map(",".join)
 
 
 @FUZZ
@@ -279,17 +348,43 @@ def test_console_script_on_nasty_inputs() -> None:
 
 # --------------------------------------------------------------------------- dry-run YAML
 yaml_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
     st.text(st.characters(exclude_categories=["Cs"]), max_size=10),
-    st.sampled_from(["yes", "No", "on", "null", "~", "1e3", ".5", "-x", "a: b", "#c", "0x1F",
-                     "2024-01-01", "12:30", "'q'", "*ref", "&a", "!tag", "[x]", "{y}", "a b"]),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "yes",
+            "No",
+            "on",
+            "null",
+            "~",
+            "1e3",
+            ".5",
+            "-x",
+            "a: b",
+            "#c",
+            "0x1F",
+            "2024-01-01",
+            "12:30",
+            "'q'",
+            "*ref",
+            "&a",
+            "!tag",
+            "[x]",
+            "{y}",
+            "a b",
+        ]
+    ),
+)
 yaml_data = st.recursive(
     yaml_scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=3),
-                            st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=12,
-)  # fmt: skip
+)
 
 
 @FUZZ

@@ -32,8 +32,9 @@ def test_returns_values_by_global_rank() -> None:
 
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
-def test_function_workers_never_see_the_secret(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                               method: str) -> None:
+def test_function_workers_never_see_the_secret(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, method: str
+) -> None:
     (tmp_path / "token").write_text("s3cret")
     monkeypatch.setenv("XRUN_RDZV_TOKEN", "s3cret")
     monkeypatch.setenv("XRUN_RDZV_TOKEN_FILE", str(tmp_path / "token"))
@@ -68,11 +69,18 @@ def test_failure_raises_with_the_summary(tmp_path: Path) -> None:
 
 def test_two_agents_in_threads() -> None:
     port = free_port()
-    cfg = LaunchConfig(min_nodes=2, max_nodes=2, nproc_per_node=2, run_id="threads",
-                       rdzv_endpoint=f"127.0.0.1:{port}")
+    cfg = LaunchConfig(
+        min_nodes=2,
+        max_nodes=2,
+        nproc_per_node=2,
+        run_id="threads",
+        rdzv_endpoint=f"127.0.0.1:{port}",
+    )
     results: list[dict[int, Any]] = []
-    threads = [threading.Thread(target=lambda: results.append(
-        launch(cfg, launch_fns.scaled_rank)(1))) for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: results.append(launch(cfg, launch_fns.scaled_rank)(1)))
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -81,9 +89,22 @@ def test_two_agents_in_threads() -> None:
 
 
 def test_cli_and_launch_give_the_same_worker_env(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "xrun.runtime", "--nproc-per-node", "2",
-                        "--max-restarts", "1", str(SCRIPTS / "env_dump.py"), str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xrun.runtime",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "1",
+            str(SCRIPTS / "env_dump.py"),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     cli = {r: json.loads((tmp_path / f"{r}.0.json").read_text()) for r in (0, 1)}
     lib = launch(LaunchConfig(nproc_per_node=2, max_restarts=1), launch_fns.env_of_worker)()
@@ -96,14 +117,20 @@ def test_cli_and_launch_give_the_same_worker_env(tmp_path: Path) -> None:
             elif k == "TORCHELASTIC_RUN_ID":  # random for standalone jobs
                 assert len(a[k]) == len(b[k]) == 36
             elif k == "TORCHELASTIC_ERROR_FILE":  # <tmp log dir>/<run_id>/attempt_0/<r>/error.json
-                assert a[k].split("/")[-3:] == b[k].split("/")[-3:] == ["attempt_0", str(r), "error.json"]
+                assert (
+                    a[k].split("/")[-3:]
+                    == b[k].split("/")[-3:]
+                    == ["attempt_0", str(r), "error.json"]
+                )
             else:
                 assert a[k] == b[k], k
 
 
 def test_import_is_lazy() -> None:
-    code = ("import sys, xrun.runtime; "
-            "print(sorted(m for m in sys.modules if m.startswith('xrun.runtime.')))")
+    code = (
+        "import sys, xrun.runtime; "
+        "print(sorted(m for m in sys.modules if m.startswith('xrun.runtime.')))"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert p.stdout.strip() == "[]"
     assert xrun.runtime.record is launch_fns.record

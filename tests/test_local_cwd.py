@@ -42,12 +42,16 @@ def _cfg(tmp_path: Path, **extra: object) -> dict[str, object]:
 
 
 def _sh(script: str, n: int = 1, name: str = "w") -> AppDef:
-    return AppDef("t", [Role(name, image="unused", entrypoint="sh", args=["-c", script], num_replicas=n)])
+    return AppDef(
+        "t", [Role(name, image="unused", entrypoint="sh", args=["-c", script], num_replicas=n)]
+    )
 
 
 def _other_process(code: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a new interpreter, cwd / (not the app's), with the scheduler as ``s``."""
-    prelude = "from xrun.schedulers.local_cwd import create_scheduler\ns = create_scheduler('other')\n"
+    prelude = (
+        "from xrun.schedulers.local_cwd import create_scheduler\ns = create_scheduler('other')\n"
+    )
     return subprocess.run(
         [sys.executable, "-c", prelude + textwrap.dedent(code)],
         cwd="/",
@@ -76,7 +80,14 @@ def test_dryrun_substitutes_macros_and_sets_env(sched: LocalCwdScheduler, tmp_pa
     assert req.app_id.startswith("my-app-")
     assert req.app_dir == str(tmp_path / "logs" / req.app_id)
     for i, rep in enumerate(req.replicas):
-        assert rep.argv == ["echo", req.app_id, str(i), str(tmp_path), "${XRUN_RANK0_HOST}", "$HOME"]
+        assert rep.argv == [
+            "echo",
+            req.app_id,
+            str(i),
+            str(tmp_path),
+            "${XRUN_RANK0_HOST}",
+            "$HOME",
+        ]
         assert rep.env["MINE"] == f"r{i}"
         assert rep.env[RANK0_ENV] == "localhost"
         assert rep.env["PYTHONUNBUFFERED"] == "1"
@@ -102,8 +113,12 @@ def test_dryrun_rejects_missing_entrypoint_and_bad_options(sched: LocalCwdSchedu
 
 def test_runopts_are_typed_and_documented() -> None:
     text = str(get_scheduler("local_cwd").run_opts())
-    for name in ("log_dir (str", "prepend_cwd (bool", "auto_set_cuda_visible_devices (bool",
-                 "stop_grace_s (float"):
+    for name in (
+        "log_dir (str",
+        "prepend_cwd (bool",
+        "auto_set_cuda_visible_devices (bool",
+        "stop_grace_s (float",
+    ):
         assert name in text
     assert "~/.local/state/xrun/local_cwd/logs" in text
 
@@ -145,7 +160,10 @@ def test_replicas_get_cwd_env_python_and_private_log_layout(
         "json.dump({'cwd': os.getcwd(), 'prefix': sys.prefix, 'argv': sys.argv[1:], "
         "'env': dict(os.environ)}, open('out-${replica_id}.json', 'w')); print('hello ${replica_id}')"
     )
-    app = AppDef("t", [Role("w", image="", entrypoint="python3", args=["-c", dump, "${app_id}"], num_replicas=2)])
+    app = AppDef(
+        "t",
+        [Role("w", image="", entrypoint="python3", args=["-c", dump, "${app_id}"], num_replicas=2)],
+    )
     app_id = sched.submit(app, _cfg(tmp_path))
     resp = sched.wait(app_id, timeout=30)
     assert resp is not None and resp.state == AppState.SUCCEEDED, resp
@@ -164,7 +182,10 @@ def test_replicas_get_cwd_env_python_and_private_log_layout(
         assert stat.S_IMODE(rdir.stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "logs" / app_id).stat().st_mode) == 0o700
     # One fresh rendezvous secret per app, shared by its replicas, never shown by --dryrun.
-    tokens = {json.loads((tmp_path / f"out-{i}.json").read_text())["env"]["XRUN_RDZV_TOKEN"] for i in range(2)}
+    tokens = {
+        json.loads((tmp_path / f"out-{i}.json").read_text())["env"]["XRUN_RDZV_TOKEN"]
+        for i in range(2)
+    }
     assert len(tokens) == 1 and len(tokens.pop()) == 32
     assert "XRUN_RDZV_TOKEN" not in str(sched.submit_dryrun(app, _cfg(tmp_path)))
 
@@ -216,7 +237,9 @@ def test_elastic_role_survives_losing_replicas_down_to_its_minimum(
 
 
 @pytest.mark.timeout(60)
-def test_stop_escalates_to_sigkill_after_the_grace(sched: LocalCwdScheduler, tmp_path: Path) -> None:
+def test_stop_escalates_to_sigkill_after_the_grace(
+    sched: LocalCwdScheduler, tmp_path: Path
+) -> None:
     script = (
         "if [ ${replica_id} = 0 ]; then trap '' TERM; touch ready; while :; do sleep 0.05; done; fi; "
         "while [ ! -e ready ]; do sleep 0.01; done; exit 1"
@@ -273,14 +296,18 @@ def test_follow_from_another_process_gets_every_line_and_ends_with_the_app(
     )
     app_id = sched.submit(_sh(script), _cfg(tmp_path))
     follower = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             from xrun.schedulers.local_cwd import create_scheduler
             s = create_scheduler('other')
             for line in s.log_iter({app_id!r}, 'w', 0, should_tail=True):
                 sys.stdout.write(line)
             sys.stdout.write('\\n' + repr(time.monotonic()))
-        """)],
+        """),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -300,7 +327,9 @@ def test_follow_from_another_process_gets_every_line_and_ends_with_the_app(
     ]
 
 
-def test_a_follower_stopped_early_leaves_no_open_fds(sched: LocalCwdScheduler, tmp_path: Path) -> None:
+def test_a_follower_stopped_early_leaves_no_open_fds(
+    sched: LocalCwdScheduler, tmp_path: Path
+) -> None:
     app_id = sched.submit(_sh("echo first; while [ ! -e go ]; do sleep 0.01; done"), _cfg(tmp_path))
     before = len(os.listdir("/proc/self/fd"))
     lines = iter(sched.log_iter(app_id, "w", 0, should_tail=True))
@@ -354,7 +383,7 @@ def test_app_survives_sigkill_of_its_launcher(tmp_path: Path) -> None:
         s = create_scheduler('driver')
         app = AppDef('t', [Role('w', image='', entrypoint='sh', num_replicas=2, args=[
             '-c', 'while [ ! -e {tmp_path}/go ]; do sleep 0.01; done; echo done ${{replica_id}}'])])
-        app_id = s.submit(app, {{'log_dir': {str(tmp_path / 'logs')!r}}})
+        app_id = s.submit(app, {{'log_dir': {str(tmp_path / "logs")!r}}})
         print(app_id, flush=True)
         s.wait(app_id)  # blocks on its child, the supervisor, like `xrun run` does
     """)
@@ -392,9 +421,13 @@ def test_supervisor_is_forked_when_safe_and_execd_from_a_thread(
         print(create_scheduler("fresh").submit(app, {_cfg(tmp_path)!r}))
     """)
     forked = subprocess.run(
-        [sys.executable, "-c", launcher], cwd=tmp_path, capture_output=True, text=True,
-        timeout=60, check=True,
-    ).stdout.strip()  # fmt: skip
+        [sys.executable, "-c", launcher],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
     got: list[str] = []
     t = threading.Thread(target=lambda: got.append(sched.submit(app, _cfg(tmp_path))))
     t.start()

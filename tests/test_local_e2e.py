@@ -51,12 +51,22 @@ def _xrun(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedPr
 
 
 def _run_args(tmp_path: Path, *component: str) -> list[str]:
-    return ["run", "-s", "local_cwd", "-cfg", f"log_dir={tmp_path / 'logs'}", "dist.ddp", *component]
+    return [
+        "run",
+        "-s",
+        "local_cwd",
+        "-cfg",
+        f"log_dir={tmp_path / 'logs'}",
+        "dist.ddp",
+        *component,
+    ]
 
 
 def _handle(stdout: str) -> str:
     lines = stdout.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("local_cwd://"), f"stdout must be the handle only: {stdout!r}"
+    assert len(lines) == 1 and lines[0].startswith("local_cwd://"), (
+        f"stdout must be the handle only: {stdout!r}"
+    )
     return lines[0]
 
 
@@ -109,8 +119,19 @@ def test_ddp_1x2_trains_and_a_killed_worker_changes_nothing(tmp_path: Path) -> N
     # Long enough after the first checkpoint that the kill lands while the workers train.
     train = ["--epochs", "4", "--steps-per-epoch", "5", "--step-sleep", "0.2"]
     quiet = _xrun(
-        *_run_args(tmp_path, "-j", "1x2", "--script", TRAIN, "--",
-                   *train, "--checkpoint-dir", "quiet", "--out", "quiet.json"),
+        *_run_args(
+            tmp_path,
+            "-j",
+            "1x2",
+            "--script",
+            TRAIN,
+            "--",
+            *train,
+            "--checkpoint-dir",
+            "quiet",
+            "--out",
+            "quiet.json",
+        ),
         cwd=tmp_path,
         timeout=200,
     )
@@ -128,9 +149,28 @@ def test_ddp_1x2_trains_and_a_killed_worker_changes_nothing(tmp_path: Path) -> N
     # The same run with worker 1 SIGKILLed after the first checkpoint: the agent restarts the
     # workers, they resume from the last complete epoch, and the result is the same bit for bit.
     chaos = subprocess.Popen(
-        [XRUN, *_run_args(tmp_path, "-j", "1x2", "--max_retries", "1", "--script", TRAIN, "--",
-                          *train, "--checkpoint-dir", "chaos", "--out", "chaos.json")],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            XRUN,
+            *_run_args(
+                tmp_path,
+                "-j",
+                "1x2",
+                "--max_retries",
+                "1",
+                "--script",
+                TRAIN,
+                "--",
+                *train,
+                "--checkpoint-dir",
+                "chaos",
+                "--out",
+                "chaos.json",
+            ),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     _wait_for(lambda: (tmp_path / "chaos" / "epoch-00001.pt").exists(), timeout=150)
     victim = _worker_pids("chaos.json")[1]
@@ -152,10 +192,35 @@ def test_elastic_job_survives_losing_a_whole_agent(tmp_path: Path) -> None:
     """
     port = _free_port()
     cli = subprocess.Popen(
-        [XRUN, *_run_args(tmp_path, "-j", "1:2x1", "--rdzv_port", str(port),
-                          "--rdzv_conf", "last_call_timeout=1", "--max_retries", "2", "--script", TRAIN, "--", "--epochs", "3",
-                          "--steps-per-epoch", "5", "--step-sleep", "0.1", "--out", "out.json")],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            XRUN,
+            *_run_args(
+                tmp_path,
+                "-j",
+                "1:2x1",
+                "--rdzv_port",
+                str(port),
+                "--rdzv_conf",
+                "last_call_timeout=1",
+                "--max_retries",
+                "2",
+                "--script",
+                TRAIN,
+                "--",
+                "--epochs",
+                "3",
+                "--steps-per-epoch",
+                "5",
+                "--step-sleep",
+                "0.1",
+                "--out",
+                "out.json",
+            ),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert cli.stdout is not None
     handle = cli.stdout.readline().strip()
@@ -179,8 +244,22 @@ def test_elastic_job_survives_losing_a_whole_agent(tmp_path: Path) -> None:
 @pytest.mark.timeout(240)
 def test_ddp_2x2_trains(tmp_path: Path) -> None:
     proc = _xrun(
-        *_run_args(tmp_path, "-j", "2x2", "--rdzv_port", str(_free_port()), "--script", TRAIN,
-                   "--", "--epochs", "2", "--steps-per-epoch", "5", "--out", "out.json"),
+        *_run_args(
+            tmp_path,
+            "-j",
+            "2x2",
+            "--rdzv_port",
+            str(_free_port()),
+            "--script",
+            TRAIN,
+            "--",
+            "--epochs",
+            "2",
+            "--steps-per-epoch",
+            "5",
+            "--out",
+            "out.json",
+        ),
         cwd=tmp_path,
         timeout=220,
     )
@@ -206,7 +285,10 @@ def test_cli_sigkilled_then_status_log_cancel_from_another_shell(tmp_path: Path)
     script = _write(tmp_path / "sleeper.py", SLEEPER)
     cli = subprocess.Popen(
         [XRUN, *_run_args(tmp_path, "-j", "1x2", "--script", str(script), "--", str(tmp_path))],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     assert cli.stdout is not None
     handle = cli.stdout.readline().strip()
@@ -231,19 +313,27 @@ def test_cli_sigkilled_then_status_log_cancel_from_another_shell(tmp_path: Path)
 
 @pytest.mark.timeout(120)
 def test_follow_ends_with_the_app(tmp_path: Path) -> None:
-    script = _write(tmp_path / "talker.py", (
-        "import os, sys, time\n"
-        "while not os.path.exists(sys.argv[1]): time.sleep(0.01)\n"
-        "for i in range(20): print('tick', i, os.environ['RANK'])\n"
-    ))
+    script = _write(
+        tmp_path / "talker.py",
+        (
+            "import os, sys, time\n"
+            "while not os.path.exists(sys.argv[1]): time.sleep(0.01)\n"
+            "for i in range(20): print('tick', i, os.environ['RANK'])\n"
+        ),
+    )
     go = tmp_path / "go"
     cli = subprocess.Popen(
         [XRUN, *_run_args(tmp_path, "-j", "1x2", "--script", str(script), "--", str(go))],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     assert cli.stdout is not None
     handle = cli.stdout.readline().strip()
-    follower = subprocess.Popen([XRUN, "log", "-f", handle], cwd="/", stdout=subprocess.PIPE, text=True)
+    follower = subprocess.Popen(
+        [XRUN, "log", "-f", handle], cwd="/", stdout=subprocess.PIPE, text=True
+    )
     time.sleep(0.3)
     go.touch()
     out, _ = follower.communicate(timeout=60)
@@ -257,19 +347,31 @@ def test_follow_ends_with_the_app(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_failing_replica_fails_the_app_and_stops_its_siblings(tmp_path: Path) -> None:
-    script = _write(tmp_path / "fail1.py", (
-        "import os, sys, time\n"
-        "rank = os.environ['RANK']\n"
-        "open(os.path.join(sys.argv[1], f'pid.{rank}'), 'w').write(str(os.getpid()))\n"
-        "if rank == '1':\n"
-        "    while not os.path.exists(os.path.join(sys.argv[1], 'pid.0')): time.sleep(0.01)\n"
-        "    sys.exit(7)\n"
-        "time.sleep(300)\n"
-    ))
+    script = _write(
+        tmp_path / "fail1.py",
+        (
+            "import os, sys, time\n"
+            "rank = os.environ['RANK']\n"
+            "open(os.path.join(sys.argv[1], f'pid.{rank}'), 'w').write(str(os.getpid()))\n"
+            "if rank == '1':\n"
+            "    while not os.path.exists(os.path.join(sys.argv[1], 'pid.0')): time.sleep(0.01)\n"
+            "    sys.exit(7)\n"
+            "time.sleep(300)\n"
+        ),
+    )
     t0 = time.monotonic()
     proc = _xrun(
-        *_run_args(tmp_path, "-j", "2x1", "--rdzv_port", str(_free_port()), "--script",
-                   str(script), "--", str(tmp_path)),
+        *_run_args(
+            tmp_path,
+            "-j",
+            "2x1",
+            "--rdzv_port",
+            str(_free_port()),
+            "--script",
+            str(script),
+            "--",
+            str(tmp_path),
+        ),
         cwd=tmp_path,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -284,19 +386,25 @@ def test_failing_replica_fails_the_app_and_stops_its_siblings(tmp_path: Path) ->
 @pytest.mark.timeout(120)
 def test_sigterm_to_the_job_reaches_every_worker_and_ends_it_cancelled(tmp_path: Path) -> None:
     """Issue #7 item 3 (local_cwd): SIGTERM to the job (its supervisor) -> workers get SIGTERM."""
-    script = _write(tmp_path / "graceful.py", (
-        "import os, signal, sys, time\n"
-        "rank = os.environ['RANK']\n"
-        "def bye(*_):\n"
-        "    open(os.path.join(sys.argv[1], f'term.{rank}'), 'w').write('SIGTERM')\n"
-        "    sys.exit(0)\n"
-        "signal.signal(signal.SIGTERM, bye)\n"
-        "open(os.path.join(sys.argv[1], f'up.{rank}'), 'w').close()\n"
-        "time.sleep(300)\n"
-    ))
+    script = _write(
+        tmp_path / "graceful.py",
+        (
+            "import os, signal, sys, time\n"
+            "rank = os.environ['RANK']\n"
+            "def bye(*_):\n"
+            "    open(os.path.join(sys.argv[1], f'term.{rank}'), 'w').write('SIGTERM')\n"
+            "    sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, bye)\n"
+            "open(os.path.join(sys.argv[1], f'up.{rank}'), 'w').close()\n"
+            "time.sleep(300)\n"
+        ),
+    )
     cli = subprocess.Popen(
         [XRUN, *_run_args(tmp_path, "-j", "1x2", "--script", str(script), "--", str(tmp_path))],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     assert cli.stdout is not None
     handle = cli.stdout.readline().strip()
@@ -314,14 +422,20 @@ def test_sigterm_to_the_job_reaches_every_worker_and_ends_it_cancelled(tmp_path:
 @pytest.mark.timeout(180)
 def test_eight_concurrent_1x2_jobs(tmp_path: Path) -> None:
     """Issue #7 item 5: no port clash, no shared temp file (~10-20 s on a loaded 2-core host)."""
-    script = _write(tmp_path / "who.py", (
-        "import os\nprint('who', os.environ['RANK'], os.environ['WORLD_SIZE'], "
-        "os.environ['MASTER_PORT'], os.environ['TORCHELASTIC_RUN_ID'])\n"
-    ))
+    script = _write(
+        tmp_path / "who.py",
+        (
+            "import os\nprint('who', os.environ['RANK'], os.environ['WORLD_SIZE'], "
+            "os.environ['MASTER_PORT'], os.environ['TORCHELASTIC_RUN_ID'])\n"
+        ),
+    )
     procs = [
         subprocess.Popen(
             [XRUN, *_run_args(tmp_path, "-j", "1x2", "--script", str(script))],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(8)
     ]
@@ -341,14 +455,20 @@ def test_eight_concurrent_1x2_jobs(tmp_path: Path) -> None:
 def test_two_concurrent_multi_node_jobs_on_the_default_port(tmp_path: Path) -> None:
     """Two `-j 2x1` apps at once, neither giving --rdzv_port: local_cwd hands each its own free
     rendezvous port (XRUN_RDZV_PORT), so they do not meet on 29500."""
-    script = _write(tmp_path / "who.py", (
-        "import os\nprint('who', os.environ['RANK'], os.environ['WORLD_SIZE'], "
-        "os.environ['TORCHELASTIC_RUN_ID'])\n"
-    ))
+    script = _write(
+        tmp_path / "who.py",
+        (
+            "import os\nprint('who', os.environ['RANK'], os.environ['WORLD_SIZE'], "
+            "os.environ['TORCHELASTIC_RUN_ID'])\n"
+        ),
+    )
     procs = [
         subprocess.Popen(
             [XRUN, *_run_args(tmp_path, "-j", "2x1", "--script", str(script))],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
     ]

@@ -33,8 +33,14 @@ from xrun.runtime.rendezvous import (
 )
 from xrun.runtime.store import StoreClient
 
-FAST = {"join_timeout": "10", "last_call_timeout": "0.3", "heartbeat_interval": "0.1",
-        "heartbeat_timeout": "0.6", "close_timeout": "2", "read_timeout": "5"}
+FAST = {
+    "join_timeout": "10",
+    "last_call_timeout": "0.3",
+    "heartbeat_interval": "0.1",
+    "heartbeat_timeout": "0.6",
+    "close_timeout": "2",
+    "read_timeout": "5",
+}
 
 Factory = Callable[..., RendezvousHandler]
 
@@ -50,13 +56,31 @@ def make() -> Iterator[Factory]:
     """Create handlers (shut down at teardown, hosts last so peers can leave first)."""
     made: list[RendezvousHandler] = []
 
-    def factory(endpoint: str = "localhost:0", *, run_id: str = "job", nodes: str = "1:1",
-                nproc: int = 1, addr: str | None = None, backend: str = "c10d",
-                node_rank: int = -1, **conf: str) -> RendezvousHandler:
+    def factory(
+        endpoint: str = "localhost:0",
+        *,
+        run_id: str = "job",
+        nodes: str = "1:1",
+        nproc: int = 1,
+        addr: str | None = None,
+        backend: str = "c10d",
+        node_rank: int = -1,
+        **conf: str,
+    ) -> RendezvousHandler:
         lo, hi = (int(x) for x in nodes.split(":"))
-        h = create_handler(RendezvousParams(backend, endpoint, run_id, lo, hi, nproc,
-                                            {**FAST, **conf}, node_rank=node_rank,
-                                            local_addr=addr))
+        h = create_handler(
+            RendezvousParams(
+                backend,
+                endpoint,
+                run_id,
+                lo,
+                hi,
+                nproc,
+                {**FAST, **conf},
+                node_rank=node_rank,
+                local_addr=addr,
+            )
+        )
         made.append(h)
         return h
 
@@ -91,11 +115,19 @@ def wait_event(h: RendezvousHandler, timeout: float) -> tuple[RendezvousEvent, s
 
 def test_parse_rdzv_conf_accepts_the_documented_keys() -> None:
     conf = parse_rdzv_conf("join_timeout=60, last_call_timeout=5,heartbeat_timeout=20,is_host=0")
-    assert conf == {"join_timeout": "60", "last_call_timeout": "5", "heartbeat_timeout": "20",
-                    "is_host": "0"}
+    assert conf == {
+        "join_timeout": "60",
+        "last_call_timeout": "5",
+        "heartbeat_timeout": "20",
+        "is_host": "0",
+    }
     cfg = config_from_conf(conf)
     assert (cfg.join_timeout, cfg.last_call_timeout, cfg.heartbeat_timeout, cfg.is_host) == (
-        60.0, 5.0, 20.0, False)
+        60.0,
+        5.0,
+        20.0,
+        False,
+    )
     assert config_from_conf({}).heartbeat_timeout == 15.0
     assert config_from_conf({"timeout": "7"}).join_timeout == 7.0  # torchrun's static spelling
     # the exit barrier has its own, long default (torchrun's 300 s), not close_timeout's 30 s
@@ -127,8 +159,15 @@ def test_bad_rdzv_conf_is_a_one_line_usage_error(raw: str, needle: str) -> None:
 
 def test_create_handler_validates_params() -> None:
     def params(**kw: object) -> RendezvousParams:
-        base: dict = dict(backend="c10d", endpoint="localhost:0", run_id="j", min_nodes=1,
-                          max_nodes=1, local_world_size=1, conf={})
+        base: dict = dict(
+            backend="c10d",
+            endpoint="localhost:0",
+            run_id="j",
+            min_nodes=1,
+            max_nodes=1,
+            local_world_size=1,
+            conf={},
+        )
         base.update(kw)
         return RendezvousParams(**base)
 
@@ -172,8 +211,13 @@ def test_c10d_threads_get_deterministic_ranks(make: Factory, n: int) -> None:
     # The host has the last name and the others are created in reverse order: ranks follow
     # the advertised names, not who serves the store or who arrives first.
     host = make(nodes=f"{n}:{n}", addr=names[-1], nproc=n)
-    hs = [host, *(make(host.endpoint, nodes=f"{n}:{n}", addr=names[i], nproc=i + 1)
-                  for i in reversed(range(n - 1)))]
+    hs = [
+        host,
+        *(
+            make(host.endpoint, nodes=f"{n}:{n}", addr=names[i], nproc=i + 1)
+            for i in reversed(range(n - 1))
+        ),
+    ]
     infos = rendezvous_all(hs)
     for h, info in zip(hs, infos, strict=True):
         assert info.group_rank == names.index(h.addr)
@@ -201,12 +245,28 @@ NODE_SCRIPT = textwrap.dedent(
 )
 
 
-def spawn_node(endpoint: str, run_id: str, nodes: str, addr: str, *extra: str,
-               conf: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def spawn_node(
+    endpoint: str,
+    run_id: str,
+    nodes: str,
+    addr: str,
+    *extra: str,
+    conf: dict[str, str] | None = None,
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", NODE_SCRIPT, endpoint, run_id, nodes, addr,
-         json.dumps(conf or FAST), *extra],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            NODE_SCRIPT,
+            endpoint,
+            run_id,
+            nodes,
+            addr,
+            json.dumps(conf or FAST),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -264,7 +324,9 @@ def test_late_joiner_restarts_the_round_and_is_included(make: Factory) -> None:
         late = ex.submit(c.next_rendezvous)
         for h in (a, b):
             ev = wait_event(h, 5)
-            assert ev is not None and ev[0] is RendezvousEvent.RESTART and "waiting to join" in ev[1]
+            assert (
+                ev is not None and ev[0] is RendezvousEvent.RESTART and "waiting to join" in ev[1]
+            )
         r1 = rendezvous_all([a, b])
         rc = late.result(10)
     assert {i.round for i in [*r1, rc]} == {1}
@@ -282,8 +344,9 @@ def test_a_full_round_keeps_running_and_the_extra_node_stands_by(make: Factory) 
     assert a.poll_event() is None and b.poll_event() is None
 
 
-def _three_with_a_subprocess(make: Factory) -> tuple[RendezvousHandler, RendezvousHandler,
-                                                       subprocess.Popen[str]]:
+def _three_with_a_subprocess(
+    make: Factory,
+) -> tuple[RendezvousHandler, RendezvousHandler, subprocess.Popen[str]]:
     a = make(nodes="2:3", addr="a")
     b = make(a.endpoint, nodes="2:3", addr="b")
     victim = spawn_node(a.endpoint, "job", "2:3", "c", "--linger")
@@ -528,6 +591,7 @@ def test_two_standalone_jobs_side_by_side(make: Factory) -> None:
 
 def test_static_backend_ranks_come_from_node_rank(make: Factory) -> None:
     ep = f"127.0.0.1:{free_port()}"
+
     def node(r: int) -> RendezvousInfo:
         h = make(ep, backend="static", nodes="3:3", node_rank=r, addr=f"h{r}", nproc=r + 1)
         assert h.is_host == (r == 0)
@@ -571,8 +635,9 @@ def test_token_from_env_and_file(make: Factory, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("XRUN_RDZV_TOKEN", "hunter2")
     host2 = make(nodes="2:2", run_id="third", addr="a")
     monkeypatch.delenv("XRUN_RDZV_TOKEN")
-    ok = make(host2.endpoint, nodes="2:2", run_id="third", addr="b", token_file=str(f),
-              is_host="false")
+    ok = make(
+        host2.endpoint, nodes="2:2", run_id="third", addr="b", token_file=str(f), is_host="false"
+    )
     assert [i.group_rank for i in rendezvous_all([host2, ok])] == [0, 1]
     monkeypatch.setenv("XRUN_RDZV_TOKEN_FILE", str(tmp_path / "missing"))
     with pytest.raises(UsageError, match="missing"):

@@ -24,9 +24,8 @@ def runner() -> Iterator[Runner]:
 def echo_app(msg: str = "hello", replicas: int = 1) -> AppDef:
     return AppDef(
         name="echo",
-        roles=[Role(name="echo", image="", entrypoint="echo", args=[msg],
-                    num_replicas=replicas)],
-    )  # fmt: skip
+        roles=[Role(name="echo", image="", entrypoint="echo", args=[msg], num_replicas=replicas)],
+    )
 
 
 @pytest.mark.timeout(60)

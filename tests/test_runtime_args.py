@@ -19,13 +19,41 @@ from xrun.runtime.procs import Std
 
 
 def test_dash_and_underscore_forms_are_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    dash = parse(["--nproc-per-node", "3", "--max-restarts", "2", "--rdzv-conf",
-                  "join_timeout=5", "--log-dir", "/tmp/x", "s.py", "a"])
-    under = parse(["--nproc_per_node", "3", "--max_restarts", "2", "--rdzv_conf",
-                   "join_timeout=5", "--log_dir", "/tmp/x", "s.py", "a"])
+    dash = parse(
+        [
+            "--nproc-per-node",
+            "3",
+            "--max-restarts",
+            "2",
+            "--rdzv-conf",
+            "join_timeout=5",
+            "--log-dir",
+            "/tmp/x",
+            "s.py",
+            "a",
+        ]
+    )
+    under = parse(
+        [
+            "--nproc_per_node",
+            "3",
+            "--max_restarts",
+            "2",
+            "--rdzv_conf",
+            "join_timeout=5",
+            "--log_dir",
+            "/tmp/x",
+            "s.py",
+            "a",
+        ]
+    )
     assert dash == under
     cfg = dash[0]
-    assert (cfg.nproc_per_node, cfg.max_restarts, dict(cfg.rdzv_conf)) == (3, 2, {"join_timeout": "5"})
+    assert (cfg.nproc_per_node, cfg.max_restarts, dict(cfg.rdzv_conf)) == (
+        3,
+        2,
+        {"join_timeout": "5"},
+    )
 
 
 def test_pet_env_vars_give_defaults_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,11 +81,38 @@ def test_one_node_without_endpoint_is_standalone() -> None:
 
 
 def test_multi_node_c10d_and_static() -> None:
-    cfg, _, _ = parse(["--nnodes", "1:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                       "[::1]:29411", "--rdzv-id", "job", "s.py"])
-    assert (cfg.min_nodes, cfg.max_nodes, cfg.rdzv_endpoint, cfg.run_id) == (1, 3, "[::1]:29411", "job")
-    cfg, _, _ = parse(["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
-                       "--master-port", "1234", "s.py"])
+    cfg, _, _ = parse(
+        [
+            "--nnodes",
+            "1:3",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "[::1]:29411",
+            "--rdzv-id",
+            "job",
+            "s.py",
+        ]
+    )
+    assert (cfg.min_nodes, cfg.max_nodes, cfg.rdzv_endpoint, cfg.run_id) == (
+        1,
+        3,
+        "[::1]:29411",
+        "job",
+    )
+    cfg, _, _ = parse(
+        [
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--master-addr",
+            "10.0.0.1",
+            "--master-port",
+            "1234",
+            "s.py",
+        ]
+    )
     assert (cfg.rdzv_backend, cfg.rdzv_endpoint, cfg.node_rank) == ("static", "10.0.0.1:1234", 1)
     cfg, _, _ = parse(["--nnodes", "2", "--master-addr", "::1", "s.py"])
     assert cfg.rdzv_endpoint == "[::1]:29500"
@@ -65,15 +120,19 @@ def test_multi_node_c10d_and_static() -> None:
 
 def test_module_no_python_run_path_and_python_exec(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHON_EXEC", "/opt/py/bin/python3")
-    assert parse(["-m", "pkg.train", "x"])[1:] == ("/opt/py/bin/python3", ("-u", "-m", "pkg.train", "x"))
+    assert parse(["-m", "pkg.train", "x"])[1:] == (
+        "/opt/py/bin/python3",
+        ("-u", "-m", "pkg.train", "x"),
+    )
     assert parse(["--no-python", "/bin/echo", "hi"])[1:] == ("/bin/echo", ("hi",))
     cfg, entry, args = parse(["--run-path", "rel/s.py", "x"])
     assert callable(entry) and args == (os.path.abspath("rel/s.py"), "x")
 
 
 def test_redirects_tee_and_filter() -> None:
-    cfg, _, _ = parse(["--nproc-per-node", "2", "-r", "3", "-t", "0:1,1:2",
-                       "--local-ranks-filter", "1", "s.py"])
+    cfg, _, _ = parse(
+        ["--nproc-per-node", "2", "-r", "3", "-t", "0:1,1:2", "--local-ranks-filter", "1", "s.py"]
+    )
     assert cfg.redirects == Std.ALL and cfg.tee == {0: Std.OUT, 1: Std.ERR}
     assert cfg.local_ranks_filter == {1}
 
@@ -90,7 +149,10 @@ def test_nproc_values(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_rdzv_conf() -> None:
     assert parse_rdzv_conf("join_timeout=60, last_call_timeout=1,is_host=true") == {
-        "join_timeout": "60", "last_call_timeout": "1", "is_host": "true"}
+        "join_timeout": "60",
+        "last_call_timeout": "1",
+        "is_host": "true",
+    }
     with pytest.raises(UsageError, match="token_file"):
         parse_rdzv_conf("token=s3cret")
 
@@ -105,9 +167,21 @@ def test_rdzv_conf_has_one_parser_the_rendezvous_one() -> None:
     assert rendezvous.config_from_conf(cfg.rdzv_conf).heartbeat_interval == 1.0
 
 
-_CONF_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "exit_barrier_timeout",
-              "heartbeat_interval", "heartbeat_timeout", "read_timeout", "timeout", "token_file",
-              "is_host", "token", "bogus", "")
+_CONF_KEYS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "exit_barrier_timeout",
+    "heartbeat_interval",
+    "heartbeat_timeout",
+    "read_timeout",
+    "timeout",
+    "token_file",
+    "is_host",
+    "token",
+    "bogus",
+    "",
+)
 _CONF_VALUES = st.one_of(
     st.sampled_from(["", "0", "-1", "1", "2.5", "1e9", "inf", "nan", "true", "maybe", "10m", "="]),
     st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8),
@@ -115,12 +189,20 @@ _CONF_VALUES = st.one_of(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.one_of(st.sampled_from(_CONF_KEYS), st.text(max_size=6)),
-                          st.sampled_from(["=", ""]), _CONF_VALUES),
-                max_size=4),
-       st.sampled_from([",", ", ", ",,"]))
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.sampled_from(_CONF_KEYS), st.text(max_size=6)),
+            st.sampled_from(["=", ""]),
+            _CONF_VALUES,
+        ),
+        max_size=4,
+    ),
+    st.sampled_from([",", ", ", ",,"]),
+)
 def test_fuzzed_rdzv_conf_is_accepted_or_one_line_usage_error(
-        items: list[tuple[str, str, str]], sep: str) -> None:
+    items: list[tuple[str, str, str]], sep: str
+) -> None:
     raw = sep.join(f"{k}{eq}{v}" for k, eq, v in items)
     try:
         conf = parse_rdzv_conf(raw)
@@ -134,16 +216,33 @@ def test_fuzzed_rdzv_conf_is_accepted_or_one_line_usage_error(
 
 
 def test_worker_env_defaults_and_user_values() -> None:
-    kw: dict[str, Any] = dict(local_rank=1, local_world_size=2, rank_offset=3, world_size=5, group_rank=1,
-              group_world_size=2, role="trainer", master_addr="h0", master_port=1234,
-              restart_count=1, max_restarts=3, run_id="job", error_file="/l/1/error.json")
+    kw: dict[str, Any] = dict(
+        local_rank=1,
+        local_world_size=2,
+        rank_offset=3,
+        world_size=5,
+        group_rank=1,
+        group_world_size=2,
+        role="trainer",
+        master_addr="h0",
+        master_port=1234,
+        restart_count=1,
+        max_restarts=3,
+        run_id="job",
+        error_file="/l/1/error.json",
+    )
     env = worker_env(environ={}, **kw)
-    assert env["RANK"] == env["ROLE_RANK"] == "4" and env["WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "5"
+    assert (
+        env["RANK"] == env["ROLE_RANK"] == "4"
+        and env["WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "5"
+    )
     assert env["OMP_NUM_THREADS"] == "1" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert env["TORCHELASTIC_ERROR_FILE"] == "/l/1/error.json"
     env = worker_env(environ={"OMP_NUM_THREADS": "8", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, **kw)
     assert env["OMP_NUM_THREADS"] == "8" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
-    assert "OMP_NUM_THREADS" not in worker_env(environ={}, **{**kw, "local_world_size": 1, "local_rank": 0})
+    assert "OMP_NUM_THREADS" not in worker_env(
+        environ={}, **{**kw, "local_world_size": 1, "local_rank": 0}
+    )
 
 
 def test_log_line_prefix() -> None:
@@ -175,7 +274,10 @@ BAD = [
     (["--max-restarts", "-1", "s.py"], "'-1'"),
     (["--shutdown-timeout", "soon", "s.py"], "'soon'"),
     (["--rdzv-backend", "etcd", "s.py"], "'etcd'"),
-    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999", "s.py"], "'h:99999'"),
+    (
+        ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999", "s.py"],
+        "'h:99999'",
+    ),
     (["--nnodes", "2", "--rdzv-backend", "c10d", "s.py"], "--rdzv-endpoint"),
     (["--nnodes", "2", "--node-rank", "2", "s.py"], "node_rank 2"),
     (["--local-ranks-filter", "5", "s.py"], "'5'"),
@@ -193,8 +295,9 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a) or "empty" for a, _ in BAD])
-def test_bad_flags_fail_with_one_line(argv: list[str], needle: str,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_flags_fail_with_one_line(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(argv) == 2
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
@@ -203,17 +306,30 @@ def test_bad_flags_fail_with_one_line(argv: list[str], needle: str,
     assert out == ""
 
 
-@pytest.mark.parametrize("argv", [["--nnodes", "2:1"], ["-r", "4"], ["--rdzv-conf", "join_timeout="],
-                                  ["--nproc-per-node", "x"], ["--numa-binding", "node"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--nnodes", "2:1"],
+        ["-r", "4"],
+        ["--rdzv-conf", "join_timeout="],
+        ["--nproc-per-node", "x"],
+        ["--numa-binding", "node"],
+    ],
+)
 def test_bad_flags_from_the_command_line(argv: list[str]) -> None:
-    p = subprocess.run([sys.executable, "-m", "xrun.runtime", *argv, "s.py"], capture_output=True,
-                       text=True, timeout=30)
+    p = subprocess.run(
+        [sys.executable, "-m", "xrun.runtime", *argv, "s.py"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.startswith("xrun-agent: error: ") and p.stderr.count("\n") == 1, p.stderr
     assert "Traceback" not in p.stderr
 
 
 def test_help() -> None:
-    p = subprocess.run([sys.executable, "-m", "xrun.runtime", "--help"], capture_output=True,
-                       text=True, timeout=30)
+    p = subprocess.run(
+        [sys.executable, "-m", "xrun.runtime", "--help"], capture_output=True, text=True, timeout=30
+    )
     assert p.returncode == 0 and "--nproc-per-node" in p.stdout and "PET_" in p.stdout

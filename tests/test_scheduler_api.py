@@ -33,8 +33,14 @@ def _opts() -> runopts:
 
 def test_resolve_fills_defaults_and_converts_strings() -> None:
     got = _opts().resolve(
-        {"account": "ml", "nodes": "3", "ratio": "0.25", "exclusive": "yes", "tags": "a,b",
-         "labels": "k:v;k2:v2"},
+        {
+            "account": "ml",
+            "nodes": "3",
+            "ratio": "0.25",
+            "exclusive": "yes",
+            "tags": "a,b",
+            "labels": "k:v;k2:v2",
+        },
         "slurm",
     )
     assert got == {

@@ -71,10 +71,21 @@ class Job(SigtermJob):
 def ddp_args(j: str, marks: Path, stubborn: str = "") -> list[str]:
     """``dist.ddp`` component arguments, as on the command line."""
     return [
-        "-j", j, "--name", "sig/trainer", "--image", "xrun-python:latest",
-        "--mounts", f"type=bind,src={marks},dst={MARKS}",
-        "--script", WORKER.name, "--", MARKS, "--stubborn", stubborn or "-",
-    ]  # fmt: skip
+        "-j",
+        j,
+        "--name",
+        "sig/trainer",
+        "--image",
+        "xrun-python:latest",
+        "--mounts",
+        f"type=bind,src={marks},dst={MARKS}",
+        "--script",
+        WORKER.name,
+        "--",
+        MARKS,
+        "--stubborn",
+        stubborn or "-",
+    ]
 
 
 class Jobs(SigtermJobs[Job]):
@@ -86,14 +97,26 @@ class Jobs(SigtermJobs[Job]):
     def cancel(self, job: Job) -> None:
         self.sched.cancel(job.app_id)
 
-    def submit(self, j: str, stubborn: str = "", env: dict[str, str] | None = None,
-               cfg: dict[str, object] | None = None) -> Job:
+    def submit(
+        self,
+        j: str,
+        stubborn: str = "",
+        env: dict[str, str] | None = None,
+        cfg: dict[str, object] | None = None,
+    ) -> Job:
         """Through the scheduler API; returns once every worker is ready."""
         marks = self.new_marks()
         app = ddp(
-            MARKS, "--stubborn", stubborn or "-", script=WORKER.name, j=j, name="sig/trainer",
-            image="xrun-python:latest", env=env, mounts=[f"type=bind,src={marks},dst={MARKS}"],
-        )  # fmt: skip
+            MARKS,
+            "--stubborn",
+            stubborn or "-",
+            script=WORKER.name,
+            j=j,
+            name="sig/trainer",
+            image="xrun-python:latest",
+            env=env,
+            mounts=[f"type=bind,src={marks},dst={MARKS}"],
+        )
         return self.adopt(marks, self.sched.submit(app, cfg or {}, str(self.workspace)), j)
 
     def run_cli(self, j: str) -> tuple[subprocess.Popen[str], Job]:

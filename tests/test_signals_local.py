@@ -64,9 +64,26 @@ def start_job(tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, Path,
     marks = tmp / "marks"
     marks.mkdir()
     proc = subprocess.Popen(
-        [XRUN, "run", "-s", "local_cwd", "-cfg", f"stop_grace_s={GRACE_S}", "dist.ddp",
-         "-j", "1x2", *extra, "--script", str(script), "--", str(marks)],
-        cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            XRUN,
+            "run",
+            "-s",
+            "local_cwd",
+            "-cfg",
+            f"stop_grace_s={GRACE_S}",
+            "dist.ddp",
+            "-j",
+            "1x2",
+            *extra,
+            "--script",
+            str(script),
+            "--",
+            str(marks),
+        ],
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     handle = proc.stdout.readline().strip()
@@ -78,8 +95,9 @@ def start_job(tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, Path,
 
 
 def status(handle: str) -> str:
-    return subprocess.run([XRUN, "status", handle], capture_output=True, text=True,
-                          timeout=30).stdout
+    return subprocess.run(
+        [XRUN, "status", handle], capture_output=True, text=True, timeout=30
+    ).stdout
 
 
 @pytest.mark.timeout(90)
@@ -88,8 +106,9 @@ def test_cancel_sigterms_workers_then_sigkills_the_stubborn_one(tmp_path: Path) 
     try:
         t0 = time.monotonic()
         # `cancel` returns once the app has ended (after the grace period): watch meanwhile.
-        cancel = subprocess.Popen([XRUN, "cancel", handle], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+        cancel = subprocess.Popen(
+            [XRUN, "cancel", handle], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         # Both workers got SIGTERM; the obedient one exits at once.
         wait_for(lambda: all((marks / f"{r}.term").exists() for r in "01"), 10, "SIGTERM marks")
         t_obedient = wait_for(lambda: not procs.alive(pids[0]), 10, "rank 0 to exit")
@@ -98,7 +117,8 @@ def test_cancel_sigterms_workers_then_sigkills_the_stubborn_one(tmp_path: Path) 
         t_stubborn = wait_for(lambda: not procs.alive(pids[1]), GRACE_S + 15, "rank 1 to die")
         assert t_stubborn - t0 >= GRACE_S - 0.2, (
             f"the stubborn worker died {t_stubborn - t0:.2f} s after cancel, before the "
-            f"{GRACE_S} s grace period")
+            f"{GRACE_S} s grace period"
+        )
         cancel_out, _ = cancel.communicate(timeout=30)
         assert cancel.returncode == 0, cancel_out
         _, err = proc.communicate(timeout=30)
@@ -115,7 +135,8 @@ def test_cancel_sigterms_workers_then_sigkills_the_stubborn_one(tmp_path: Path) 
 def test_sigterm_to_the_agent_stops_workers_and_fails_the_app(tmp_path: Path) -> None:
     shutdown_s = 1.5
     proc, handle, marks, pids = start_job(
-        tmp_path, "--env", f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={shutdown_s}")
+        tmp_path, "--env", f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={shutdown_s}"
+    )
     try:
         agent = procs.ppid(pids[0])
         assert "xrun.runtime" in procs.cmdline(agent), procs.cmdline(agent)
@@ -125,7 +146,8 @@ def test_sigterm_to_the_agent_stops_workers_and_fails_the_app(tmp_path: Path) ->
         t_stubborn = wait_for(lambda: not procs.alive(pids[1]), shutdown_s + 15, "rank 1 to die")
         assert t_stubborn - t0 >= shutdown_s - 0.2, (
             f"the stubborn worker died {t_stubborn - t0:.2f} s after SIGTERM, before the agent's "
-            f"{shutdown_s} s shutdown timeout")
+            f"{shutdown_s} s shutdown timeout"
+        )
         assert not procs.alive(pids[0])
         _, err = proc.communicate(timeout=30)
     finally:

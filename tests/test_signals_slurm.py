@@ -91,19 +91,44 @@ class Jobs(SigtermJobs[Job]):
         """Through the scheduler API; returns once every worker is ready."""
         marks = self.new_marks()
         app = ddp(
-            str(marks), "--stubborn", stubborn or "-", script=WORKER.name, j=j,
-            name=f"sig/{ROLE}", cpu=1, memMB=256, rdzv_port=free_port(), env=env,
-        )  # fmt: skip
+            str(marks),
+            "--stubborn",
+            stubborn or "-",
+            script=WORKER.name,
+            j=j,
+            name=f"sig/{ROLE}",
+            cpu=1,
+            memMB=256,
+            rdzv_port=free_port(),
+            env=env,
+        )
         return self.adopt(marks, self.sched.submit(app, {}, str(self.workspace)), j)
 
     def run_cli(self, j: str) -> tuple[subprocess.Popen[str], Job]:
         """``xrun run -s slurm --wait`` from the workspace; returns once every worker is ready."""
         marks = self.new_marks()
-        return self.start_cli(marks, j, [
-            "-j", j, "--name", f"sig/{ROLE}", "--cpu", "1", "--memMB", "256",
-            "--rdzv_port", str(free_port()), "--script", WORKER.name, "--", str(marks),
-            "--stubborn", "-",
-        ])  # fmt: skip
+        return self.start_cli(
+            marks,
+            j,
+            [
+                "-j",
+                j,
+                "--name",
+                f"sig/{ROLE}",
+                "--cpu",
+                "1",
+                "--memMB",
+                "256",
+                "--rdzv_port",
+                str(free_port()),
+                "--script",
+                WORKER.name,
+                "--",
+                str(marks),
+                "--stubborn",
+                "-",
+            ],
+        )
 
 
 def check_codes(job: Job, codes: list[int | None]) -> None:

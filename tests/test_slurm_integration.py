@@ -101,10 +101,28 @@ def test_ddp_2x2_allreduce_through_the_cli(slurm_cluster: SlurmCluster, tmp_path
     (tmp_path / "allreduce.py").write_text(ALLREDUCE)
     t0 = time.monotonic()
     run = subprocess.run(
-        [XRUN, "run", "-s", "slurm", "dist.ddp", "-j", "2x2", "--cpu", "1", "--memMB", "512",
-         "--rdzv_port", str(free_port()), "--script", "allreduce.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            XRUN,
+            "run",
+            "-s",
+            "slurm",
+            "dist.ddp",
+            "-j",
+            "2x2",
+            "--cpu",
+            "1",
+            "--memMB",
+            "512",
+            "--rdzv_port",
+            str(free_port()),
+            "--script",
+            "allreduce.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     handle = run.stdout.strip().splitlines()[-1]
     assert handle.startswith("slurm://"), run.stdout
@@ -208,8 +226,11 @@ def test_rejected_submission_shows_slurms_words(sched: SlurmScheduler, tmp_path:
         sched.submit(app, {"partition": "nope"}, workspace=str(tmp_path))
     cli = subprocess.run(
         [XRUN, "run", "-s", "slurm", "-cfg", "time=bogus", "utils.echo"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 2, (cli.stdout, cli.stderr)
     assert "Invalid --time specification" in cli.stderr and "Traceback" not in cli.stderr
 

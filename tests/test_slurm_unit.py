@@ -67,13 +67,28 @@ def het_app() -> AppDef:
     return AppDef(
         name="het",
         roles=[
-            Role("ps", "", "python3", ["-m", "ps", "--id", "${replica_id}"], num_replicas=1,
-                 env={"ROLE_NOTE": "ps of ${app_id}"}, resource=Resource(2, 0, 1000)),
-            Role("worker", "", "python3", ["w.py", "--ps", "$${${rank0_env}}", "a b"],
-                 num_replicas=3, max_retries=2, env={"Q": "it's \"quoted\" $HOME `x`"},
-                 resource=Resource(4, 1, 2000), mounts=[BindMount("/data", "/data", True)]),
+            Role(
+                "ps",
+                "",
+                "python3",
+                ["-m", "ps", "--id", "${replica_id}"],
+                num_replicas=1,
+                env={"ROLE_NOTE": "ps of ${app_id}"},
+                resource=Resource(2, 0, 1000),
+            ),
+            Role(
+                "worker",
+                "",
+                "python3",
+                ["w.py", "--ps", "$${${rank0_env}}", "a b"],
+                num_replicas=3,
+                max_retries=2,
+                env={"Q": 'it\'s "quoted" $HOME `x`'},
+                resource=Resource(4, 1, 2000),
+                mounts=[BindMount("/data", "/data", True)],
+            ),
         ],
-    )  # fmt: skip
+    )
 
 
 # --------------------------------------------------------------------------- golden scripts
@@ -155,16 +170,36 @@ def test_mem_skipped_when_nodes_report_no_real_memory() -> None:
 
 def test_run_options_become_sbatch_lines() -> None:
     cfg = {
-        "partition": "gpu", "time": "1:00:00", "account": "a", "qos": "high",
-        "constraint": "a100", "mail_user": "me@x.org", "mail_type": "END,FAIL",
-        "job_name": "jn", "exclusive": "true", "signal": "SIGUSR1@60", "comment": "exp7",
-        "extra_sbatch_args": "--reservation=r1;--gres=gpu:2", "python_path": "",
-    }  # fmt: skip
+        "partition": "gpu",
+        "time": "1:00:00",
+        "account": "a",
+        "qos": "high",
+        "constraint": "a100",
+        "mail_user": "me@x.org",
+        "mail_type": "END,FAIL",
+        "job_name": "jn",
+        "exclusive": "true",
+        "signal": "SIGUSR1@60",
+        "comment": "exp7",
+        "extra_sbatch_args": "--reservation=r1;--gres=gpu:2",
+        "python_path": "",
+    }
     s = request(ddp_app(), cfg).script
-    for line in ("--partition=gpu", "--time=1:00:00", "--account=a", "--qos=high",
-                 "--constraint=a100", "--mail-user=me@x.org", "--mail-type=END,FAIL",
-                 "--job-name=jn", "--exclusive", "--signal=B:USR1@60", "--comment=xrun:train;train=2,exp7",
-                 "--reservation=r1", "--gres=gpu:2"):  # fmt: skip
+    for line in (
+        "--partition=gpu",
+        "--time=1:00:00",
+        "--account=a",
+        "--qos=high",
+        "--constraint=a100",
+        "--mail-user=me@x.org",
+        "--mail-type=END,FAIL",
+        "--job-name=jn",
+        "--exclusive",
+        "--signal=B:USR1@60",
+        "--comment=xrun:train;train=2,exp7",
+        "--reservation=r1",
+        "--gres=gpu:2",
+    ):
         assert f"#SBATCH {line}\n" in s, line
     assert "trap 'xrun_on_signal USR1' USR1" in s and "PET_SIGNALS_TO_HANDLE" in s
 
@@ -242,8 +277,10 @@ def _bash_argv(words: str, env: dict[str, str]) -> list[str]:
     """What bash makes of ``words`` (NUL-separated argv), in the task's environment."""
     out = subprocess.run(
         ["bash", "-c", f"printf '%s\\0' {words}"],
-        capture_output=True, env={"PATH": os.environ["PATH"], **env}, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        env={"PATH": os.environ["PATH"], **env},
+        check=True,
+    )
     return out.stdout.decode().split("\0")[:-1]
 
 
@@ -295,8 +332,11 @@ def _ids() -> dict[str, str]:
 @pytest.mark.parametrize("source", ["squeue.json", "squeue.txt", "scontrol.txt"])
 def test_recorded_22_05_outputs(source: str) -> None:
     text = (FIXTURES / "22.05" / source).read_text()
-    parse = {"squeue.json": parse_squeue_json, "squeue.txt": parse_squeue_text,
-             "scontrol.txt": parse_scontrol}[source]  # fmt: skip
+    parse = {
+        "squeue.json": parse_squeue_json,
+        "squeue.txt": parse_squeue_text,
+        "scontrol.txt": parse_scontrol,
+    }[source]
     recs = parse(text)
     ids = _ids()
     expected = {
@@ -342,8 +382,12 @@ def test_squeue_json_across_versions(version: str) -> None:
     by_id = {r.app_id: r for r in recs if r.het_offset == 0}
     assert app_state(by_id["101"].state) == AppState.SUCCEEDED
     assert by_id["102"].exit_code == 3 and app_state(by_id["102"].state) == AppState.FAILED
-    for jid, why in (("103", "preempted"), ("104", "time limit"), ("105", "out of memory"),
-                     ("106", "node of the allocation failed")):  # fmt: skip
+    for jid, why in (
+        ("103", "preempted"),
+        ("104", "time limit"),
+        ("105", "out of memory"),
+        ("106", "node of the allocation failed"),
+    ):
         assert app_state(by_id[jid].state) == AppState.FAILED
         assert why in explain(by_id[jid])
     assert by_id["105"].signal == 9
@@ -357,9 +401,25 @@ def test_squeue_json_across_versions(version: str) -> None:
 
 
 def test_every_slurm_state_maps() -> None:
-    for name in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "RUNNING", "COMPLETING", "COMPLETED",
-                 "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                 "BOOT_FAIL", "DEADLINE", "SUSPENDED", "CONFIGURING", "SPECIAL_EXIT"):  # fmt: skip
+    for name in (
+        "PENDING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "RUNNING",
+        "COMPLETING",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SUSPENDED",
+        "CONFIGURING",
+        "SPECIAL_EXIT",
+    ):
         assert name in STATE_MAP and app_state(name) != AppState.UNKNOWN
     assert app_state("CANCELLED by 0") == AppState.CANCELLED
     assert app_state("WEIRD") == AppState.UNKNOWN
@@ -411,13 +471,13 @@ def _fake_slurm(tmp_path: Path, version: str, json_ok: bool) -> Path:
     scripts = {
         "squeue": (
             f'case "$*" in *--json*) {"cat " + str(d / "squeue.json") if json_ok else "echo squeue: error: openapi plugin not found >&2; exit 1"};;\n'
-            f'*) cat {d / "squeue.txt"};; esac'
+            f"*) cat {d / 'squeue.txt'};; esac"
         ),
         "scontrol": f'grep -E "^JobId=$4 |HetJobId=$4 " {d / "scontrol.txt"} || {{ echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }}',
         "sacct": 'echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1',
         "sbatch": 'echo "slurm 24.11.1"',
         "sinfo": "echo 64000",
-    }  # fmt: skip
+    }
     for name, body in scripts.items():
         path = bin_dir / name
         path.write_text(f"#!/bin/bash\n{body}\n")

@@ -132,7 +132,11 @@ def test_appdef_yaml_round_trip() -> None:
                 retry_policy=RetryPolicy.REPLICA,
                 resource=Resource(cpu=4, gpu=0, memMB=2048, capabilities={"x": "y"}),
                 port_map={"tb": 6006},
-                mounts=[BindMount("/a", "/b", True), VolumeMount("v", "/c"), DeviceMount("/d", "/d")],
+                mounts=[
+                    BindMount("/a", "/b", True),
+                    VolumeMount("v", "/c"),
+                    DeviceMount("/d", "/d"),
+                ],
                 metadata={"m": 1},
             ),
             _role(name="ps"),
@@ -150,10 +154,22 @@ def test_appdef_yaml_round_trip() -> None:
     [
         ("name: x\nroles: [", "not valid YAML"),
         ("- a\n- b\n", "expected a mapping with 'name' and 'roles'"),
-        ("name: x\nroles:\n- name: r\n  image: i\n  entrypoint: e\n  colour: red\n", "unknown field 'colour'"),
-        ("name: x\nroles:\n- name: r\n  image: i\n  entrypoint: e\n  retry_policy: SOMETIMES\n", "retry_policy"),
-        ("name: x\nroles:\n- name: r\n  image: i\n  entrypoint: e\n  num_replicas: 0\n", "num_replicas=0"),
-        ("name: x\nroles:\n- name: r\n  image: i\n  entrypoint: e\n  mounts:\n  - {type: nfs}\n", "unknown mount type"),
+        (
+            "name: x\nroles:\n- name: r\n  image: i\n  entrypoint: e\n  colour: red\n",
+            "unknown field 'colour'",
+        ),
+        (
+            "name: x\nroles:\n- name: r\n  image: i\n  entrypoint: e\n  retry_policy: SOMETIMES\n",
+            "retry_policy",
+        ),
+        (
+            "name: x\nroles:\n- name: r\n  image: i\n  entrypoint: e\n  num_replicas: 0\n",
+            "num_replicas=0",
+        ),
+        (
+            "name: x\nroles:\n- name: r\n  image: i\n  entrypoint: e\n  mounts:\n  - {type: nfs}\n",
+            "unknown mount type",
+        ),
         ("name: x\nroles: []\n", "has no roles"),
     ],
 )

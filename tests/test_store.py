@@ -131,7 +131,9 @@ def test_lease_fires_unless_renewed(client: StoreClient) -> None:
     assert client.get("fired2") is None
 
 
-def test_owned_lease_fires_when_its_connection_closes(server: StoreServer, client: StoreClient) -> None:
+def test_owned_lease_fires_when_its_connection_closes(
+    server: StoreServer, client: StoreClient
+) -> None:
     owner = StoreClient("127.0.0.1", server.port)
     owner.lease("own", 60, "own-fired", b"owner died", fire_on_disconnect=True)
     bystander = StoreClient("127.0.0.1", server.port)
@@ -168,7 +170,9 @@ def test_auth_accepts_the_right_token(auth_server: StoreServer) -> None:
 
 
 @pytest.mark.parametrize("token", [None, b"wrong"])
-def test_auth_rejects_a_wrong_or_missing_token(auth_server: StoreServer, token: bytes | None) -> None:
+def test_auth_rejects_a_wrong_or_missing_token(
+    auth_server: StoreServer, token: bytes | None
+) -> None:
     with pytest.raises(StoreAuthError, match="XRUN_RDZV_TOKEN"):
         StoreClient("127.0.0.1", auth_server.port, token)
     # With the verdict read lazily the refusal surfaces on the first call, still as an auth error.
@@ -265,8 +269,12 @@ def test_parked_waits_per_connection_are_capped(server: StoreServer, client: Sto
     greedy = StoreClient("127.0.0.1", server.port)
     conn = greedy._conn
     n = MAX_WAITS_PER_CONNECTION + 1
-    conn.send(b"".join(encode_request(rid, Op.WAIT, wait_fields([f"never{rid}"], True, None))
-                       for rid in range(1, n + 1)))
+    conn.send(
+        b"".join(
+            encode_request(rid, Op.WAIT, wait_fields([f"never{rid}"], True, None))
+            for rid in range(1, n + 1)
+        )
+    )
     resp = conn.recv_response()
     assert (resp.rid, resp.status) == (n, Status.ERROR)
     assert "waits on one connection" in resp.body.str_()
@@ -277,7 +285,8 @@ def test_parked_waits_per_connection_are_capped(server: StoreServer, client: Sto
 
 
 def test_a_client_that_never_reads_its_answers_is_dropped(
-        server: StoreServer, client: StoreClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    server: StoreServer, client: StoreClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from xrun.runtime import store
 
     monkeypatch.setattr(store._Conn, "MAX_UNSENT", 1 << 20)  # 64 MiB in production
@@ -335,7 +344,9 @@ def test_a_hung_store_times_out_after_read_timeout() -> None:
     def serve() -> None:
         c, _ = lsock.accept()
         conns.append(c)
-        c.sendall(struct.pack("!I", 24) + b"XRUNKV1\x00" + bytes(16) + struct.pack("!I", 1) + b"\x00")
+        c.sendall(
+            struct.pack("!I", 24) + b"XRUNKV1\x00" + bytes(16) + struct.pack("!I", 1) + b"\x00"
+        )
 
     t = threading.Thread(target=serve)
     t.start()

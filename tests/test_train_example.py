@@ -42,15 +42,42 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
-def _run(tmp_path: Path, ckpt: str, *extra: str, crash_at: int = 0) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in (
-        "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"
-    )}
+def _run(
+    tmp_path: Path, ckpt: str, *extra: str, crash_at: int = 0
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "WORLD_SIZE",
+            "RANK",
+            "LOCAL_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "TORCHELASTIC_RESTART_COUNT",
+        )
+    }
     return subprocess.run(
-        [sys.executable, "-c", DRIVER, str(SCRIPT), str(crash_at), *ARGS,
-         "--checkpoint-dir", ckpt, "--out", str(tmp_path / "out.json"), *extra],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            DRIVER,
+            str(SCRIPT),
+            str(crash_at),
+            *ARGS,
+            "--checkpoint-dir",
+            ckpt,
+            "--out",
+            str(tmp_path / "out.json"),
+            *extra,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
 
 
 def _result(tmp_path: Path, ckpt: str, *extra: str) -> dict[str, Any]:
@@ -65,7 +92,9 @@ def _result(tmp_path: Path, ckpt: str, *extra: str) -> dict[str, Any]:
 def test_resumed_run_equals_undisturbed_bit_for_bit(tmp_path: Path) -> None:
     whole = _result(tmp_path, str(tmp_path / "a"))
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
-        "epoch-00001.pt", "epoch-00002.pt", "epoch-00003.pt"
+        "epoch-00001.pt",
+        "epoch-00002.pt",
+        "epoch-00003.pt",
     ]
     # Stop after epoch 1, then go on to 3 from the checkpoint.
     _result(tmp_path, str(tmp_path / "b"), "--epochs", "1")
@@ -99,8 +128,20 @@ def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one(tmp_path: Pa
 def test_runs_unmodified_under_torchrun(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(SCRIPT), *ARGS, "--checkpoint-dir", str(tmp_path / "ckpt"), "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(SCRIPT),
+            *ARGS,
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--out",
+            str(out),
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,

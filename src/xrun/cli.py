@@ -90,8 +90,13 @@ def parse_run_options(own: Sequence[str]) -> RunOptions | None:
     argparse still handles ``--help`` and anything unusual, so the messages stay the same.
     """
     opts = RunOptions()
-    values = {"-s": "scheduler", "--scheduler": "scheduler", "-cfg": "cfg", "--cfg": "cfg",
-              "--workspace": "workspace"}  # fmt: skip
+    values = {
+        "-s": "scheduler",
+        "--scheduler": "scheduler",
+        "-cfg": "cfg",
+        "--cfg": "cfg",
+        "--workspace": "workspace",
+    }
     flags = {"--dryrun": "dryrun", "--wait": "wait", "--log": "log"}
     i = 0
     while i < len(own):

@@ -19,8 +19,14 @@ _RESERVED = {"y", "n", "yes", "no", "true", "false", "on", "off", "null"}
 # Characters a double-quoted YAML scalar may hold as they are: printable, and not a line break
 # (YAML 1.1 also breaks lines at NEL, LS and PS) or a byte-order mark. Ranges of code points,
 # checked with comparisons: compiling the equivalent regex costs ~10 ms at start-up.
-_RAW_OK = ((0x20, 0x7E), (0xA0, 0x2027), (0x202A, 0xD7FF), (0xE000, 0xFEFE), (0xFF00, 0xFFFD),
-           (0x10000, 0x10FFFF))  # fmt: skip
+_RAW_OK = (
+    (0x20, 0x7E),
+    (0xA0, 0x2027),
+    (0x202A, 0xD7FF),
+    (0xE000, 0xFEFE),
+    (0xFF00, 0xFFFD),
+    (0x10000, 0x10FFFF),
+)
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 

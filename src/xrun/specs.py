@@ -126,7 +126,9 @@ def _parse_one_mount(items: list[str]) -> Mount:
     read_only = bool(flags & {"readonly", "ro"})
     unknown = flags - {"readonly", "ro"}
     if unknown:
-        raise UsageError(f"mount {text!r}: unknown flag {sorted(unknown)[0]!r}; expected {_MOUNT_FORM}")
+        raise UsageError(
+            f"mount {text!r}: unknown flag {sorted(unknown)[0]!r}; expected {_MOUNT_FORM}"
+        )
     if kind == "bind":
         if not kv.get("src") or not kv.get("dst"):
             raise UsageError(f"bind mount {text!r} needs src= and dst=; expected {_MOUNT_FORM}")

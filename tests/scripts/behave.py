@@ -41,8 +41,9 @@ def main() -> None:
     out, actions = sys.argv[1], sys.argv[2:]
     rank, lr = os.environ["RANK"], int(os.environ["LOCAL_RANK"])
     restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    line = json.dumps({**{k: os.environ.get(k) for k in KEYS}, "pid": os.getpid(),
-                       "time": time.time()})
+    line = json.dumps(
+        {**{k: os.environ.get(k) for k in KEYS}, "pid": os.getpid(), "time": time.time()}
+    )
     # One O_APPEND write per line: lines of concurrent workers never interleave.
     fd = os.open(os.path.join(out, "events.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     os.write(fd, (line + "\n").encode())
@@ -66,6 +67,7 @@ def main() -> None:
             if os.environ["WORLD_SIZE"] != world:
                 time.sleep(float(seconds))
         if verb == "trap-term":
+
             def on_term(signum: int, frame: object) -> None:
                 write(os.path.join(out, f"term.{rank}"), signum)
                 os._exit(0)
