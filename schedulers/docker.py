@@ -20,7 +20,7 @@ the terminal status there, and removes the containers and the network. Logs and 
 readable after that from the state dir. So that this happens with nobody watching too,
 ``schedule()`` starts a detached watcher per app (:mod:`xrun.schedulers.docker_watch`).
 
-Signals, the grace period and exit codes (tests/test_signals_docker.py): every container runs
+Signals, the grace period and exit codes (tests/schedulers/docker/test_signals.py): every container runs
 with ``--init``, so tini (PID 1) forwards a SIGTERM to the replica's command. For ``dist.ddp``
 that is the runtime agent, which forwards it to its workers' process groups, SIGKILLs those
 still alive after its shutdown timeout (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, default 30 s) and

@@ -19,7 +19,7 @@ attempts), after a failure or after the ``signal`` warning (default ``USR2@90``:
 srun, to each replica's agent, to its workers). Slurm holds a requeued job ~120 s (Reason
 BeginTime) before it runs again; status says PENDING with that reason meanwhile.
 
-Signals, the grace period and exit codes (tests/test_signals_slurm.py): ``cancel`` is
+Signals, the grace period and exit codes (tests/schedulers/slurm/test_signals.py): ``cancel`` is
 ``scancel JOBID``. slurmd sends SIGCONT and SIGTERM to every process of the job's steps (its
 process-tracking container: the batch shell, srun, each replica's ``xrun_replica`` wrapper,
 the runtime agent *and its workers*: a worker gets SIGTERM from slurmstepd as well as from its

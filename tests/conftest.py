@@ -17,14 +17,13 @@ from pathlib import Path
 import pytest
 
 # The real backends: session fixtures that start them (idempotent scripts under scripts/).
-from docker_fixture import docker_engine  # noqa: F401
-from slurm_fixture import slurm_cluster  # noqa: F401
+from tests.helpers.docker import docker_engine  # noqa: F401
+from tests.helpers.paths import REPO
+from tests.helpers.slurm import slurm_cluster  # noqa: F401
 
 _STATE = tempfile.mkdtemp(prefix="xrun-test-state-")
 os.environ["XDG_STATE_HOME"] = _STATE
 os.environ.setdefault("NO_COLOR", "1")
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")

@@ -382,7 +382,7 @@ def parse_argv(comp: Component, argv: Sequence[str]) -> ParsedArgs:
             bare_flag = (
                 param.type.scalar is bool
                 and not param.type.container
-                and (nxt is None or (nxt.startswith("-") and not _is_number(nxt)))
+                and (nxt is None or _is_option(nxt, table, help_flags))
             )
             if bare_flag:
                 value = "true"
@@ -399,6 +399,13 @@ def parse_argv(comp: Component, argv: Sequence[str]) -> ParsedArgs:
             "arguments (options only, see --help)"
         )
     return out
+
+
+def _is_option(tok: str, table: dict[str, Param], help_flags: set[str]) -> bool:
+    """Is ``tok`` the next option (so a bool flag before it stands alone)? Only a known flag,
+    ``--`` or help: ``--flag -x`` with an unknown ``-x`` reads ``-x`` as the flag's value, whose
+    conversion error then names the flag."""
+    return tok == "--" or tok in help_flags or tok.partition("=")[0] in table
 
 
 def _is_number(tok: str) -> bool:

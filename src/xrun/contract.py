@@ -1,0 +1,34 @@
+"""What the launching side (components, schedulers) and a replica's runtime must agree on.
+
+The names and numbers here cross a process boundary: a component writes them into a command
+line, a scheduler exports them into a replica's environment, and the runtime agent inside the
+replica reads them. Each has exactly one owner, this module, so the two sides cannot drift.
+
+Standard library only and nothing imported: the agent, the CLI and every scheduler import it.
+"""
+
+from __future__ import annotations
+
+# The rendezvous backends the runtime implements (torchrun's names).
+RDZV_BACKENDS = ("c10d", "static")
+
+# torchrun's port for an ``--rdzv-endpoint HOST`` given without one (c10d rendezvous).
+RDZV_ENDPOINT_DEFAULT_PORT = 29400
+# torchrun's ``--master-port`` default (static rendezvous), and TorchX's ``dist.ddp`` default
+# ``rdzv_port``: the port on the first replica that the components' rendezvous endpoint uses.
+MASTER_PORT_DEFAULT = 29500
+
+# The job's rendezvous secret: a scheduler makes one per job and exports it as the first
+# variable (or a file named by the second); never a command line, and the agent keeps both out
+# of its workers' environment.
+TOKEN_ENV = "XRUN_RDZV_TOKEN"
+TOKEN_FILE_ENV = "XRUN_RDZV_TOKEN_FILE"
+AGENT_ONLY_ENV = (TOKEN_ENV, TOKEN_FILE_ENV)
+
+# A free rendezvous port a scheduler picked for a multi-replica role (local_cwd, where every
+# replica shares one host); the components' default endpoint defers to it.
+RDZV_PORT_ENV = "XRUN_RDZV_PORT"
+
+# The host of the role's first replica. ``${rank0_env}`` in a role's args or env becomes this
+# *name* (see ``specs.macros``), and every replica's environment sets it.
+RANK0_HOST_ENV = "XRUN_RANK0_HOST"

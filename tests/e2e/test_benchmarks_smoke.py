@@ -1,0 +1,61 @@
+"""``python -m benchmarks --smoke`` runs every measure and writes well-formed JSON.
+
+No time is asserted here (the machine running the suite is busy): only that the harness runs
+each of the eight measures, that every contender has either figures or a stated reason, and that
+no xrun contender failed to do the job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.paths import REPO
+
+
+@pytest.mark.timeout(420)
+def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
+    out = tmp_path / "latest.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1
+    assert doc["machine"]["cpus"] >= 1
+    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 9)]
+    for key, measure in doc["measures"].items():
+        assert measure["title"] and measure["rows"], key
+        for row in measure["rows"]:
+            assert row["verdict"] in ("met", "missed", "n/a"), row
+            assert row["unit"] in ("s", "MiB", "x"), row
+            for name, res in row["contenders"].items():
+                if "failed" in res:  # allowed for a reference such as torchrun, never for xrun
+                    assert not name.startswith("xrun"), f"{key} {row['label']}: {name} {res}"
+                    assert isinstance(res["failed"], str) and res["failed"], (key, name)
+                    continue
+                if "unavailable" in res:  # e.g. torchx, not installed here
+                    assert isinstance(res["unavailable"], str) and res["unavailable"], (key, name)
+                    continue
+                assert res["n"] == len(res["samples"]) >= 1, (key, name, res)
+                assert all(math.isfinite(v) for v in res["samples"]), (key, name, res)
+                assert res["min"] <= res["median"] <= res["max"], (key, name, res)
+    # xrun's agent and the floor exist wherever xrun is installed: they always have figures
+    # (torchrun, a reference, may fail on its own; its row then says why).
+    for key in ("1", "2", "3", "4", "7", "8"):
+        for row in doc["measures"][key]["rows"]:
+            for name in ("xrun-agent", "floor"):
+                res = row["contenders"].get(name, {"median": 0})
+                assert "median" in res, (key, row["label"], name, res)
+    # Exactly the text table the lead copies figures from, one section per measure.
+    for i in range(1, 9):
+        assert f"\n## {i}. " in proc.stdout
