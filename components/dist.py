@@ -22,6 +22,7 @@ import re
 import shlex
 
 from xrun.components import DEFAULT_IMAGE
+from xrun.contract import MASTER_PORT_DEFAULT, RDZV_BACKENDS, RDZV_PORT_ENV
 from xrun.errors import UsageError
 from xrun.jobspec import JobSize, parse_j, parse_nnodes
 from xrun.named_resources import get_named_resource
@@ -35,12 +36,6 @@ DEBUG_ENV = {
     "TORCH_SHOW_CPP_STACKTRACES": "1",
     "CUDA_LAUNCH_BLOCKING": "1",
 }
-RDZV_BACKENDS = ("c10d", "static")
-
-
-DEFAULT_RDZV_PORT = 29500
-# Set by a scheduler that knows a free port for the rendezvous of a multi-node app (local_cwd).
-RDZV_PORT_ENV = "XRUN_RDZV_PORT"
 
 
 def ddp(
@@ -203,7 +198,7 @@ def _app(
     # replica on this host and gives each multi-node app a free port, so that two such apps
     # never meet on 29500. A port the user chose is used as it is.
     port = (
-        f"${{{RDZV_PORT_ENV}:-{rdzv_port}}}" if rdzv_port == DEFAULT_RDZV_PORT else str(rdzv_port)
+        f"${{{RDZV_PORT_ENV}:-{rdzv_port}}}" if rdzv_port == MASTER_PORT_DEFAULT else str(rdzv_port)
     )
     endpoint = f"${{{macros.rank0_env}}}:{port}" if multi_node else "localhost:0"
     cmd = [

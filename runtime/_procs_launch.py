@@ -10,11 +10,11 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from xrun.contract import AGENT_ONLY_ENV
 from xrun.errors import UsageError
 
 from ._procs_child import InheritFd, function_main, make_preexec
 from ._tee import Tee, make_pipe
-from .config import AGENT_ONLY_ENV
 from .errors import ERROR_FILE_ENV
 from .procs import Std, _Worker
 
@@ -277,7 +277,7 @@ class Launcher:
 
 
 def _inherited_env() -> dict[str, str]:
-    """The agent's environment minus the rendezvous secret (see config.AGENT_ONLY_ENV)."""
+    """The agent's environment minus the rendezvous secret (see xrun.contract.AGENT_ONLY_ENV)."""
     return {k: v for k, v in os.environ.items() if k not in AGENT_ONLY_ENV}
 
 

@@ -28,7 +28,7 @@ Decisions:
   A CLOSED event while our workers run says whether the job *failed* (a peer gave up, the store
   was lost: exit 1 with the peer's reason) or *finished* without us (exit 0).
 * The store's secret: a standalone agent (endpoint port 0) makes one up when the job brings
-  none; it never reaches the workers' environment (see ``config.AGENT_ONLY_ENV``).
+  none; it never reaches the workers' environment (see ``xrun.contract.AGENT_ONLY_ENV``).
 * Logs: ``<log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}``
   (default log dir: a fresh temp dir; every directory the agent creates is 0700, its own error
   file 0600). ``n`` counts every start of the worker group, membership

@@ -16,8 +16,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from xrun.contract import RDZV_BACKENDS, RDZV_ENDPOINT_DEFAULT_PORT
 from xrun.errors import UsageError
-from xrun.runtime.config import DEFAULT_RDZV_PORT, DEFAULT_SIGNALS, LaunchConfig
+from xrun.runtime.config import DEFAULT_SIGNALS, LaunchConfig
 
 # One parser for --rdzv-conf, the rendezvous' own: it knows every key, so a value the rendezvous
 # would reject later (unknown key, is_host=maybe, token_file=, heartbeat_interval >= timeout)
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt(
         *both("rdzv-endpoint"),
         default="",
-        help=f"rendezvous host[:port] ([v6]:port); default port {DEFAULT_RDZV_PORT}.",
+        help=f"rendezvous host[:port] ([v6]:port); default port {RDZV_ENDPOINT_DEFAULT_PORT}.",
     )
     opt(*both("rdzv-id"), default="none", help="job id shared by every node.")
     opt(*both("rdzv-conf"), default="", help="k=v,... e.g. join_timeout=600,last_call_timeout=30.")
@@ -309,8 +310,10 @@ def parse(
     backend = ns.rdzv_backend
     endpoint = ns.rdzv_endpoint
     run_id = ns.rdzv_id
-    if backend not in ("c10d", "static"):
-        raise UsageError(f"--rdzv-backend {backend!r} is not supported: expected c10d or static")
+    if backend not in RDZV_BACKENDS:
+        raise UsageError(
+            f"--rdzv-backend {backend!r} is not supported: expected {' or '.join(RDZV_BACKENDS)}"
+        )
     if (
         ns.standalone
         or (backend == "static" and not endpoint and ns.master_port is None and max_nodes == 1)

@@ -16,25 +16,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from xrun.contract import RDZV_BACKENDS
 from xrun.errors import UsageError
 
 if TYPE_CHECKING:
     from xrun.runtime.procs import Std
 
 DEFAULT_ROLE = "default"
-DEFAULT_RDZV_PORT = 29400
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 # torchrun's default tee/redirect console prefix; overridable by this env var (same as torchrun).
 LOG_PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 DEFAULT_LOG_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
 # Variable name used in script arguments, replaced by each worker's local rank (torchrun's macro).
 LOCAL_RANK_MACRO = "${local_rank}"
-# The rendezvous store's secret reaches an agent through these (never a command line: ps shows
-# those to every user). Workers never need it, so start_processes keeps both out of every
-# worker's environment: user code that logs or ships os.environ cannot leak it.
-TOKEN_ENV = "XRUN_RDZV_TOKEN"
-TOKEN_FILE_ENV = "XRUN_RDZV_TOKEN_FILE"
-AGENT_ONLY_ENV = (TOKEN_ENV, TOKEN_FILE_ENV)
 
 
 @dataclass
@@ -94,9 +88,10 @@ def validate(cfg: LaunchConfig) -> None:
         )
     if cfg.max_restarts < 0:
         raise UsageError(f"max_restarts {cfg.max_restarts} is invalid: expected an integer >= 0")
-    if cfg.rdzv_backend not in ("c10d", "static"):
+    if cfg.rdzv_backend not in RDZV_BACKENDS:
         raise UsageError(
-            f"rdzv backend {cfg.rdzv_backend!r} is not supported: expected 'c10d' or 'static'"
+            f"rdzv backend {cfg.rdzv_backend!r} is not supported: expected "
+            f"{' or '.join(map(repr, RDZV_BACKENDS))}"
         )
     if cfg.rdzv_backend == "static":
         if cfg.min_nodes != cfg.max_nodes:

@@ -79,8 +79,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xrun.contract import RDZV_BACKENDS, RDZV_ENDPOINT_DEFAULT_PORT, TOKEN_ENV, TOKEN_FILE_ENV
 from xrun.errors import UsageError
-from xrun.runtime.config import TOKEN_ENV, TOKEN_FILE_ENV
 from xrun.runtime.store import (
     Connection,
     Op,
@@ -99,10 +99,8 @@ from xrun.runtime.store import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 29400
 # Set by the store's host when it starts serving: the run id of the job it belongs to.
 HOST_KEY = "xrun/host_run_id"
-BACKENDS = ("c10d", "static")
 SEAL = 1 << 40
 _NEVER = 1e9  # a lease ttl that only a closed connection (or a release) ends
 
@@ -307,7 +305,9 @@ def load_token(cfg: RdzvConfig, env: Mapping[str, str] | None = None) -> bytes |
 # Endpoint
 
 
-def parse_endpoint(endpoint: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+def parse_endpoint(
+    endpoint: str, default_port: int = RDZV_ENDPOINT_DEFAULT_PORT
+) -> tuple[str, int]:
     """``host:port`` / ``[v6]:port`` / ``host`` / ``v6`` -> (host, port)."""
     ep = endpoint.strip()
     form = "expected HOST, HOST:PORT or [IPV6]:PORT, e.g. node0:29400"
@@ -1131,9 +1131,9 @@ class RendezvousHandler:
 def create_handler(params: RendezvousParams) -> RendezvousHandler:
     """Validate ``params`` (UsageError on a user mistake) and build the handler."""
     p = params
-    if p.backend not in BACKENDS:
+    if p.backend not in RDZV_BACKENDS:
         raise UsageError(
-            f"rendezvous backend {p.backend!r} is not supported; use one of {', '.join(BACKENDS)}"
+            f"rendezvous backend {p.backend!r} is not supported; use one of {', '.join(RDZV_BACKENDS)}"
         )
     if not p.run_id or "/" in p.run_id:
         raise UsageError(f"rendezvous run id {p.run_id!r} must be non-empty and without '/'")

@@ -57,6 +57,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from xrun.contract import TOKEN_ENV
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.schedulers.api import (
     AppDryRunInfo,
@@ -211,7 +212,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             token = secrets.token_hex(16)
             for spec in job.containers:
                 args = create_args(client, job, spec)
-                args["environment"] = {**args["environment"], "XRUN_RDZV_TOKEN": token}
+                args["environment"] = {**args["environment"], TOKEN_ENV: token}
                 created.append(client.containers.create(**args))
             # Written once every container exists: from here on a missing container means
             # someone removed it, not that schedule() is still busy.

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from xrun.contract import RANK0_HOST_ENV
 from xrun.errors import UsageError
 from xrun.schedulers.api import replicas_role_may_lose
 from xrun.specs import (
@@ -32,7 +33,6 @@ from xrun.specs import (
 # The env var every replica gets, holding its role's replica-0 hostname; `${rank0_env}` in a
 # role's args/env becomes this *name* (the dist.ddp component writes `${${rank0_env}}`, which
 # the replica's own shell then expands).
-RANK0_ENV = "XRUN_RANK0_HOST"
 
 # Labels on every container and network we create. `xrun.app` (the app's name) is the marker
 # `list` filters on; the others let `describe` find an app from any shell, with no state of ours.
@@ -202,14 +202,14 @@ def materialize(
         rank0_host = container_name(app_id, role.name, 0)
         for i in range(role.num_replicas):
             values = macros.Values(
-                img_root="", app_id=app_id, replica_id=str(i), rank0_env=RANK0_ENV
+                img_root="", app_id=app_id, replica_id=str(i), rank0_env=RANK0_HOST_ENV
             )
             containers.append(
                 _container(app, app_id, values.apply(role), i, rank0_host, cfg, session)
             )
             c = containers[-1]
             # Precedence: copied submitter env < run option env < the role's own env < ours.
-            c.env = {**copy_env, **extra_env, **c.env, RANK0_ENV: rank0_host}
+            c.env = {**copy_env, **extra_env, **c.env, RANK0_HOST_ENV: rank0_host}
     names = [c.name for c in containers]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)

@@ -31,15 +31,13 @@ from typing import Any
 
 from xrun.errors import UsageError
 from xrun.specs import AppState, ReplicaStatus, RoleStatus
+from xrun.xdg import state_dir
 
 _APP_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
 def default_root() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(base) / "xrun" / "docker"
+    return Path(state_dir("docker"))
 
 
 class AppStateStore:

@@ -62,7 +62,6 @@ from xrun.schedulers.api import (
 from xrun.schedulers.local_launch import Child, launch
 from xrun.schedulers.local_logs import POLL_S, iter_log_lines
 from xrun.schedulers.local_request import (
-    RANK0_ENV,
     LocalRequest,
     ReplicaRequest,
     assign_gpus,
@@ -270,7 +269,6 @@ def create_scheduler(session_name: str, **kwargs: Any) -> LocalCwdScheduler:
 
 
 __all__ = [
-    "RANK0_ENV",
     "LocalCwdScheduler",
     "LocalRequest",
     "ReplicaRequest",

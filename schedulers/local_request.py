@@ -14,13 +14,11 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from xrun.contract import RANK0_HOST_ENV, RDZV_PORT_ENV, TOKEN_ENV
 from xrun.errors import UsageError
 from xrun.schedulers import local_store as store
 from xrun.schedulers.api import CfgVal, replicas_role_may_lose
 from xrun.specs import AppDef, Role, appdef_to_dict, macros
-
-# ${rank0_env} names this variable; every local replica sees it set to "localhost".
-RANK0_ENV = "XRUN_RANK0_HOST"
 
 
 @dataclass
@@ -158,13 +156,13 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
             notes.append(f"role {role.name}: mounts are ignored (local_cwd uses the host's files)")
         for i in range(role.num_replicas):
             values = macros.Values(
-                img_root=cwd, app_id=app_id, replica_id=str(i), rank0_env=RANK0_ENV
+                img_root=cwd, app_id=app_id, replica_id=str(i), rank0_env=RANK0_HOST_ENV
             )
             r = values.apply(role)
             env = {
                 "PATH": path,
                 "PYTHONUNBUFFERED": "1",
-                RANK0_ENV: "localhost",
+                RANK0_HOST_ENV: "localhost",
                 "TORCHELASTIC_ERROR_FILE": paths.error_file(role.name, i),
             }
             if (role.name, i) in gpus:
@@ -206,9 +204,9 @@ def with_rdzv_env(req: LocalRequest) -> LocalRequest:
         sizes[r.role] = sizes.get(r.role, 0) + 1
     ports = {role: str(_free_port()) for role, n in sizes.items() if n > 1}
     for r in out.replicas:
-        r.env.setdefault("XRUN_RDZV_TOKEN", token)
+        r.env.setdefault(TOKEN_ENV, token)
         if r.role in ports:
-            r.env.setdefault("XRUN_RDZV_PORT", ports[r.role])
+            r.env.setdefault(RDZV_PORT_ENV, ports[r.role])
     return out
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xrun.schedulers.local_supervisor import LOG_FILE, REQUEST_FILE, STATE_FILE
+from xrun.xdg import state_dir
 
 STATE_SUBDIR = ".xrun"
 # What an app id looks like (see local_cwd.make_app_id); anything else cannot name an app dir,
@@ -33,20 +34,13 @@ STATE_SUBDIR = ".xrun"
 _APP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def state_home() -> str:
-    """``$XDG_STATE_HOME`` or ``~/.local/state`` (the XDG base-directory default)."""
-    return os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-
-
 def default_log_dir() -> str:
     """``$XDG_STATE_HOME/xrun/local_cwd/logs`` (``~/.local/state/xrun/local_cwd/logs``)."""
-    return os.path.join(state_home(), "xrun", "local_cwd", "logs")
+    return state_dir("local_cwd", "logs")
 
 
 def index_dir() -> str:
-    return os.path.join(state_home(), "xrun", "local_cwd", "index")
+    return state_dir("local_cwd", "index")
 
 
 def valid_app_id(app_id: str) -> bool:

@@ -62,6 +62,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from xrun import xdg
 from xrun.errors import AppNotFoundError, UsageError
 from xrun.schedulers.api import (
     AppDryRunInfo,
@@ -115,10 +116,7 @@ _CMD_TIMEOUT_S = 60
 
 def state_dir() -> str:
     """Where submitted jobs are recorded: ``$XDG_STATE_HOME/xrun/slurm`` (~/.local/state/...)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return os.path.join(base, "xrun", "slurm")
+    return xdg.state_dir("slurm")
 
 
 def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:

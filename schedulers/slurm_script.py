@@ -29,10 +29,10 @@ import shlex
 import signal
 from dataclasses import dataclass, field
 
+from xrun.contract import RANK0_HOST_ENV
 from xrun.errors import UsageError
 from xrun.specs import AppDef, BindMount, Role, macros
 
-RANK0_ENV = "XRUN_RANK0_HOST"
 COMMENT_PREFIX = "xrun:"
 LOG_SUBDIR = "slurm-logs"
 
@@ -92,7 +92,7 @@ def shell_word(text: str, img_root: str) -> str:
         img_root=img_root,
         app_id="@@XRUN_APP_ID@@",
         replica_id="@@XRUN_REPLICA_ID@@",
-        rank0_env=RANK0_ENV,
+        rank0_env=RANK0_HOST_ENV,
     )
     out = []
     for part in _SENTINEL_RE.split(values.substitute(text)):
@@ -387,7 +387,7 @@ def build_request(
     lines.append(
         _PRELUDE.format(
             log_dir=log_dir,
-            rank0_env=RANK0_ENV,
+            rank0_env=RANK0_HOST_ENV,
             path_line=path_line,
             mkdirs=mkdirs,
             replica_trap=replica_trap,

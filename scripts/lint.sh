@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# ruff + mypy over the whole project.
+# ruff (lint and format) + mypy over the whole project.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-"$PY" -m ruff check src/xrun/*.py components schedulers runtime tests examples benchmarks
+SRC=(src/xrun/*.py components schedulers runtime tests examples benchmarks)
+"$PY" -m ruff check "${SRC[@]}"
+"$PY" -m ruff format --check "${SRC[@]}"
 # src/ is laid out as installed: src/xrun/{components,schedulers,runtime} are symlinks.
 MYPYPATH=src "$PY" -m mypy --no-incremental -p xrun

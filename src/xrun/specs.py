@@ -99,43 +99,43 @@ def parse_mounts(opts: list[str]) -> list[Mount]:
     return [_parse_one_mount(g) for g in groups]
 
 
-def _parse_one_mount(items: list[str]) -> Mount:
-    text = ",".join(items)
+# Every spelling a mount key has in docker's and TorchX's forms -> the one used below.
+_MOUNT_KEYS = {"source": "src", "destination": "dst", "target": "dst", "permissions": "perm"}
+
+
+def _mount_items(items: list[str]) -> tuple[dict[str, str], bool, set[str]]:
+    """``key=value`` items -> (values by canonical key, read-only?, unknown bare flags)."""
     kv: dict[str, str] = {}
     flags: set[str] = set()
+    read_only = False
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip().lower()
         if not sep:
+            read_only |= key in ("readonly", "ro")
             flags.add(key)
-            continue
-        if key in ("source", "src"):
-            key = "src"
-        elif key in ("destination", "dst", "target"):
-            key = "dst"
-        elif key in ("perm", "permissions"):
-            key = "perm"
         elif key in ("readonly", "ro"):
-            if value.lower() in ("true", "1", "yes"):
-                flags.add("readonly")
-            continue
-        kv[key] = value
+            read_only |= value.lower() in ("true", "1", "yes")
+        else:
+            kv[_MOUNT_KEYS.get(key, key)] = value
+    return kv, read_only, flags - {"readonly", "ro"}
+
+
+def _parse_one_mount(items: list[str]) -> Mount:
+    text = ",".join(items)
+    kv, read_only, unknown = _mount_items(items)
     kind = kv.get("type")
     if kind is None:
         raise UsageError(f"mount {text!r} has no type=; expected {_MOUNT_FORM}")
-    read_only = bool(flags & {"readonly", "ro"})
-    unknown = flags - {"readonly", "ro"}
     if unknown:
         raise UsageError(
             f"mount {text!r}: unknown flag {sorted(unknown)[0]!r}; expected {_MOUNT_FORM}"
         )
-    if kind == "bind":
+    if kind in ("bind", "volume"):
         if not kv.get("src") or not kv.get("dst"):
-            raise UsageError(f"bind mount {text!r} needs src= and dst=; expected {_MOUNT_FORM}")
-        return BindMount(src_path=kv["src"], dst_path=kv["dst"], read_only=read_only)
-    if kind == "volume":
-        if not kv.get("src") or not kv.get("dst"):
-            raise UsageError(f"volume mount {text!r} needs src= and dst=; expected {_MOUNT_FORM}")
+            raise UsageError(f"{kind} mount {text!r} needs src= and dst=; expected {_MOUNT_FORM}")
+        if kind == "bind":
+            return BindMount(src_path=kv["src"], dst_path=kv["dst"], read_only=read_only)
         return VolumeMount(src=kv["src"], dst_path=kv["dst"], read_only=read_only)
     if kind == "device":
         if not kv.get("src"):

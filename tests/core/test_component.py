@@ -23,7 +23,7 @@ from xrun.errors import UsageError
 from xrun.specs import AppDef, Role
 
 
-def typed(
+def typed(  # noqa: PLR0913 - a component under test: one parameter per option
     *rest: str,
     name: str,
     count: int = 1,

@@ -100,7 +100,7 @@ def test_j_through_the_cli(text: str) -> None:
 
 
 # --------------------------------------------------------------------------- component args
-def every_type(
+def every_type(  # noqa: PLR0913 - a component under test: one parameter per option
     *rest: str,
     s: str = "",
     i: int = 0,

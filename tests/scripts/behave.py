@@ -36,11 +36,73 @@ def write(path: str, data: object) -> None:
     os.replace(path + ".tmp", path)
 
 
+class Worker:
+    """This worker's identity and the scripted actions (``verb:arg``), one method per verb."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.rank = os.environ["RANK"]
+        self.lr = int(os.environ["LOCAL_RANK"])
+        self.restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+
+    def fail_rank(self, arg: str) -> None:
+        if int(arg) == self.lr and self.restart == 0:
+            raise RuntimeError(f"scripted failure of rank {self.rank}")
+
+    def fail_rank_always(self, arg: str) -> None:
+        if int(arg) == self.lr:
+            raise RuntimeError(f"scripted failure of rank {self.rank}")
+
+    def exit_rank(self, arg: str) -> None:
+        rank, code = arg.split(":")
+        if int(rank) == self.lr:
+            sys.exit(int(code))
+
+    def kill_rank(self, arg: str) -> None:
+        if int(arg) == self.lr:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def sleep(self, arg: str) -> None:
+        time.sleep(float(arg))
+
+    def sleep_env(self, arg: str) -> None:
+        time.sleep(float(os.environ.get(arg, "0")))
+
+    def sleep_unless_world(self, arg: str) -> None:
+        world, seconds = arg.split(":")
+        if os.environ["WORLD_SIZE"] != world:
+            time.sleep(float(seconds))
+
+    def trap_term(self, arg: str) -> None:
+        def on_term(signum: int, frame: object) -> None:
+            write(os.path.join(self.out, f"term.{self.rank}"), signum)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    def ready(self, arg: str) -> None:
+        write(os.path.join(self.out, f"ready.{self.rank}.{self.restart}"), os.getpid())
+
+    def barrier(self, arg: str) -> None:
+        self.ready(arg)
+        names = [f"ready.{r}.{self.restart}" for r in range(int(arg))]
+        while not all(os.path.exists(os.path.join(self.out, n)) for n in names):
+            time.sleep(0.01)
+
+    def port_race_once(self, arg: str) -> None:
+        marker = os.path.join(self.out, "port-race")
+        if self.lr == 0 and not os.path.exists(marker):
+            write(marker, 1)
+            raise OSError(98, "Address already in use")
+
+    def print(self, arg: str) -> None:
+        print(arg)
+        print(f"err:{arg}", file=sys.stderr)
+
+
 @record
 def main() -> None:
     out, actions = sys.argv[1], sys.argv[2:]
-    rank, lr = os.environ["RANK"], int(os.environ["LOCAL_RANK"])
-    restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     line = json.dumps(
         {**{k: os.environ.get(k) for k in KEYS}, "pid": os.getpid(), "time": time.time()}
     )
@@ -48,45 +110,10 @@ def main() -> None:
     fd = os.open(os.path.join(out, "events.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     os.write(fd, (line + "\n").encode())
     os.close(fd)
+    worker = Worker(out)
     for action in actions:
         verb, _, arg = action.partition(":")
-        if verb == "fail-rank" and int(arg) == lr and restart == 0:
-            raise RuntimeError(f"scripted failure of rank {rank}")
-        if verb == "fail-rank-always" and int(arg) == lr:
-            raise RuntimeError(f"scripted failure of rank {rank}")
-        if verb == "exit-rank" and int(arg.split(":")[0]) == lr:
-            sys.exit(int(arg.split(":")[1]))
-        if verb == "kill-rank" and int(arg) == lr:
-            os.kill(os.getpid(), signal.SIGKILL)
-        if verb == "sleep":
-            time.sleep(float(arg))
-        if verb == "sleep-env":
-            time.sleep(float(os.environ.get(arg, "0")))
-        if verb == "sleep-unless-world":
-            world, seconds = arg.split(":")
-            if os.environ["WORLD_SIZE"] != world:
-                time.sleep(float(seconds))
-        if verb == "trap-term":
-
-            def on_term(signum: int, frame: object) -> None:
-                write(os.path.join(out, f"term.{rank}"), signum)
-                os._exit(0)
-
-            signal.signal(signal.SIGTERM, on_term)
-        if verb in ("ready", "barrier"):
-            write(os.path.join(out, f"ready.{rank}.{restart}"), os.getpid())
-        if verb == "barrier":
-            names = [f"ready.{r}.{restart}" for r in range(int(arg))]
-            while not all(os.path.exists(os.path.join(out, n)) for n in names):
-                time.sleep(0.01)
-        if verb == "port-race-once" and lr == 0:
-            marker = os.path.join(out, "port-race")
-            if not os.path.exists(marker):
-                write(marker, 1)
-                raise OSError(98, "Address already in use")
-        if verb == "print":
-            print(arg)
-            print(f"err:{arg}", file=sys.stderr)
+        getattr(worker, verb.replace("-", "_"))(arg)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 
 from xrun.components.dist import ddp
+from xrun.contract import RANK0_HOST_ENV
 from xrun.errors import UsageError
 from xrun.schedulers.docker import DockerScheduler
 from xrun.schedulers.docker_request import (
-    RANK0_ENV,
     app_state,
     container_name,
     make_app_id,
@@ -78,7 +78,7 @@ def test_ddp_2x2_materializes_one_container_per_replica() -> None:
     assert [c.name for c in job.containers] == ["t-abc-tr-0", "t-abc-tr-1"]
     for i, c in enumerate(job.containers):
         # Every replica finds the rendezvous host through the same env var: replica 0's name.
-        assert c.env[RANK0_ENV] == "t-abc-tr-0"
+        assert c.env[RANK0_HOST_ENV] == "t-abc-tr-0"
         assert c.command[:2] == ["sh", "-c"]
         assert "--rdzv-endpoint ${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}" in c.command[2]
         assert "--rdzv-id t-abc" in c.command[2]
@@ -121,7 +121,7 @@ def test_macros_env_mounts_resources_and_retries() -> None:
         "A": "role",
         "B": "cfg",
         "XR_TOKEN": "t",
-        RANK0_ENV: "x-1-worker-0",
+        RANK0_HOST_ENV: "x-1-worker-0",
     }
     assert c.mounts == [BindMount("/data", "/mnt/data", True), VolumeMount("vol", "/cache")]
     assert c.devices == ["/dev/fuse:/dev/fuse:rw"]

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.waiting import wait_for
+from xrun.contract import RANK0_HOST_ENV
 from xrun.errors import AppNotFoundError, UsageError
 from xrun.schedulers.api import Stream, get_scheduler
 from xrun.schedulers.local_cwd import (
-    RANK0_ENV,
     LocalCwdScheduler,
     assign_gpus,
     create_scheduler,
@@ -85,7 +85,7 @@ def test_dryrun_substitutes_macros_and_sets_env(sched: LocalCwdScheduler, tmp_pa
             "$HOME",
         ]
         assert rep.env["MINE"] == f"r{i}"
-        assert rep.env[RANK0_ENV] == "localhost"
+        assert rep.env[RANK0_HOST_ENV] == "localhost"
         assert rep.env["PYTHONUNBUFFERED"] == "1"
         assert rep.env["TORCHELASTIC_ERROR_FILE"] == f"{req.app_dir}/trainer/{i}/error.json"
         path = rep.env["PATH"].split(os.pathsep)
@@ -169,7 +169,7 @@ def test_replicas_get_cwd_env_python_and_private_log_layout(
         assert out["cwd"] == str(tmp_path)
         assert out["prefix"] == sys.prefix, "python3 must be xrun's own interpreter"
         assert out["argv"] == [app_id]
-        assert out["env"][RANK0_ENV] == "localhost" and out["env"]["PYTHONUNBUFFERED"] == "1"
+        assert out["env"][RANK0_HOST_ENV] == "localhost" and out["env"]["PYTHONUNBUFFERED"] == "1"
         rdir = tmp_path / "logs" / app_id / "w" / str(i)
         assert out["env"]["TORCHELASTIC_ERROR_FILE"] == str(rdir / "error.json")
         assert (rdir / "stdout.log").read_text() == f"hello {i}\n"
