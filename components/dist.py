@@ -20,13 +20,16 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from xrun.components import DEFAULT_IMAGE
 from xrun.contract import MASTER_PORT_DEFAULT, RDZV_BACKENDS, RDZV_PORT_ENV
 from xrun.errors import UsageError
 from xrun.jobspec import JobSize, parse_j, parse_nnodes
 from xrun.named_resources import get_named_resource
 from xrun.specs import AppDef, Resource, Role, macros, parse_mounts
+
+from . import DEFAULT_IMAGE
 
 # Set by debug=True: what one usually exports by hand to see why a distributed job hangs.
 DEBUG_ENV = {
@@ -51,7 +54,7 @@ def ddp(
     j: str = "1x2",
     env: dict[str, str] | None = None,
     max_retries: int = 0,
-    rdzv_port: int = 29500,
+    rdzv_port: int = MASTER_PORT_DEFAULT,
     rdzv_backend: str = "c10d",
     rdzv_conf: str | None = None,
     mounts: list[str] | None = None,
@@ -83,22 +86,24 @@ def ddp(
     size = parse_j(j)
     resource = get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
     return _app(
-        "dist.ddp",
-        script_args,
-        script,
-        m,
-        image,
-        name,
-        resource,
-        size,
-        env,
-        max_retries,
-        rdzv_port,
-        rdzv_backend,
-        rdzv_conf,
-        mounts,
-        debug,
-        tee,
+        DistJob(
+            component="dist.ddp",
+            script=script,
+            module=m,
+            script_args=script_args,
+            image=image,
+            name=name,
+            resource=resource,
+            size=size,
+            env=env or {},
+            max_retries=max_retries,
+            rdzv_port=rdzv_port,
+            rdzv_backend=rdzv_backend,
+            rdzv_conf=rdzv_conf,
+            mounts=tuple(mounts or ()),
+            debug=debug,
+            tee=tee,
+        )
     )
 
 
@@ -112,7 +117,7 @@ def spmd(
     j: str = "1",
     env: dict[str, str] | None = None,
     max_retries: int = 0,
-    rdzv_port: int = 29500,
+    rdzv_port: int = MASTER_PORT_DEFAULT,
     mounts: list[str] | None = None,
     debug: bool = False,
 ) -> AppDef:
@@ -139,105 +144,130 @@ def spmd(
     lo, hi = parse_nnodes(j)
     size = JobSize(lo, hi, max(resource.gpu, 1))
     return _app(
-        "dist.spmd",
-        script_args,
-        script,
-        m,
-        image,
-        name,
-        resource,
-        size,
-        env,
-        max_retries,
-        rdzv_port,
-        "c10d",
-        None,
-        mounts,
-        debug,
-        3,
-    )
-
-
-def _app(
-    component: str,
-    script_args: tuple[str, ...],
-    script: str | None,
-    m: str | None,
-    image: str,
-    name: str,
-    resource: Resource,
-    size: JobSize,
-    env: dict[str, str] | None,
-    max_retries: int,
-    rdzv_port: int,
-    rdzv_backend: str,
-    rdzv_conf: str | None,
-    mounts: list[str] | None,
-    debug: bool,
-    tee: int,
-) -> AppDef:
-    if (script is None) == (m is None):
-        got = "both" if script is not None else "neither"
-        raise UsageError(f"{component}: give exactly one of --script FILE or -m MODULE (got {got})")
-    if rdzv_backend not in RDZV_BACKENDS:
-        raise UsageError(
-            f"{component}: --rdzv_backend {rdzv_backend!r} is not supported; use one of "
-            f"{', '.join(RDZV_BACKENDS)}"
+        DistJob(
+            component="dist.spmd",
+            script=script,
+            module=m,
+            script_args=script_args,
+            image=image,
+            name=name,
+            resource=resource,
+            size=size,
+            env=env or {},
+            max_retries=max_retries,
+            rdzv_port=rdzv_port,
+            mounts=tuple(mounts or ()),
+            debug=debug,
         )
-    if not 0 <= tee <= 3:
-        raise UsageError(f"{component}: --tee {tee} is invalid; expected 0, 1, 2 or 3")
-    if not 0 < rdzv_port < 65536:
-        raise UsageError(f"{component}: --rdzv_port {rdzv_port} is invalid; expected 1..65535")
-    if max_retries < 0:
-        raise UsageError(f"{component}: --max_retries {max_retries} is invalid; expected >= 0")
-    app_name, role_name = _names(name, script, m)
-    multi_node = size.max_nnodes > 1
-    # One node: a private rendezvous on a free port. Several: the first replica's host, which
-    # the replica's shell reads from the env var the scheduler names through ${rank0_env}.
-    # The default port defers to XRUN_RDZV_PORT when a scheduler sets it: local_cwd runs every
-    # replica on this host and gives each multi-node app a free port, so that two such apps
-    # never meet on 29500. A port the user chose is used as it is.
-    port = (
-        f"${{{RDZV_PORT_ENV}:-{rdzv_port}}}" if rdzv_port == MASTER_PORT_DEFAULT else str(rdzv_port)
     )
-    endpoint = f"${{{macros.rank0_env}}}:{port}" if multi_node else "localhost:0"
-    cmd = [
-        "exec",
-        "python3",
-        "-m",
-        "xrun.runtime",
-        "--nnodes",
-        size.nnodes_arg(),
-        "--nproc-per-node",
-        str(size.nproc_per_node),
-        "--rdzv-backend",
-        rdzv_backend,
-        "--rdzv-endpoint",
-        endpoint,
-        "--rdzv-id",
-        macros.app_id,
-        "--max-restarts",
-        str(max_retries),
-        "--tee",
-        str(tee),
-    ]
-    if rdzv_conf:
-        cmd += ["--rdzv-conf", shlex.quote(rdzv_conf)]
-    cmd += [shlex.quote(script)] if script is not None else ["-m", shlex.quote(str(m))]
-    cmd += [quote_arg(a) for a in script_args]
-    role_env = {**(DEBUG_ENV if debug else {}), **(env or {})}
+
+
+@dataclass(frozen=True)
+class DistJob:
+    """What ``dist.ddp`` and ``dist.spmd`` ask for, once their own options are resolved: the
+    one input of the role builder below."""
+
+    component: str  # the component's name, for error messages
+    script: str | None
+    module: str | None
+    script_args: tuple[str, ...]
+    image: str
+    name: str
+    resource: Resource
+    size: JobSize
+    env: Mapping[str, str] = field(default_factory=dict)
+    max_retries: int = 0
+    rdzv_port: int = MASTER_PORT_DEFAULT
+    rdzv_backend: str = "c10d"
+    rdzv_conf: str | None = None
+    mounts: tuple[str, ...] = ()
+    debug: bool = False
+    tee: int = 3
+
+    def validate(self) -> None:
+        """UsageError naming the option, its value and the expected form."""
+        c = self.component
+        if (self.script is None) == (self.module is None):
+            got = "both" if self.script is not None else "neither"
+            raise UsageError(f"{c}: give exactly one of --script FILE or -m MODULE (got {got})")
+        if self.rdzv_backend not in RDZV_BACKENDS:
+            raise UsageError(
+                f"{c}: --rdzv_backend {self.rdzv_backend!r} is not supported; use one of "
+                f"{', '.join(RDZV_BACKENDS)}"
+            )
+        if not 0 <= self.tee <= 3:
+            raise UsageError(f"{c}: --tee {self.tee} is invalid; expected 0, 1, 2 or 3")
+        if not 0 < self.rdzv_port < 65536:
+            raise UsageError(f"{c}: --rdzv_port {self.rdzv_port} is invalid; expected 1..65535")
+        if self.max_retries < 0:
+            raise UsageError(f"{c}: --max_retries {self.max_retries} is invalid; expected >= 0")
+
+    @property
+    def multi_node(self) -> bool:
+        return self.size.max_nnodes > 1
+
+    def endpoint(self) -> str:
+        """The rendezvous endpoint the replicas' agents meet at.
+
+        One node: a private rendezvous on a free port. Several: the first replica's host, which
+        the replica's shell reads from the env var the scheduler names through ${rank0_env}.
+        The default port defers to XRUN_RDZV_PORT when a scheduler sets it: local_cwd runs every
+        replica on this host and gives each multi-node app a free port, so that two such apps
+        never meet on 29500. A port the user chose is used as it is.
+        """
+        if not self.multi_node:
+            return "localhost:0"
+        port = self.rdzv_port
+        port_s = f"${{{RDZV_PORT_ENV}:-{port}}}" if port == MASTER_PORT_DEFAULT else str(port)
+        return f"${{{macros.rank0_env}}}:{port_s}"
+
+    def runtime_command(self) -> str:
+        """The replica's ``sh -c`` command: xrun's runtime agent, then the script's arguments."""
+        cmd = [
+            "exec",
+            "python3",
+            "-m",
+            "xrun.runtime",
+            "--nnodes",
+            self.size.nnodes_arg(),
+            "--nproc-per-node",
+            str(self.size.nproc_per_node),
+            "--rdzv-backend",
+            self.rdzv_backend,
+            "--rdzv-endpoint",
+            self.endpoint(),
+            "--rdzv-id",
+            macros.app_id,
+            "--max-restarts",
+            str(self.max_retries),
+            "--tee",
+            str(self.tee),
+        ]
+        if self.rdzv_conf:
+            cmd += ["--rdzv-conf", shlex.quote(self.rdzv_conf)]
+        if self.script is not None:
+            cmd += [shlex.quote(self.script)]
+        else:
+            cmd += ["-m", shlex.quote(str(self.module))]
+        cmd += [quote_arg(a) for a in self.script_args]
+        return " ".join(cmd)
+
+
+def _app(job: DistJob) -> AppDef:
+    job.validate()
+    app_name, role_name = _names(job.name, job.script, job.module)
     role = Role(
         name=role_name,
-        image=image,
+        image=job.image,
         entrypoint="sh",
-        args=["-c", " ".join(cmd)],
-        env=role_env,
-        num_replicas=size.max_nnodes,
-        min_replicas=size.min_nnodes,
-        max_retries=max_retries,
-        resource=resource,
-        port_map={"c10d": rdzv_port} if multi_node else {},
-        mounts=list(parse_mounts(mounts or [])),
+        args=["-c", job.runtime_command()],
+        env={**(DEBUG_ENV if job.debug else {}), **job.env},
+        num_replicas=job.size.max_nnodes,
+        min_replicas=job.size.min_nnodes,
+        max_retries=job.max_retries,
+        resource=job.resource,
+        port_map={"c10d": job.rdzv_port} if job.multi_node else {},
+        mounts=list(parse_mounts(list(job.mounts))),
     )
     return AppDef(name=app_name, roles=[role])
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import sys
 
-from xrun.components import DEFAULT_IMAGE
 from xrun.errors import UsageError
 from xrun.named_resources import get_named_resource
 from xrun.specs import AppDef, Resource, Role, parse_mounts
+
+from . import DEFAULT_IMAGE
 
 
 def _resource(h: str | None, cpu: int, gpu: int, memMB: int) -> Resource:

@@ -24,7 +24,8 @@ def cmd_builtins(ns: argparse.Namespace) -> int:
         module = inspect.getmodule(comp.fn)
         # The whole module: a component usually needs its module's imports and helpers to run.
         source = inspect.getsource(module if module is not None else comp.fn)
-        sys.stdout.write(source)
+        package = (module.__package__ or "") if module is not None else ""
+        sys.stdout.write(absolute_imports(source, package))
         return 0
     problems: list[str] = []
     comps = list_components(problems)
@@ -35,6 +36,21 @@ def cmd_builtins(ns: argparse.Namespace) -> int:
     for name, comp in comps.items():
         print(f"  {name.ljust(width)}  {comp.summary()}")
     return 0
+
+
+def absolute_imports(source: str, package: str) -> str:
+    """``source`` with its relative imports made absolute (``from . import X`` in package ``p``
+    -> ``from p import X``): a printed template runs from wherever the user saves it."""
+    if not package:
+        return source
+    import re
+
+    def absolute(m: re.Match[str]) -> str:
+        dots, rest = m.group(1), m.group(2)
+        base = package.rsplit(".", len(dots) - 1)[0] if len(dots) > 1 else package
+        return f"from {base}{'.' + rest if rest else ''} import"
+
+    return re.sub(r"^from (\.+)([\w.]*) import", absolute, source, flags=re.M)
 
 
 def _not_found(handle: str) -> AppNotFoundError:
@@ -59,15 +75,14 @@ def cmd_cancel(ns: argparse.Namespace) -> int:
 
 
 def cmd_describe(ns: argparse.Namespace) -> int:
-    from xrun.cli_yaml import dump
-    from xrun.specs import appdef_to_dict
+    from xrun.specs import appdef_to_yaml
 
     with Runner() as runner:
         app = runner.describe(ns.handle)
         status = runner.status(ns.handle)
         if app is None or status is None:
             raise _not_found(ns.handle)
-        sys.stdout.write(dump(appdef_to_dict(app)))
+        sys.stdout.write(appdef_to_yaml(app))
         print("# status")
         for line in status.format().splitlines():
             print(f"# {line}")

@@ -1,8 +1,8 @@
 """The ``xrun`` argument parsers (argparse), built only when a command needs them.
 
-``xrun run`` parses its few options by hand (:func:`xrun.cli.parse_run_options`) and comes here
-only for ``--help`` or a mistake, because building these parsers costs more start-up time than
-the rest of a dry run.
+``xrun run`` parses its few options by hand (:func:`xrun.cli_run.parse_run_options`) and comes
+here only for ``--help`` or a mistake, because building these parsers costs more start-up time
+than the rest of a dry run; ``cli_run`` owns those options (:func:`~xrun.cli_run.add_run_arguments`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+from xrun.cli_run import add_run_arguments
 from xrun.errors import UsageError
 
 PROG = "xrun"
@@ -36,31 +37,7 @@ def build_parser() -> Parser:
         description="COMPONENT is a builtin (dist.ddp; see `xrun builtins`), FILE.py:FUNCTION "
         "or a plugin; its own options follow it (`xrun run dist.ddp --help`).",
     )
-    run.add_argument(
-        "-s",
-        "--scheduler",
-        help="local_cwd (default; or [cli:run] in .xrunconfig), slurm, docker, ...",
-    )
-    run.add_argument(
-        "-cfg",
-        "--cfg",
-        action="append",
-        default=[],
-        metavar="K=V,...",
-        help="run options (see `xrun runopts S`); list values use ';'",
-    )
-    run.add_argument(
-        "--dryrun",
-        action="store_true",
-        help="print the AppDef (YAML) and the scheduler's request; submit nothing",
-    )
-    run.add_argument("--wait", action="store_true", help="wait until the app ends")
-    run.add_argument("--log", action="store_true", help="stream every replica's log (waits)")
-    run.add_argument(
-        "--workspace",
-        metavar="DIR",
-        help="a local directory the scheduler makes available (docker: image)",
-    )
+    add_run_arguments(run)
 
     b = sub.add_parser("builtins", help="list the builtin and plugin components")
     b.add_argument(

@@ -1,20 +1,29 @@
-"""``xrun run``: build the AppDef, then dry-run it or submit it (and wait, streaming logs).
+"""``xrun run``: its own options, then build the AppDef and dry-run or submit it (and wait,
+streaming logs).
 
 stdout carries exactly one thing: the app handle, printed as soon as the app is submitted (or
 the dry-run text with ``--dryrun``), so ``h=$(xrun run ...)`` works while progress and logs go
 to stderr. On local_cwd, ``run`` always waits and streams (the job lives on this machine).
+
+``run``'s options are parsed by hand (:func:`parse_run_options`): building argparse parsers
+costs more than the rest of ``xrun run --dryrun`` together (every help string goes through
+gettext, which looks for translation files). The argparse form of the same options
+(:func:`add_run_arguments`, used by ``cli_parser``) handles ``--help`` and mistakes, so the
+messages stay argparse's.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xrun.errors import UsageError
 from xrun.specs import AppDef, AppState
 
 if TYPE_CHECKING:
-    from xrun.cli import RunOptions
     from xrun.runner import Runner
 
 DEFAULT_SCHEDULER = "local_cwd"
@@ -25,6 +34,105 @@ _CFG_FORM = "-cfg key=value,key2=value2 (a list value uses ';': -cfg mounts=a;b)
 REQUEST_MARKER = "# ----"
 # After the app ends, how long its log readers may take to drain.
 _LOG_DRAIN_S = 30.0
+
+
+# The options of `xrun run` that take a value; the first other non-option token is the
+# component, and everything after it belongs to the component verbatim (including `--`).
+_VALUE_OPTS = {
+    "-s": "scheduler",
+    "--scheduler": "scheduler",
+    "-cfg": "cfg",
+    "--cfg": "cfg",
+    "--workspace": "workspace",
+}
+_FLAGS = {"--dryrun": "dryrun", "--wait": "wait", "--log": "log"}
+
+
+@dataclass
+class RunOptions:
+    """``xrun run``'s own options (everything before the component)."""
+
+    scheduler: str | None = None
+    cfg: list[str] = field(default_factory=list)
+    dryrun: bool = False
+    wait: bool = False
+    log: bool = False
+    workspace: str | None = None
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> RunOptions:
+        """From argparse's result for ``run`` (see :func:`add_run_arguments`)."""
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in vars(ns).items() if k in known})
+
+
+def split_run_argv(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """``run``'s argv -> (xrun's own options, the component, the component's arguments)."""
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            rest = list(argv[i + 1 :])
+            return list(argv[:i]), (rest[0] if rest else None), rest[1:]
+        if not tok.startswith("-") or tok == "-":
+            return list(argv[:i]), tok, list(argv[i + 1 :])
+        if tok in _VALUE_OPTS:
+            i += 1  # skip its value
+        i += 1
+    return list(argv), None, []
+
+
+def parse_run_options(own: Sequence[str]) -> RunOptions | None:
+    """``run``'s own options without argparse; None: let argparse handle them (``--help``, a
+    typo, a missing value)."""
+    opts = RunOptions()
+    i = 0
+    while i < len(own):
+        tok = own[i]
+        name, eq, value = tok.partition("=")
+        if tok in _FLAGS:
+            setattr(opts, _FLAGS[tok], True)
+        elif name in _VALUE_OPTS and (eq or i + 1 < len(own)):
+            if not eq:
+                i += 1
+                value = own[i]
+            if _VALUE_OPTS[name] == "cfg":
+                opts.cfg.append(value)
+            else:
+                setattr(opts, _VALUE_OPTS[name], value)
+        else:
+            return None
+        i += 1
+    return opts
+
+
+def add_run_arguments(run: argparse.ArgumentParser) -> None:
+    """The same options for argparse (``xrun run --help`` and the messages for mistakes)."""
+    run.add_argument(
+        "-s",
+        "--scheduler",
+        help="local_cwd (default; or [cli:run] in .xrunconfig), slurm, docker, ...",
+    )
+    run.add_argument(
+        "-cfg",
+        "--cfg",
+        action="append",
+        default=[],
+        metavar="K=V,...",
+        help="run options (see `xrun runopts S`); list values use ';'",
+    )
+    run.add_argument(
+        "--dryrun",
+        action="store_true",
+        help="print the AppDef (YAML) and the scheduler's request; submit nothing",
+    )
+    run.add_argument("--wait", action="store_true", help="wait until the app ends")
+    run.add_argument("--log", action="store_true", help="stream every replica's log (waits)")
+    run.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="a local directory the scheduler makes available (docker: image)",
+    )
 
 
 def parse_cfg(texts: list[str]) -> dict[str, str]:
@@ -69,10 +177,15 @@ def load_app(runner: Runner, component: str, comp_args: list[str]) -> AppDef:
     return runner.component_app(component, comp_args)
 
 
-def cmd_run(ns: RunOptions, component: str, comp_args: list[str]) -> int:
+def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
     from xrun.component import HelpRequested, format_help, get_component
     from xrun.runner import Runner
 
+    if component is None:
+        raise UsageError(
+            "xrun run: missing COMPONENT; e.g. xrun run dist.ddp -j 1x2 --script train.py "
+            "(`xrun builtins` lists the components)"
+        )
     cfg = parse_cfg(ns.cfg)
     with Runner() as runner:
         try:
@@ -102,15 +215,14 @@ def cmd_run(ns: RunOptions, component: str, comp_args: list[str]) -> int:
 
 
 def _print_dryrun(app: AppDef, scheduler: str, request: str) -> None:
-    from xrun.cli_yaml import dump
-    from xrun.specs import appdef_to_dict
+    from xrun.specs import appdef_to_yaml
 
     out = sys.stdout
     out.write(
         f"# AppDef: save the YAML part as FILE.yaml and run it with: "
         f"xrun run -s {scheduler} FILE.yaml\n"
     )
-    out.write(dump(appdef_to_dict(app)))
+    out.write(appdef_to_yaml(app))
     out.write(f"{REQUEST_MARKER} {scheduler} request ----\n")
     out.write(request if request.endswith("\n") else request + "\n")
     out.flush()

@@ -437,9 +437,10 @@ def _mount_from_dict(d: Any, where: str) -> Mount:
 
 
 def appdef_to_yaml(app: AppDef) -> str:
-    import yaml  # lazy: `import xrun` must stay cheap
+    """The YAML text ``xrun run --dryrun`` prints and ``appdef_from_yaml`` reads back."""
+    from xrun.yaml_writer import dump  # lazy: `import xrun` must stay cheap
 
-    return str(yaml.safe_dump(appdef_to_dict(app), sort_keys=False))
+    return dump(appdef_to_dict(app))
 
 
 def appdef_from_yaml(text: str, source: str = "spec") -> AppDef:

@@ -79,7 +79,11 @@ def test_builtins_and_print(cli: Env) -> None:
         assert f"  {name} " in r.stdout
     r = cli.run("builtins", "--print", "dist.ddp")
     assert r.returncode == 0 and "def ddp(" in r.stdout and "import" in r.stdout
-    compile(r.stdout, "template.py", "exec")  # a usable template: valid Python
+    # A usable template: saved anywhere, it runs as a component (no relative imports left).
+    assert "from ." not in r.stdout
+    (cli.cwd / "mine.py").write_text(r.stdout)
+    r = cli.run("run", "--dryrun", "mine.py:ddp", "-j", "2x2", "--script", "t.py")
+    assert r.returncode == 0 and "--nnodes 2:2" in r.stdout, r.stderr
 
 
 def test_component_help(cli: Env) -> None:

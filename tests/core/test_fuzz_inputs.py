@@ -394,6 +394,6 @@ yaml_data = st.recursive(
 def test_dryrun_yaml_emitter_round_trips_through_pyyaml(data: object) -> None:
     import yaml
 
-    from xrun.cli_yaml import dump
+    from xrun.yaml_writer import dump
 
     assert yaml.safe_load(dump(data)) == data

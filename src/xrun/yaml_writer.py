@@ -1,4 +1,5 @@
-"""YAML text for plain data (an AppDef's dict) without importing pyyaml.
+"""YAML text for plain data (an AppDef's dict) without importing pyyaml: the one YAML writer,
+behind ``specs.appdef_to_yaml`` (``xrun run --dryrun``, ``xrun describe``, saved specs).
 
 Why: ``import yaml`` costs ~30 ms, a third of the start-up budget of ``xrun run --dryrun``.
 The output is block-style YAML; a string that YAML could misread is double-quoted with
