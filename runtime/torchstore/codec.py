@@ -283,9 +283,9 @@ class RequestParser:
     """Incremental parser for one connection's byte stream (server side).
 
     ``parser.feed(data)``, then ``for request in parser: ...`` (or ``parser.parse(data)``, a
-    list). A partial request is
-    kept field by field (a list of 100k keys resumes where it stopped, it is not re-read), so the
-    work is linear in the bytes received however they are split.
+    list). A partial request is kept field by field (a list of 100k keys resumes where it
+    stopped, it is not re-read), so the work is linear in the bytes received however they are
+    split, and the parser holds at most one request's bytes (bounded by the limits).
     """
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS, *, validated: bool = False) -> None:
@@ -401,7 +401,8 @@ class RequestParser:
         end = self._pos + self._size
         if len(self._buf) < end:
             return _MISSING
-        raw = bytes(self._buf[self._pos : end])
+        with memoryview(self._buf) as view:  # one copy of a value, not two
+            raw = bytes(view[self._pos : end])
         self._pos, self._size = end, None
         return raw
 

@@ -115,7 +115,7 @@ def test_one_push_wakes_one_blocked_popper(connect: Callable[..., Any]) -> None:
     threads = [threading.Thread(target=pop, args=p) for p in (("a", first), ("b", second))]
     for t in threads:
         t.start()
-    time.sleep(0.3)
+    time.sleep(0.5)  # both WAITs are parked before the push
     pusher.queue_push("jobs", "only")
     for t in threads:
         t.join(10)
