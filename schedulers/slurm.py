@@ -74,7 +74,6 @@ from xrun.schedulers.api import (
     filter_regex,
     runopts,
 )
-from xrun.schedulers.local_logs import iter_log_lines
 from xrun.schedulers.slurm_script import (
     LOG_SUBDIR,
     ClusterInfo,
@@ -107,6 +106,8 @@ from xrun.specs import (
     appdef_to_dict,
     is_terminal,
 )
+
+from .logs import iter_log_lines
 
 NOT_FOUND = "Slurm commands not found ({cmd}); is this a Slurm login node?"
 # While following logs, how often to ask Slurm whether the job has ended.
