@@ -1,4 +1,4 @@
-"""The ``docker`` scheduler: one container per replica on a private network (see :mod:`.scheduler`).
+"""The ``docker`` scheduler: one container per replica, on a private network of its own.
 
 One module per role, the same names as in the other scheduler packages: ``scheduler`` (the
 :class:`~xrun.schedulers.api.Scheduler`), ``request`` (the dry-run value), ``engine`` (the docker

@@ -205,7 +205,7 @@ class DockerScheduler(Scheduler[DockerJob]):
         return super().submit(app, cfg, os.getcwd() if workspace is None else workspace)
 
     def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
-        """Build ``<role image> + workspace + xrun`` and point the roles at it (see workspace.py)."""
+        """Build ``<role image> + workspace + xrun`` and point the roles at it (see .workspace)."""
         context, dockerfile = build_context(Path(workspace))
         built: dict[str, str] = {}
         with self._engine_errors() as client:

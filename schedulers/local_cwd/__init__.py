@@ -1,4 +1,4 @@
-"""The ``local_cwd`` scheduler: every replica a process on this host (see :mod:`.scheduler`).
+"""The ``local_cwd`` scheduler: every replica a process on this host, in the current dir.
 
 One module per role, the same names as in the other scheduler packages: ``scheduler`` (the
 :class:`~xrun.schedulers.api.Scheduler`), ``request`` (the dry-run value), ``launch`` (starting

@@ -2,8 +2,8 @@
 
 The supervisor (:mod:`xrun.schedulers.local_cwd.supervisor`) is forked from the launching
 process when that is safe (single-threaded, main thread: no interpreter start-up on the hot path)
-and exec'd as ``python -S .../local_cwd/supervisor.py`` otherwise. Either way it runs in its own session,
-so the app outlives its launcher.
+and exec'd as ``python -S .../local_cwd/supervisor.py`` otherwise. Either way it runs in its
+own session, so the app outlives its launcher.
 """
 
 from __future__ import annotations

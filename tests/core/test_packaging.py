@@ -43,7 +43,7 @@ def test_wheel_holds_only_the_xrun_package(tmp_path: Path) -> None:
         "xrun/cli.py",
         "xrun/components/dist.py",
         "xrun/schedulers/local_cwd/scheduler.py",
-        "xrun/schedulers/slurm.py",
+        "xrun/schedulers/slurm/scheduler.py",
         "xrun/schedulers/docker/scheduler.py",
         "xrun/runtime/agent.py",
         "xrun/runtime/__main__.py",
