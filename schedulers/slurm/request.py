@@ -261,7 +261,7 @@ def _role_command(role: Role, offset: int, img_root: str) -> str:
 
 _PRELUDE = """\
 set -u
-# Everything this job writes besides the workers' own files (see schedulers/slurm_script.py).
+# Everything this job writes besides the workers' own files (see schedulers/slurm/request.py).
 export XRUN_LOG_DIR={log_dir}
 # The first host of the (first role's) allocation: the rendezvous host of multi-node roles.
 {rank0_env}=$(scontrol show hostnames "${{SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}}" | head -n1)

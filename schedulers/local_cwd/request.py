@@ -16,9 +16,10 @@ from typing import Any
 
 from xrun.contract import RANK0_HOST_ENV, RDZV_PORT_ENV, TOKEN_ENV
 from xrun.errors import UsageError
-from xrun.schedulers import local_store as store
-from xrun.schedulers.api import CfgVal, replicas_role_may_lose
 from xrun.specs import AppDef, Role, appdef_to_dict, macros
+
+from ..api import CfgVal, replicas_role_may_lose
+from . import store
 
 
 @dataclass

@@ -16,7 +16,7 @@ What a replica gets (``xrun run --dryrun -s local_cwd ...`` prints it all):
   when ``auto_set_cuda_visible_devices=True`` and the host has GPUs;
 * stdout/stderr in ``<log_dir>/<app_id>/<role>/<replica>/{stdout,stderr}.log`` (dirs 0700,
   files 0600); ``log_dir`` defaults to ``~/.local/state/xrun/local_cwd/logs`` (under
-  ``$XDG_STATE_HOME`` when set). See :mod:`xrun.schedulers.local_store`.
+  ``$XDG_STATE_HOME`` when set). See :mod:`xrun.schedulers.local_cwd.store`.
 
 A detached supervisor process owns the replicas, so the app survives its launcher (SIGKILL the
 ``xrun run`` and the job goes on), and every query (``status``/``describe``/``log``/``cancel``/
@@ -33,9 +33,10 @@ A detached supervisor process owns the replicas, so the app survives its launche
 * ``Role.max_retries`` is not applied here: restarts belong to the runtime agent
   (``dist.ddp --max_retries`` becomes the agent's ``--max-restarts``).
 
-One file per step: ``local_request`` (the dry-run value), ``local_launch`` (dirs + starting the
-supervisor), ``local_supervisor`` (the detached process), ``local_status`` (reading the state),
-``local_store`` (layout and the per-user index), ``local_logs`` (reading/following logs).
+One file per step, in this package: ``request`` (the dry-run value), ``launch`` (dirs + starting
+the supervisor), ``supervisor`` (the detached process), ``status`` (reading the state), ``store``
+(layout and the per-user index); reading/following the log files is the shared
+:mod:`xrun.schedulers.logs`.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from xrun.errors import AppNotFoundError, UsageError
-from xrun.schedulers import local_store as store
-from xrun.schedulers.api import (
+from xrun.specs import AppDef, AppState, make_app_handle
+
+from ..api import (
     AppDryRunInfo,
     CfgVal,
     DescribeAppResponse,
@@ -59,19 +61,12 @@ from xrun.schedulers.api import (
     filter_regex,
     runopts,
 )
-from xrun.schedulers.local_launch import Child, launch
-from xrun.schedulers.local_logs import POLL_S, iter_log_lines
-from xrun.schedulers.local_request import (
-    LocalRequest,
-    ReplicaRequest,
-    assign_gpus,
-    build_request,
-    format_request,
-    with_rdzv_env,
-)
-from xrun.schedulers.local_status import describe_app, stop_orphans, supervisor_pidfd
-from xrun.schedulers.local_supervisor import TERMINAL, is_alive
-from xrun.specs import AppDef, AppState, make_app_handle
+from ..logs import POLL_S, iter_log_lines
+from . import store
+from .launch import Child, launch
+from .request import LocalRequest, build_request, format_request, with_rdzv_env
+from .status import describe_app, stop_orphans, supervisor_pidfd
+from .supervisor import TERMINAL, is_alive
 
 # States in which an app may still change (UNKNOWN: its supervisor died, replicas run on).
 _LIVE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING, AppState.UNKNOWN)
@@ -266,12 +261,3 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
 def create_scheduler(session_name: str, **kwargs: Any) -> LocalCwdScheduler:
     return LocalCwdScheduler(session_name)
-
-
-__all__ = [
-    "LocalCwdScheduler",
-    "LocalRequest",
-    "ReplicaRequest",
-    "assign_gpus",
-    "create_scheduler",
-]

@@ -25,11 +25,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from xrun.schedulers.local_supervisor import LOG_FILE, REQUEST_FILE, STATE_FILE
 from xrun.xdg import state_dir
 
+from .supervisor import LOG_FILE, REQUEST_FILE, STATE_FILE
+
 STATE_SUBDIR = ".xrun"
-# What an app id looks like (see local_cwd.make_app_id); anything else cannot name an app dir,
+# What an app id looks like (see request.make_app_id); anything else cannot name an app dir,
 # which also keeps ids like "../x" from walking out of the index.
 _APP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

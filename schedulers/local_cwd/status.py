@@ -11,12 +11,13 @@ import signal
 import time
 from typing import Any
 
-from xrun.schedulers import local_store as store
-from xrun.schedulers.api import DescribeAppResponse
-from xrun.schedulers.local_launch import killpg
-from xrun.schedulers.local_logs import POLL_S
-from xrun.schedulers.local_supervisor import TERMINAL, is_alive, write_json_atomic
 from xrun.specs import AppState, ReplicaStatus, RoleStatus, appdef_from_dict, is_terminal
+
+from ..api import DescribeAppResponse
+from ..logs import POLL_S
+from . import store
+from .launch import killpg
+from .supervisor import TERMINAL, is_alive, write_json_atomic
 
 _REPLICA_STATES = {
     "PENDING": AppState.PENDING,

@@ -1,10 +1,14 @@
-"""Reading and following a local replica's log files.
+"""Reading and following a replica's log files: shared by the schedulers that write plain files.
+
+``local_cwd`` (``<log_dir>/<app_id>/<role>/<i>/{stdout,stderr}.log``) and ``slurm``
+(``slurm-logs/<jobid>/<role>/<i>.{stdout,stderr}``) both hand their files to
+:func:`iter_log_lines` with their own "has the app ended?" check.
 
 Lines are yielded with their ``\\n`` (a progress bar's ``\\r`` survives). Following is cheap
-and ends promptly: between reads the follower blocks on "has the app ended?" (a pidfd of the
-supervisor, see ``local_cwd``) rather than sleeping, so the last lines come out as soon as the
-app ends. No line is lost at the end: the supervisor marks the app terminal only after every
-replica is reaped, so once ``wait_done`` says so, one more read gets everything.
+and ends promptly: between reads the follower blocks on "has the app ended?" (for local_cwd a
+pidfd of the supervisor) rather than sleeping, so the last lines come out as soon as the app
+ends. No line is lost at the end: the local_cwd supervisor marks the app terminal only after
+every replica is reaped, so once ``wait_done`` says so, one more read gets everything.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``local_cwd`` starts one supervisor per app, in a new session, as::
 
-    python -S [-P] .../xrun/schedulers/local_supervisor.py STATE_DIR [--ready-fd FD]
+    python -S [-P] .../xrun/schedulers/local_cwd/supervisor.py STATE_DIR [--ready-fd FD]
 
 so the app outlives the ``xrun run`` that launched it (a SIGKILLed CLI leaves the job running)
 and any process can ask about it: everything the supervisor knows is in ``STATE_DIR/state.json``,
@@ -10,7 +10,7 @@ rewritten atomically (temp file + rename) after every change.
 
 What it does, in order:
 
-1. reads ``STATE_DIR/request.json`` (written by :mod:`xrun.schedulers.local_cwd`);
+1. reads ``STATE_DIR/request.json`` (written by :mod:`xrun.schedulers.local_cwd.launch`);
 2. starts every replica in its own process group (``start_new_session``) so a stop reaches the
    replica's children too (the runtime agent and its workers);
 3. sleeps in ``select`` on a self-pipe that SIGCHLD/SIGTERM/SIGINT write to: no polling;
@@ -23,8 +23,10 @@ What it does, in order:
    file says terminal" implies "all output is in the log files" (log followers rely on it).
 
 Standard library only, and nothing from xrun: it runs with ``-S`` (no site-packages scan) to
-start ~15 ms sooner, which is on every local job's critical path. ``local_cwd`` imports the
-small helpers below (``write_json_atomic``, ``proc_start_time``, ``is_alive``) from here.
+start ~15 ms sooner, which is on every local job's critical path. It is exec'd by its file's
+path, not with ``-m``, so not even this package's ``__init__`` runs. The rest of ``local_cwd``
+imports the small helpers below (``write_json_atomic``, ``proc_start_time``, ``is_alive``)
+from here.
 """
 
 from __future__ import annotations
@@ -316,7 +318,7 @@ def serve_forked(state_dir: str, ready_fd: int, log_path: str) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--ready-fd"):
-        print("usage: local_supervisor.py STATE_DIR [--ready-fd FD]", file=sys.stderr)
+        print("usage: supervisor.py STATE_DIR [--ready-fd FD]", file=sys.stderr)
         return 2
     # Signals first, before anything slow: a cancel that arrives early must not be lost.
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)

@@ -19,7 +19,6 @@ from typing import Any
 
 from xrun.contract import RANK0_HOST_ENV
 from xrun.errors import UsageError
-from xrun.schedulers.api import replicas_role_may_lose
 from xrun.specs import (
     AppDef,
     AppState,
@@ -29,6 +28,8 @@ from xrun.specs import (
     VolumeMount,
     macros,
 )
+
+from ..api import replicas_role_may_lose
 
 # The env var every replica gets, holding its role's replica-0 hostname; `${rank0_env}` in a
 # role's args/env becomes this *name* (the dist.ddp component writes `${${rank0_env}}`, which

@@ -1,9 +1,9 @@
 """Starting a local_cwd app: its dirs, its files, its detached supervisor.
 
-The supervisor (:mod:`xrun.schedulers.local_supervisor`) is forked from the launching process
-when that is safe (single-threaded, main thread: no interpreter start-up on the hot path) and
-exec'd as ``python -S local_supervisor.py`` otherwise. Either way it runs in its own session,
-so the app outlives its launcher.
+The supervisor (:mod:`xrun.schedulers.local_cwd.supervisor`) is forked from the launching
+process when that is safe (single-threaded, main thread: no interpreter start-up on the hot path)
+and exec'd as ``python -S .../local_cwd/supervisor.py`` otherwise. Either way it runs in its
+own session, so the app outlives its launcher.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import sys
 import time
 
 from xrun.errors import SchedulerError
-from xrun.schedulers import local_store as store
-from xrun.schedulers.local_logs import POLL_S
-from xrun.schedulers.local_request import LocalRequest
-from xrun.schedulers.local_supervisor import write_json_atomic
 
-SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "local_supervisor.py")
+from ..logs import POLL_S
+from . import store
+from .request import LocalRequest
+from .supervisor import write_json_atomic
+
+SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
 # How long launch() waits for the supervisor to report its replicas started.
 _START_TIMEOUT_S = 60.0
 
@@ -136,7 +137,7 @@ def _fork_supervisor(paths: store.AppPaths, ready_fd: int) -> Child | None:
         return None
     pid = os.fork()
     if pid == 0:  # the child: never returns
-        from xrun.schedulers.local_supervisor import serve_forked
+        from .supervisor import serve_forked
 
         serve_forked(paths.state_dir, ready_fd, paths.supervisor_log)
     return Child(pid)

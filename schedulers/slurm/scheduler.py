@@ -1,6 +1,6 @@
 """The ``slurm`` scheduler: one ``sbatch`` per app, every replica one Slurm task.
 
-``submit_dryrun`` builds a :class:`~xrun.schedulers.slurm_script.SlurmBatchRequest` (the whole
+``submit_dryrun`` builds a :class:`~xrun.schedulers.slurm.request.SlurmBatchRequest` (the whole
 batch script; see that module for the layout of a job), ``schedule`` pipes it to
 ``sbatch --parsable``. Everything after that works from any shell on the cluster:
 
@@ -64,7 +64,18 @@ from typing import Any
 
 from xrun import xdg
 from xrun.errors import AppNotFoundError, UsageError
-from xrun.schedulers.api import (
+from xrun.specs import (
+    AppDef,
+    AppState,
+    ReplicaStatus,
+    Role,
+    RoleStatus,
+    appdef_from_dict,
+    appdef_to_dict,
+    is_terminal,
+)
+
+from ..api import (
     AppDryRunInfo,
     CfgVal,
     DescribeAppResponse,
@@ -74,15 +85,15 @@ from xrun.schedulers.api import (
     filter_regex,
     runopts,
 )
-from xrun.schedulers.local_logs import iter_log_lines
-from xrun.schedulers.slurm_script import (
+from ..logs import iter_log_lines
+from .request import (
     LOG_SUBDIR,
     ClusterInfo,
     SlurmBatchRequest,
     build_request,
     parse_comment,
 )
-from xrun.schedulers.slurm_status import (
+from .status import (
     SACCT_COMP_FIELDS,
     SACCT_FIELDS,
     SQUEUE_FORMAT,
@@ -96,16 +107,6 @@ from xrun.schedulers.slurm_status import (
     parse_scontrol,
     parse_squeue_json,
     parse_squeue_text,
-)
-from xrun.specs import (
-    AppDef,
-    AppState,
-    ReplicaStatus,
-    Role,
-    RoleStatus,
-    appdef_from_dict,
-    appdef_to_dict,
-    is_terminal,
 )
 
 NOT_FOUND = "Slurm commands not found ({cmd}); is this a Slurm login node?"
@@ -244,7 +245,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         if shutil.which("sbatch") is None:
             raise UsageError(NOT_FOUND.format(cmd="sbatch"))
         if req.workspace:
-            from xrun.schedulers.slurm_workspace import copy_workspace
+            from .workspace import copy_workspace
 
             copy_workspace(req.workspace, req.chdir)
         os.makedirs(req.log_root, exist_ok=True)
@@ -339,7 +340,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         return []
 
     def _log_dir(self, app_id: str, recs: list[SlurmJobRecord]) -> str | None:
-        """Slurm's word first (StdOut is ``<log_root>/slurm-%j.out``, see slurm_script): it
+        """Slurm's word first (StdOut is ``<log_root>/slurm-%j.out``, see request.py): it
         works from any account and cannot be stale; then the file ``schedule`` wrote (the
         job has left slurmctld and sacct has no paths)."""
         for r in recs:

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from xrun.schedulers.docker_request import (
+from xrun.specs import AppState, ReplicaStatus, RoleStatus
+
+from .request import (
     LABEL_APP,
     LABEL_MAY_LOSE,
     LABEL_REPLICA,
@@ -17,8 +19,7 @@ from xrun.schedulers.docker_request import (
     app_state,
     replica_state,
 )
-from xrun.schedulers.docker_state import AppStateStore
-from xrun.specs import AppState, ReplicaStatus, RoleStatus
+from .store import AppStateStore
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[str]:

@@ -14,9 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from xrun.errors import SchedulerError, UsageError
-from xrun.schedulers.docker_request import LABEL_STOP_TIMEOUT, DockerContainer, DockerJob
-from xrun.schedulers.docker_workspace import IMAGE_REPO, image_tag
 from xrun.specs import BindMount
+
+from .request import LABEL_STOP_TIMEOUT, DockerContainer, DockerJob
+from .workspace import IMAGE_REPO, image_tag
 
 _DEFAULT_HOST = "unix:///var/run/docker.sock"
 # Workspace images kept on the engine: every change of the workspace (or of xrun) makes a new
@@ -98,7 +99,7 @@ def ensure_images(client: Any, images: Iterable[str]) -> None:
 
 
 def build_image(client: Any, context: bytes, dockerfile: str, base: str, workspace: str) -> str:
-    """Build ``context`` on ``base`` (see docker_workspace); return the tag. Cached by content."""
+    """Build ``context`` on ``base`` (see .workspace); return the tag. Cached by content."""
     import docker
 
     tag = image_tag(context, base)

@@ -15,10 +15,10 @@ Who enforces them: there is no daemon of ours, so every :meth:`describe` (``xrun
 polls it while it waits; ``xrun status`` calls it from any shell) reconciles. When it sees the
 end -- a replica failed beyond its role's allowance (others are then stopped), all ended
 otherwise, or a cancel -- it
-copies every replica's logs to the state dir (see :mod:`xrun.schedulers.docker_state`), records
+copies every replica's logs to the state dir (see :mod:`xrun.schedulers.docker.store`), records
 the terminal status there, and removes the containers and the network. Logs and status stay
 readable after that from the state dir. So that this happens with nobody watching too,
-``schedule()`` starts a detached watcher per app (:mod:`xrun.schedulers.docker_watch`).
+``schedule()`` starts a detached watcher per app (:mod:`xrun.schedulers.docker.watch`).
 
 Signals, the grace period and exit codes (tests/schedulers/docker/test_signals.py): every container runs
 with ``--init``, so tini (PID 1) forwards a SIGTERM to the replica's command. For ``dist.ddp``
@@ -42,9 +42,10 @@ exits 143 (128 + SIGTERM).
 The docker SDK is imported on first use of the engine: ``--dryrun`` needs neither the SDK nor
 an engine.
 
-The pieces: ``docker_request`` (AppDef -> DockerJob, the value --dryrun prints; the status
-rules), ``docker_workspace`` (the image build context), ``docker_engine`` (the SDK calls),
-``docker_state`` (what is kept on disk per app), ``docker_status`` (reading containers).
+The pieces, in this package: ``request`` (AppDef -> DockerJob, the value --dryrun prints; the
+status rules), ``workspace`` (the image build context), ``engine`` (the SDK calls), ``store``
+(what is kept on disk per app), ``status`` (reading containers), ``watch`` (the detached
+watcher's entry point).
 """
 
 from __future__ import annotations
@@ -53,13 +54,16 @@ import contextlib
 import os
 import secrets
 import string
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from xrun.contract import TOKEN_ENV
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
-from xrun.schedulers.api import (
+from xrun.specs import AppDef, AppState, Role, is_terminal
+
+from ..api import (
     AppDryRunInfo,
     CfgVal,
     DescribeAppResponse,
@@ -69,7 +73,7 @@ from xrun.schedulers.api import (
     filter_regex,
     runopts,
 )
-from xrun.schedulers.docker_engine import (
+from .engine import (
     build_image,
     connect,
     create_args,
@@ -77,7 +81,7 @@ from xrun.schedulers.docker_engine import (
     ensure_images,
     parallel,
 )
-from xrun.schedulers.docker_request import (
+from .request import (
     LABEL_APP,
     LABEL_APP_ID,
     LABEL_REPLICA,
@@ -91,16 +95,33 @@ from xrun.schedulers.docker_request import (
     materialize,
     replica_state,
 )
-from xrun.schedulers.docker_state import AppStateStore, replicas_from_json, replicas_to_json
-from xrun.schedulers.docker_status import (
+from .status import (
     containers_app_state,
     end_message,
     job_from_containers,
     role_statuses,
     split_lines,
 )
-from xrun.schedulers.docker_workspace import build_context
-from xrun.specs import AppDef, AppState, Role, is_terminal
+from .store import AppStateStore, replicas_from_json, replicas_to_json
+from .workspace import build_context
+
+# The watcher's module (watch.py), run by this interpreter with -m: it imports the same xrun.
+WATCH_MODULE = "xrun.schedulers.docker.watch"
+
+
+def start_watcher(app_id: str, session: str) -> None:
+    """Start the watcher for ``app_id``, detached (it outlives the CLI that submitted)."""
+    import subprocess  # lazy: only a real submit needs it, not --dryrun
+
+    subprocess.Popen(
+        [sys.executable, "-m", WATCH_MODULE, app_id, session],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        env=os.environ.copy(),
+    )
 
 
 def stop_timeout(attrs: Mapping[str, Any]) -> int:
@@ -125,7 +146,7 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     @contextlib.contextmanager
     def _engine_errors(self) -> Iterator[Any]:
-        """The client, with the engine's errors made one-line (see docker_engine.engine_errors)."""
+        """The client, with the engine's errors made one-line (see engine.engine_errors)."""
         client = self._client()
         with engine_errors():
             yield client
@@ -184,7 +205,7 @@ class DockerScheduler(Scheduler[DockerJob]):
         return super().submit(app, cfg, os.getcwd() if workspace is None else workspace)
 
     def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
-        """Build ``<role image> + workspace + xrun`` and point the roles at it (see docker_workspace)."""
+        """Build ``<role image> + workspace + xrun`` and point the roles at it (see .workspace)."""
         context, dockerfile = build_context(Path(workspace))
         built: dict[str, str] = {}
         with self._engine_errors() as client:
@@ -227,9 +248,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             raise SchedulerError(
                 f"docker refused app {job.app_id}: {e.explanation or e}; nothing was left running"
             ) from None
-        from xrun.schedulers import docker_watch
-
-        docker_watch.start(job.app_id, self.session_name)
+        start_watcher(job.app_id, self.session_name)
         return job.app_id
 
     # ------------------------------------------------------------------ status
