@@ -11,17 +11,17 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from xrun.runtime.agent import Agent, AgentFailedError, ChildFailedError, RunResult
-    from xrun.runtime.api import launch
-    from xrun.runtime.config import LaunchConfig
-    from xrun.runtime.errors import ProcessFailure, record
-    from xrun.runtime.procs import PContext, RunProcsResult, Std, start_processes
+    from .agent import Agent, RunResult
+    from .api import launch
+    from .config import LaunchConfig
+    from .errors import AgentFailedError, ChildFailedError, ProcessFailure, record
+    from .procs import PContext, RunProcsResult, Std, start_processes
 
 # public name -> the submodule that defines it
 _LAZY = {
     "Agent": "agent",
-    "AgentFailedError": "agent",
-    "ChildFailedError": "agent",
+    "AgentFailedError": "errors",
+    "ChildFailedError": "errors",
     "RunResult": "agent",
     "launch": "api",
     "LaunchConfig": "config",
