@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .api import launch
     from .config import LaunchConfig
     from .errors import AgentFailedError, ChildFailedError, ProcessFailure, record
-    from .procs import PContext, RunProcsResult, Std, start_processes
+    from .workers.api import PContext, RunProcsResult, Std, start_processes
 
 # public name -> the submodule that defines it
 _LAZY = {
@@ -27,10 +27,10 @@ _LAZY = {
     "LaunchConfig": "config",
     "ProcessFailure": "errors",
     "record": "errors",
-    "PContext": "procs",
-    "RunProcsResult": "procs",
-    "Std": "procs",
-    "start_processes": "procs",
+    "PContext": "workers.api",
+    "RunProcsResult": "workers.api",
+    "Std": "workers.api",
+    "start_processes": "workers.api",
 }
 
 __all__ = [  # spelled out (not sorted(_LAZY)) so linters see the re-exports

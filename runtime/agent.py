@@ -71,8 +71,9 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from xrun.runtime.procs import PContext, RunProcsResult
     from xrun.runtime.rendezvous import RendezvousHandler, RendezvousInfo
+
+    from .workers.api import PContext, RunProcsResult
 
 # A worker store that cannot bind its port (another process took the free port between the
 # agent picking it and rank 0 binding it) is retried this many times without using a restart.
@@ -341,7 +342,7 @@ class Agent:
         return path
 
     def _start(self, info: RendezvousInfo, master_addr: str, master_port: int) -> PContext:
-        from xrun.runtime.procs import start_processes
+        from .workers.api import start_processes
 
         cfg = self.config
         attempt_dir = self._attempt_dir()

@@ -296,7 +296,7 @@ def parse(
     argv: Sequence[str] | None = None,
 ) -> tuple[LaunchConfig, Callable[..., Any] | str, tuple[str, ...]]:
     """Command line -> (config, entrypoint, entrypoint args), with torchrun's defaulting."""
-    from xrun.runtime.procs import Std
+    from .workers.streams import Std
 
     ns = build_parser().parse_args(argv)
     for names, _, why in _UNSUPPORTED:  # torchrun would read these from the env too

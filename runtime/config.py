@@ -20,7 +20,7 @@ from xrun.contract import RDZV_BACKENDS
 from xrun.errors import UsageError
 
 if TYPE_CHECKING:
-    from xrun.runtime.procs import Std
+    from .workers.streams import Std
 
 DEFAULT_ROLE = "default"
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
@@ -58,7 +58,7 @@ class LaunchConfig:
     monitor_interval: float = 0.1
     start_method: str = "spawn"
     log_dir: str | None = None
-    redirects: Std | Mapping[int, Std] = 0  # type: ignore[assignment]  # Std.NONE, without importing procs
+    redirects: Std | Mapping[int, Std] = 0  # type: ignore[assignment]  # Std.NONE, without importing workers
     tee: Std | Mapping[int, Std] = 0  # type: ignore[assignment]
     local_ranks_filter: set[int] | None = None
     node_rank: int = -1  # static backend only

@@ -15,7 +15,7 @@ from xrun.errors import UsageError
 from xrun.runtime.__main__ import main
 from xrun.runtime.args import parse, parse_nproc, parse_rdzv_conf
 from xrun.runtime.config import LaunchConfig, log_line_prefix, worker_env
-from xrun.runtime.procs import Std
+from xrun.runtime.workers.streams import Std
 
 
 def test_dash_and_underscore_forms_are_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
