@@ -81,21 +81,11 @@ from typing import Any
 
 from xrun.contract import RDZV_BACKENDS, RDZV_ENDPOINT_DEFAULT_PORT, TOKEN_ENV, TOKEN_FILE_ENV
 from xrun.errors import UsageError
-from xrun.runtime.store import (
-    Connection,
-    Op,
-    Status,
-    StoreAuthError,
-    StoreClient,
-    StoreError,
-    StoreServer,
-    StoreTimeoutError,
-    add_fields,
-    encode_request,
-    is_ip_literal,
-    lease_fields,
-    wait_fields,
-)
+
+from .store.client import Connection, StoreClient, is_ip_literal
+from .store.errors import StoreAuthError, StoreError, StoreTimeoutError
+from .store.protocol import Op, Status, add_fields, encode_request, lease_fields, wait_fields
+from .store.server import StoreServer
 
 log = logging.getLogger(__name__)
 

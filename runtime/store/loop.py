@@ -5,9 +5,9 @@ asyncio (which pulls in ssl, concurrent.futures, inspect ...) costs 15-60 ms and
 a loaded 2-core host - most of a standalone agent's overhead. The store needs only a sliver of
 it: accept, read callbacks into a protocol object, buffered non-blocking writes, timers and a
 thread-safe ``call_soon_threadsafe``. That sliver is this module; the protocol side
-(``store._Conn``) keeps asyncio's callback names (``connection_made``, ``data_received``,
-``eof_received``, ``connection_lost``) and transport calls, so it reads like the asyncio
-Protocol it was written as.
+(``session.XrunSession``) keeps asyncio's callback names (``connection_made``,
+``data_received``, ``eof_received``, ``connection_lost``) and transport calls, so it reads like
+the asyncio Protocol it was written as.
 
 Standard library only, and only ``selectors``/``heapq``/``socket`` at that.
 """
@@ -160,6 +160,10 @@ class Loop:
     def is_closed(self) -> bool:
         return self._closed
 
+    def has_transports(self) -> bool:
+        """Whether any connection is still open (closing ones included)."""
+        return bool(self._transports)
+
     def _run_once(self) -> None:
         timers = self._timers
         if self._cancelled > 64 and self._cancelled * 2 > len(timers):
@@ -232,7 +236,7 @@ class Transport:
         loop._sel.register(sock, _READ, self._on_event)
         protocol.connection_made(self)
 
-    # -- asyncio.Transport's calls that store._Conn makes ------------------------------------------
+    # -- asyncio.Transport's calls that a session makes -------------------------------------------
 
     def get_extra_info(self, name: str) -> Any:
         return self._sock if name == "socket" else None
