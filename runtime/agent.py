@@ -71,8 +71,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from xrun.runtime.rendezvous import RendezvousHandler, RendezvousInfo
-
+    from .rendezvous import RendezvousHandler, RendezvousInfo
     from .workers.api import PContext, RunProcsResult
 
 # A worker store that cannot bind its port (another process took the free port between the
@@ -122,10 +121,6 @@ def free_port() -> int:
     raise OSError("no free TCP port: cannot bind port 0 on IPv6 or IPv4")
 
 
-def _fmt_addr(host: str) -> str:
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-
-
 class Agent:
     """Runs one node's workers for ``config``: ``Agent(cfg, "python", ("-u", "train.py")).run()``.
 
@@ -166,7 +161,7 @@ class Agent:
     # -- public -------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from xrun.runtime.rendezvous import RendezvousParams, create_handler, parse_endpoint
+        from .rendezvous import RendezvousParams, create_handler, parse_endpoint
 
         cfg = self.config
         endpoint = cfg.rdzv_endpoint or "localhost:0"
@@ -202,7 +197,7 @@ class Agent:
     # -- the loop ------------------------------------------------------------------------------
 
     def _loop(self, handler: RendezvousHandler) -> RunResult:
-        from xrun.runtime.rendezvous import (
+        from .rendezvous import (
             RendezvousClosedError,
             RendezvousError,
             RendezvousTimeoutError,
@@ -276,7 +271,7 @@ class Agent:
             return RunResult(1, failures=failures, message=format_failures(self.name, failures))
 
     def _request_restart(self, handler: RendezvousHandler, reason: str) -> None:
-        from xrun.runtime.rendezvous import RendezvousError
+        from .rendezvous import RendezvousError
 
         try:
             handler.request_restart(reason)
@@ -284,7 +279,7 @@ class Agent:
             _log(f"could not tell the peers to restart ({e}); next_rendezvous will")
 
     def _finish(self, handler: RendezvousHandler, values: dict[int, Any]) -> RunResult:
-        from xrun.runtime.rendezvous import RendezvousClosedError, RendezvousError
+        from .rendezvous import RendezvousClosedError, RendezvousError
 
         self._raise_on_signal = True
         try:
@@ -305,11 +300,13 @@ class Agent:
 
     def _master(self, handler: RendezvousHandler, info: RendezvousInfo) -> tuple[str, int]:
         """Group rank 0 picks the workers' store address for this round and publishes it."""
+        from .rendezvous.endpoint import unbracket
+
         if info.group_world_size == 1:
-            return _fmt_addr(info.addrs[0]), free_port()
+            return unbracket(info.addrs[0]), free_port()
         key = f"xrun/master/{info.round}"
         if info.group_rank == 0:
-            addr, port = _fmt_addr(info.addrs[0]), free_port()
+            addr, port = unbracket(info.addrs[0]), free_port()
             handler.kv().set(key, f"{addr}\n{port}".encode())
             return addr, port
         # Rank 0 publishes right after the round forms; a much longer wait means it is gone.
@@ -391,7 +388,7 @@ class Agent:
             worker_fds = set(pc.fds())
             for fd in worker_fds:
                 sel.register(fd, selectors.EVENT_READ, "worker")
-            from xrun.runtime.rendezvous import RendezvousClosedError, RendezvousEvent
+            from .rendezvous import RendezvousClosedError, RendezvousEvent
 
             try:
                 sel.register(handler.fileno(), selectors.EVENT_READ, "rdzv")
@@ -479,7 +476,7 @@ class Agent:
     def _on_signal_exit(
         self, handler: RendezvousHandler | None, pc: PContext | None, signum: int
     ) -> RunResult:
-        from xrun.runtime.rendezvous import RendezvousError
+        from .rendezvous import RendezvousError
 
         self._raise_on_signal = False
         name = signal.Signals(signum).name

@@ -15,6 +15,7 @@ from xrun.errors import UsageError
 from xrun.runtime.__main__ import main
 from xrun.runtime.args import parse, parse_nproc, parse_rdzv_conf
 from xrun.runtime.config import LaunchConfig, log_line_prefix, worker_env
+from xrun.runtime.rendezvous import parse_endpoint
 from xrun.runtime.workers.streams import Std
 
 
@@ -116,6 +117,17 @@ def test_multi_node_c10d_and_static() -> None:
     assert (cfg.rdzv_backend, cfg.rdzv_endpoint, cfg.node_rank) == ("static", "10.0.0.1:1234", 1)
     cfg, _, _ = parse(["--nnodes", "2", "--master-addr", "::1", "s.py"])
     assert cfg.rdzv_endpoint == "[::1]:29500"
+    cfg, _, _ = parse(["--nnodes", "2", "--master-addr", "[::1]", "s.py"])
+    assert cfg.rdzv_endpoint == "[::1]:29500"
+
+
+def test_rdzv_endpoint_has_one_parser_the_rendezvous_one() -> None:
+    # The command line checks --rdzv-endpoint with the grammar the rendezvous reads it with.
+    args = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-id", "j", "--rdzv-endpoint"]
+    cfg, _, _ = parse([*args, "::1", "s.py"])
+    assert parse_endpoint(cfg.rdzv_endpoint) == ("::1", 29400)
+    with pytest.raises(UsageError, match=r"--rdzv-endpoint: .*\[IPV6\]:PORT"):
+        parse([*args, "::1:29400", "s.py"])
 
 
 def test_module_no_python_run_path_and_python_exec(monkeypatch: pytest.MonkeyPatch) -> None:
