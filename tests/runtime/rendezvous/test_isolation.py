@@ -12,10 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.helpers.net import free_port
-from tests.runtime.rendezvous.helpers import (
-    Factory,
-    rendezvous_all,
-)
+from tests.runtime.rendezvous.helpers import Factory, rendezvous_all
 from xrun.errors import UsageError
 from xrun.runtime.rendezvous import (
     RendezvousError,

@@ -7,11 +7,7 @@ import socket
 
 import pytest
 
-from tests.runtime.rendezvous.helpers import (
-    Factory,
-    rendezvous_all,
-    spawn_node,
-)
+from tests.runtime.rendezvous.helpers import Factory, rendezvous_all, spawn_node
 from xrun.errors import UsageError
 
 # -- c10d: forming worlds ------------------------------------------------------------------------
