@@ -75,7 +75,8 @@ def test_unsupported_torchrun_env_var_is_not_ignored(monkeypatch: pytest.MonkeyP
 
 def test_one_node_without_endpoint_is_standalone() -> None:
     cfg, entry, args = parse(["--nproc-per-node", "4", "train.py", "--lr", "${local_rank}"])
-    # standalone: the agent picks a random run id (checked in test_env_vs_torchrun.py and agent/test_launch.py)
+    # standalone: the agent picks a random run id (checked in test_env_vs_torchrun.py and
+    # agent/test_launch.py)
     assert cfg.rdzv_backend == "c10d" and cfg.standalone and cfg.run_id == ""
     assert entry == os.environ.get("PYTHON_EXEC", sys.executable)
     assert args == ("-u", "train.py", "--lr", "${local_rank}")
