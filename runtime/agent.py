@@ -97,6 +97,16 @@ def _log(msg: str) -> None:
     print(f"[xrun-agent {os.getpid()}] {msg}", file=sys.stderr, flush=True)
 
 
+def _random_uuid() -> str:
+    """``str(uuid.uuid4())``, without importing ``uuid`` (it imports ``platform``: milliseconds
+    of every standalone agent's start-up)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 def free_port() -> int:
     """A port that is free right now on every interface (the workers' store binds all of them)."""
     for family in (socket.AF_INET6, socket.AF_INET):  # a v6 wildcard also covers v4
@@ -124,10 +134,9 @@ class Agent:
         name: str | None = None,
     ) -> None:
         if not config.run_id:  # standalone: a fresh id per job, like torchrun --standalone
-            import uuid
             from dataclasses import replace
 
-            config = replace(config, run_id=str(uuid.uuid4()))
+            config = replace(config, run_id=_random_uuid())
         self.config = config
         self.entrypoint = entrypoint
         self.args = args

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import logging
 import threading
 import time
 from typing import Protocol
 
+from ..lazylog import LazyLogger
 from ..store.client import StoreClient
 from ..store.errors import StoreError
 from ..store.protocol import Op, encode_request, lease_fields
@@ -24,7 +24,7 @@ from .keys import Keys
 
 __all__ = ["HEARTBEATS", "Lease"]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 _NEVER = 1e9  # a lease ttl that only a closed connection (or a release) ends
 

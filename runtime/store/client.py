@@ -8,7 +8,6 @@ watch and the heartbeats it sends without waiting for answers. Standard library 
 from __future__ import annotations
 
 import contextlib
-import random
 import select
 import socket
 import threading
@@ -106,6 +105,8 @@ class Connection:
                     raise StoreTimeoutError(
                         f"could not reach the rendezvous store at {host}:{port}: {e}"
                     ) from None
+                import random  # only to retry: a store that is up answers the first try
+
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 1.0)
                 continue

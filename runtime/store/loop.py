@@ -9,13 +9,13 @@ thread-safe ``call_soon_threadsafe``. That sliver is this module; the protocol s
 ``data_received``, ``eof_received``, ``connection_lost``) and transport calls, so it reads like
 the asyncio Protocol it was written as.
 
-Standard library only, and only ``selectors``/``heapq``/``socket`` at that.
+Standard library only, and only ``selectors``/``heapq``/``socket`` at that (``logging`` loads
+when something goes wrong).
 """
 
 from __future__ import annotations
 
 import heapq
-import logging
 import selectors
 import socket
 import threading
@@ -24,7 +24,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-log = logging.getLogger(__name__)
+from ..lazylog import LazyLogger
+
+log = LazyLogger(__name__)
 
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 _RECV_SIZE = 256 << 10

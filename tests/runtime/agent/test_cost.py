@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 from tests.helpers.paths import PY
@@ -56,6 +57,9 @@ def test_agent_does_not_import_torch_and_stays_small(tmp_path: Path) -> None:
     # The store's host runs a selectors loop (runtime/store/loop.py): asyncio alone would add
     # 15-60 ms and ~3 MiB to every standalone job's start-up.
     assert "asyncio" not in imported and "ssl" not in imported
+    # Loaded on use only (a failure and a restart included): logging when something goes wrong
+    # in the store or the heartbeats, uuid never (it imports platform; see agent._random_uuid).
+    assert "logging" not in imported and "uuid" not in imported
     # ru_maxrss covers the agent and its (stdlib-only) workers
     assert maxrss_kib < 30 * 1024, f"peak RSS {maxrss_kib} KiB"
 
@@ -97,3 +101,13 @@ def test_overhead_over_spawning_workers_directly(tmp_path: Path) -> None:
     # does not fail it while an agent that sleeps or polls does.
     assert best["clean"] < 2 * best["direct"] + 0.5
     assert best["restart"] < 2 * best["clean"] + 0.3
+
+
+def test_a_standalone_run_id_is_a_uuid4() -> None:
+    from xrun.runtime.agent import _random_uuid
+
+    ids = {_random_uuid() for _ in range(200)}
+    assert len(ids) == 200
+    for s in ids:
+        u = uuid.UUID(s)
+        assert str(u) == s and u.version == 4 and u.variant == uuid.RFC_4122
