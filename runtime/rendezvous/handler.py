@@ -134,7 +134,7 @@ class RendezvousHandler:
                 return self._arm().sock.fileno()
             except (StoreError, OSError) as e:
                 raise RendezvousClosedError(
-                    f"lost the rendezvous store at {self._link.endpoint}: {e}"
+                    f"lost the rendezvous store at {self.endpoint}: {e}"
                 ) from None
 
     @property
@@ -171,7 +171,7 @@ class RendezvousHandler:
                 self._closed_failed = True
                 self._event = (
                     RendezvousEvent.CLOSED,
-                    f"lost the rendezvous store at {self._link.endpoint}: {e}",
+                    f"lost the rendezvous store at {self.endpoint}: {e}",
                 )
             return self._event
 
@@ -244,7 +244,7 @@ class RendezvousHandler:
                     client = self._link.open_client()
                 except StoreError as e:
                     raise RendezvousClosedError(
-                        f"lost the rendezvous store at {self._link.endpoint}: {e}"
+                        f"lost the rendezvous store at {self.endpoint}: {e}"
                     ) from None
                 self._kv = KeyValue(client, self.params.run_id)
             return self._kv
