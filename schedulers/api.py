@@ -59,52 +59,93 @@ _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
 
 
+class _NotConvertible(Exception):
+    """A converter's "this value is not a valid one of my type" (the caller names the option)."""
+
+
+def _to_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise _NotConvertible
+
+
+def _to_int(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+        return int(value)
+    raise _NotConvertible
+
+
+def _to_float(value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise _NotConvertible
+
+
+def _to_str(value: object) -> str:
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise _NotConvertible
+
+
+def _to_list(value: object) -> list[str]:
+    """A list, or a string split on ``;`` (on ``,`` when it has no ``;``), blanks dropped."""
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if isinstance(value, str):
+        return [v for v in (s.strip() for s in value.split(";" if ";" in value else ",")) if v]
+    raise _NotConvertible
+
+
+def _to_dict(value: object) -> dict[str, str]:
+    """A dict, or a string ``K1:V1;K2:V2`` (every item needs a key and a ``:``)."""
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    if isinstance(value, str):
+        out: dict[str, str] = {}
+        for item in filter(None, (s.strip() for s in value.split(";"))):
+            k, sep, v = item.partition(":")
+            if not sep or not k:
+                raise _NotConvertible
+            out[k] = v
+        return out
+    raise _NotConvertible
+
+
+# One converter per run option type: a value of any other type, or one its converter refuses,
+# is a UsageError that names the option.
+_CONVERTERS: dict[type, Callable[[object], CfgVal]] = {
+    bool: _to_bool,
+    int: _to_int,
+    float: _to_float,
+    str: _to_str,
+    list: _to_list,
+    dict: _to_dict,
+}
+
+
 def _convert(name: str, type_: type, value: object) -> CfgVal:
     """Convert a config value (often a string from the CLI or a config file) to ``type_``."""
-    expected = _TYPE_NAMES.get(type_, type_.__name__)
     if value is None:
         return None
-    if type_ is bool:
-        if isinstance(value, bool):
-            return value
-        s = str(value).strip().lower()
-        if s in _TRUE:
-            return True
-        if s in _FALSE:
-            return False
-    elif type_ is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
-            return int(value)
-    elif type_ is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif type_ is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-    elif type_ is list:
-        if isinstance(value, list):
-            return [str(v) for v in value]
-        if isinstance(value, str):
-            return [v for v in (s.strip() for s in value.split(";" if ";" in value else ",")) if v]
-    elif type_ is dict:
-        if isinstance(value, dict):
-            return {str(k): str(v) for k, v in value.items()}
-        if isinstance(value, str):
-            out: dict[str, str] = {}
-            for item in filter(None, (s.strip() for s in value.split(";"))):
-                k, sep, v = item.partition(":")
-                if not sep or not k:
-                    break
-                out[k] = v
-            else:
-                return out
+    converter = _CONVERTERS.get(type_)
+    if converter is not None:
+        try:
+            return converter(value)
+        except _NotConvertible:
+            pass
+    expected = _TYPE_NAMES.get(type_, type_.__name__)
     raise UsageError(f"run option {name}={value!r} is not a valid {expected}")
 
 

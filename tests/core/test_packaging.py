@@ -42,9 +42,9 @@ def test_wheel_holds_only_the_xrun_package(tmp_path: Path) -> None:
         "xrun/specs.py",
         "xrun/cli.py",
         "xrun/components/dist.py",
-        "xrun/schedulers/local_cwd.py",
-        "xrun/schedulers/slurm.py",
-        "xrun/schedulers/docker.py",
+        "xrun/schedulers/local_cwd/scheduler.py",
+        "xrun/schedulers/slurm/scheduler.py",
+        "xrun/schedulers/docker/scheduler.py",
         "xrun/runtime/agent.py",
         "xrun/runtime/__main__.py",
     ):

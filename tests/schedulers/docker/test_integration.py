@@ -27,7 +27,7 @@ from xrun.components.dist import ddp
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.schedulers.api import Stream
 from xrun.schedulers.docker import DockerScheduler
-from xrun.schedulers.docker_state import default_root
+from xrun.schedulers.docker.store import default_root
 from xrun.specs import AppDef, AppState, BindMount, Resource, Role, VolumeMount
 
 # 300 s: the first test also pays for the one-time engine install and image build (~40-80 s).
@@ -410,7 +410,7 @@ def test_dockerfile_xrun_replaces_the_recipe_and_a_broken_one_is_a_usage_error(
 def test_old_workspace_images_are_pruned_but_shared_layers_stay(docker_engine: str) -> None:
     import docker
 
-    from xrun.schedulers.docker_engine import prune_workspace_images
+    from xrun.schedulers.docker.engine import prune_workspace_images
 
     client = docker.from_env()
     try:

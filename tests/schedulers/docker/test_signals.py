@@ -3,7 +3,7 @@
 Every job is ``dist.ddp`` of tests/scripts/sigterm_worker.py: xrun's runtime agent in each
 container (``--init``: tini is PID 1 and forwards SIGTERM to the agent), the workers writing
 marker files into a bind-mounted host directory (the host cannot see the containers' pids).
-The behaviour asserted is the one schedulers/docker.py's docstring documents:
+The behaviour asserted is the one schedulers/docker/scheduler.py's docstring documents:
 
 * ``xrun cancel`` -> every worker gets SIGTERM, the app and every replica end CANCELLED and
   ``xrun run --wait`` exits 1;

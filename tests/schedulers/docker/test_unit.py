@@ -19,21 +19,21 @@ from xrun.components.dist import ddp
 from xrun.contract import RANK0_HOST_ENV
 from xrun.errors import UsageError
 from xrun.schedulers.docker import DockerScheduler
-from xrun.schedulers.docker_request import (
+from xrun.schedulers.docker.request import (
     app_state,
     container_name,
     make_app_id,
     materialize,
     replica_state,
 )
-from xrun.schedulers.docker_state import AppStateStore, split_timestamp
-from xrun.schedulers.docker_status import (
+from xrun.schedulers.docker.status import (
     end_message,
     job_from_containers,
     role_statuses,
     split_lines,
 )
-from xrun.schedulers.docker_workspace import DEFAULT_DOCKERFILE, build_context, image_tag
+from xrun.schedulers.docker.store import AppStateStore, split_timestamp
+from xrun.schedulers.docker.workspace import DEFAULT_DOCKERFILE, build_context, image_tag
 from xrun.specs import AppDef, AppState, BindMount, DeviceMount, Resource, Role, VolumeMount
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -364,7 +364,7 @@ def test_a_huge_workspace_is_refused_before_reading_it(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- reading containers
 def _container(name: str, role: str, k: int, status: str, code: int) -> SimpleNamespace:
-    """The three attributes of an SDK container object that docker_status reads."""
+    """The three attributes of an SDK container object that docker/status.py reads."""
     return SimpleNamespace(
         name=name,
         labels={"xrun.role": role, "xrun.replica": str(k), "xrun.app": "a", "xrun.session": "s"},

@@ -27,7 +27,7 @@ from xrun.schedulers.local_cwd import (
     assign_gpus,
     create_scheduler,
 )
-from xrun.schedulers.local_supervisor import is_alive
+from xrun.schedulers.local_cwd.supervisor import is_alive
 from xrun.specs import AppDef, AppState, Resource, Role
 
 
@@ -429,8 +429,8 @@ def test_supervisor_is_forked_when_safe_and_execd_from_a_thread(
     t.start()
     t.join()
     execd = got[0]
-    assert b"local_supervisor.py" not in supervisor_cmdline(forked)
-    assert b"local_supervisor.py" in supervisor_cmdline(execd)
+    assert b"local_cwd/supervisor.py" not in supervisor_cmdline(forked)
+    assert b"local_cwd/supervisor.py" in supervisor_cmdline(execd)
     (tmp_path / "go").touch()
     for app_id in (forked, execd):
         resp = sched.wait(app_id, timeout=30)

@@ -3,7 +3,7 @@
 Every job is ``dist.ddp`` of tests/scripts/sigterm_worker.py: one xrun runtime agent per
 replica (a Slurm task, inside the batch script's ``xrun_replica`` wrapper), the workers writing
 marker files into the test's tmp dir (the cluster's nodes are this host). The behaviour
-asserted is the one schedulers/slurm.py's docstring documents:
+asserted is the one schedulers/slurm/scheduler.py's docstring documents:
 
 * ``xrun cancel`` (``scancel``) -> every worker gets SIGTERM (from slurmstepd, which signals
   every process of the step, and from its agent), the app and every replica end CANCELLED

@@ -22,7 +22,7 @@ from xrun.components.dist import ddp
 from xrun.errors import UsageError
 from xrun.schedulers.api import get_scheduler
 from xrun.schedulers.slurm import SlurmScheduler, create_scheduler, parse_version
-from xrun.schedulers.slurm_script import (
+from xrun.schedulers.slurm.request import (
     ClusterInfo,
     build_request,
     format_comment,
@@ -30,7 +30,7 @@ from xrun.schedulers.slurm_script import (
     shell_word,
     signal_name,
 )
-from xrun.schedulers.slurm_status import (
+from xrun.schedulers.slurm.status import (
     SACCT_COMP_FIELDS,
     STATE_MAP,
     app_records,
@@ -43,7 +43,7 @@ from xrun.schedulers.slurm_status import (
     parse_squeue_json,
     parse_squeue_text,
 )
-from xrun.schedulers.slurm_workspace import copy_workspace, is_ignored
+from xrun.schedulers.slurm.workspace import copy_workspace, is_ignored
 from xrun.specs import AppDef, AppState, BindMount, Resource, Role, VolumeMount
 
 FIXTURES = paths.FIXTURES / "slurm"

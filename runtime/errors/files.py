@@ -1,0 +1,148 @@
+"""Worker error files: the ``@record`` decorator and the helpers that write and read the file.
+
+A worker that dies of an exception leaves its traceback in ``$TORCHELASTIC_ERROR_FILE`` so the
+agent can report the root cause. The file uses torchelastic's JSON schema, so a file written by
+torch's own ``torch.distributed.elastic.multiprocessing.errors.record`` reads the same way::
+
+    {"message": {"message": "<ExcType>: <text>",
+                 "extraInfo": {"py_callstack": "<traceback>", "timestamp": "<int epoch s>"}}}
+
+Standard library only: the agent imports this module on its start-up path, and a function
+worker imports it before the user's code runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = [
+    "ERROR_FILE_ENV",
+    "error_data",
+    "error_file_message",
+    "read_error_file",
+    "record",
+    "write_error_file",
+]
+
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+
+_R = TypeVar("_R")
+
+
+def error_data(exc: BaseException) -> dict[str, Any]:
+    """The torchelastic error-file document for ``exc`` (its traceback included)."""
+    import traceback  # json and traceback load on the error path only: the agent starts faster
+
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {
+        "message": {
+            "message": f"{type(exc).__name__}: {exc}",
+            "extraInfo": {"py_callstack": tb, "timestamp": str(int(time.time()))},
+        }
+    }
+
+
+def write_error_file(path: str, exc: BaseException) -> None:
+    """Write ``exc`` to ``path`` in torchelastic's schema.
+
+    Written to a temporary name and renamed, so an agent reading at the moment the worker dies
+    sees either nothing or the whole document, never half of it. Mode 0600: a traceback can
+    carry secrets from local variables' reprs.
+    """
+    import json
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as fp:
+        json.dump(error_data(exc), fp)
+    os.replace(tmp, path)
+
+
+def read_error_file(path: str | None) -> dict[str, Any] | None:
+    """The JSON document at ``path``; None when the path is unset, missing, unreadable or
+    not a JSON object (a worker killed mid-write must not crash the agent)."""
+    if not path:
+        return None
+    import json
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fp:
+            data = json.load(fp)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def error_file_message(data: dict[str, Any] | None) -> tuple[str, int | None]:
+    """``(message, timestamp)`` from an error-file document; ``("", None)`` when absent.
+
+    Two shapes exist: torchelastic's Python handler nests ``{"message": {"message", "extraInfo"}}``;
+    its C++ handler writes ``{"message": "<text>", "timestamp": N}``.
+    """
+    if not data:
+        return "", None
+    msg = data.get("message")
+    ts: Any = None
+    if isinstance(msg, dict):
+        text = msg.get("message", "")
+        extra = msg.get("extraInfo")
+        if isinstance(extra, dict):
+            ts = extra.get("timestamp")
+    else:
+        text = msg if msg is not None else ""
+        ts = data.get("timestamp")
+    try:
+        stamp: int | None = int(ts) if ts is not None else None
+    except (TypeError, ValueError):
+        stamp = None
+    return str(text), stamp
+
+
+def record(fn: Callable[..., _R]) -> Callable[..., _R | None]:
+    """Decorate a worker's main function: an uncaught exception is written to
+    ``$TORCHELASTIC_ERROR_FILE`` (when set) and re-raised, so the process still fails.
+
+    Like torch's ``@record``: ``SystemExit(0)`` returns None (``runpy``-style mains end that
+    way); other ``SystemExit`` codes pass through unrecorded, their exit code says it all.
+    Example::
+
+        from xrun.runtime import record
+
+        @record
+        def main() -> None:
+            ...
+
+        if __name__ == "__main__":
+            main()
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> _R | None:
+        _enable_faulthandler()
+        try:
+            return fn(*args, **kwargs)
+        except SystemExit as exc:
+            if exc.code == 0:
+                return None
+            raise
+        except Exception as exc:
+            path = os.environ.get(ERROR_FILE_ENV)
+            if path:
+                write_error_file(path, exc)
+            raise
+
+    return wrapper
+
+
+def _enable_faulthandler() -> None:
+    # A segfault or a hang dumped by SIGABRT then shows every thread's Python stack on stderr.
+    import faulthandler
+
+    try:
+        faulthandler.enable(all_threads=True)
+    except (OSError, ValueError, RuntimeError):  # stderr closed or not a real file
+        pass

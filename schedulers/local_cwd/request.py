@@ -1,0 +1,228 @@
+"""The local_cwd request: what ``--dryrun`` prints and ``schedule()`` executes (a value).
+
+Built from an AppDef and the resolved run options, with no side effects: per replica the
+argv (macros substituted), the environment set on top of the launcher's, and the log paths.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from xrun.contract import RANK0_HOST_ENV, RDZV_PORT_ENV, TOKEN_ENV
+from xrun.errors import UsageError
+from xrun.specs import AppDef, Role, appdef_to_dict, macros
+
+from ..api import CfgVal, replicas_role_may_lose
+from . import store
+
+
+@dataclass
+class ReplicaRequest:
+    role: str
+    id: int
+    argv: list[str]
+    env: dict[str, str]  # set on top of the launcher's environment
+    stdout: str
+    stderr: str
+    error_file: str
+
+
+@dataclass
+class LocalRequest:
+    """Everything schedule() needs; its text form is what ``--dryrun`` prints."""
+
+    app_id: str
+    app_dir: str
+    cwd: str
+    grace_s: float
+    replicas: list[ReplicaRequest]
+    app: dict[str, Any] = field(default_factory=dict)  # appdef_to_dict form, for describe()
+    notes: list[str] = field(default_factory=list)
+    # role -> how many of its replicas may fail before the app does (elastic roles: > 0)
+    tolerate: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def format_request(req: LocalRequest) -> str:
+    lines = [
+        f"# local_cwd app {req.app_id}: {len(req.replicas)} replica(s) in {req.cwd}",
+        f"# logs and state: {req.app_dir}",
+        f"# a replica failing stops the others: SIGTERM, {req.grace_s:g}s grace, SIGKILL",
+    ]
+    lines += [
+        f"# role {role} is elastic: the app fails once more than {n} of its replicas fail"
+        for role, n in req.tolerate.items()
+        if n
+    ]
+    lines += [f"# note: {n}" for n in req.notes]
+    for r in req.replicas:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(r.env.items()))
+        lines.append(f"# {r.role}/{r.id}: stdout {r.stdout}, stderr {r.stderr}")
+        lines.append(f"env {env} {shlex.join(r.argv)}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- helpers
+def make_app_id(name: str) -> str:
+    """``<name as a slug>-<10 random chars>``: readable, unique, safe as a dir name."""
+    slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:40] or "app"
+    # os.urandom rather than `secrets`: that module pulls in hashlib/OpenSSL (~10 ms at start-up)
+    n = int.from_bytes(os.urandom(8), "big")
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    token = ""
+    for _ in range(10):
+        n, d = divmod(n, 36)
+        token += alphabet[d]
+    return f"{slug}-{token}"
+
+
+def _which(cmd: str, path: str, cwd: str) -> str | None:
+    """Where ``cmd`` would be executed from, searching ``path`` (as execvpe does), or None."""
+    if os.sep in cmd:
+        full = os.path.join(cwd, cmd)
+        return full if os.path.isfile(full) and os.access(full, os.X_OK) else None
+    for d in path.split(os.pathsep):
+        full = os.path.join(d or ".", cmd)
+        if os.path.isfile(full) and os.access(full, os.X_OK):
+            return full
+    return None
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids replicas may use: ``CUDA_VISIBLE_DEVICES`` if set, else the NVIDIA driver's."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
+        return []
+
+
+def assign_gpus(roles: list[Role], devices: list[str]) -> dict[tuple[str, int], list[str]]:
+    """Split ``devices`` across replicas by ``resource.gpu``, in role/replica order.
+
+    No devices: nothing assigned (a CPU host runs the same app unchanged).
+    """
+    out: dict[tuple[str, int], list[str]] = {}
+    if not devices:
+        return out
+    wanted = sum(max(r.resource.gpu, 0) * r.num_replicas for r in roles)
+    if wanted > len(devices):
+        detail = ", ".join(f"{r.name}: {r.num_replicas} x {r.resource.gpu}" for r in roles)
+        raise UsageError(
+            f"auto_set_cuda_visible_devices: the app asks for {wanted} GPUs ({detail}) but this "
+            f"host has {len(devices)} visible ({','.join(devices)}); ask for fewer (-j, --gpu) "
+            "or pass -cfg auto_set_cuda_visible_devices=False"
+        )
+    nxt = 0
+    for role in roles:
+        for i in range(role.num_replicas):
+            if role.resource.gpu > 0:
+                out[(role.name, i)] = devices[nxt : nxt + role.resource.gpu]
+                nxt += role.resource.gpu
+    return out
+
+
+def _path_with(first: list[str], path: str) -> str:
+    """``first`` + ``path``'s entries, each dir once (the first occurrence wins)."""
+    parts = first + [p for p in path.split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(parts))
+
+
+def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
+    """The request for ``app`` with resolved run options ``cfg``: pure, no side effects."""
+    app_id = make_app_id(app.name)
+    log_dir = os.path.abspath(os.path.expanduser(str(cfg["log_dir"] or store.default_log_dir())))
+    paths = store.AppPaths(os.path.join(log_dir, app_id))
+    cwd = os.getcwd()
+    grace = float(cfg["stop_grace_s"])  # type: ignore[arg-type]
+    if grace < 0:
+        raise UsageError(f"run option stop_grace_s={grace:g} must be >= 0 (seconds)")
+    first = [os.path.dirname(sys.executable)] + ([cwd] if cfg["prepend_cwd"] else [])
+    path = _path_with(first, os.environ.get("PATH", os.defpath))
+    gpus = assign_gpus(app.roles, visible_gpus()) if cfg["auto_set_cuda_visible_devices"] else {}
+    replicas = []
+    notes = []
+    for role in app.roles:
+        if role.mounts:
+            notes.append(f"role {role.name}: mounts are ignored (local_cwd uses the host's files)")
+        for i in range(role.num_replicas):
+            values = macros.Values(
+                img_root=cwd, app_id=app_id, replica_id=str(i), rank0_env=RANK0_HOST_ENV
+            )
+            r = values.apply(role)
+            env = {
+                "PATH": path,
+                "PYTHONUNBUFFERED": "1",
+                RANK0_HOST_ENV: "localhost",
+                "TORCHELASTIC_ERROR_FILE": paths.error_file(role.name, i),
+            }
+            if (role.name, i) in gpus:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
+            env.update(r.env)  # the role's own env wins, PATH included
+            check_entrypoint(role.name, r.entrypoint, env["PATH"], cwd)
+            replicas.append(
+                ReplicaRequest(
+                    role=role.name,
+                    id=i,
+                    argv=[r.entrypoint, *r.args],
+                    env=env,
+                    stdout=paths.log_file(role.name, i, "stdout"),
+                    stderr=paths.log_file(role.name, i, "stderr"),
+                    error_file=paths.error_file(role.name, i),
+                )
+            )
+    tolerate = {r.name: replicas_role_may_lose(r) for r in app.roles}
+    req = LocalRequest(
+        app_id, paths.app_dir, cwd, grace, replicas, appdef_to_dict(app), notes, tolerate
+    )
+    return req
+
+
+def with_rdzv_env(req: LocalRequest) -> LocalRequest:
+    """A copy of ``req`` whose replicas share a fresh rendezvous secret (``XRUN_RDZV_TOKEN``)
+    and, per multi-replica role, a free rendezvous port (``XRUN_RDZV_PORT``, which dist.ddp's
+    default port defers to: every local replica is on this host, where two multi-node apps on
+    29500 would meet).
+
+    Made at schedule time, not in the request value, so ``--dryrun`` never shows the secret; it
+    reaches the agents through their environment (and the app's 0600 state file), never a
+    command line. A role's own env wins over both.
+    """
+    token = os.urandom(16).hex()
+    out = copy.deepcopy(req)
+    sizes: dict[str, int] = {}
+    for r in out.replicas:
+        sizes[r.role] = sizes.get(r.role, 0) + 1
+    ports = {role: str(_free_port()) for role, n in sizes.items() if n > 1}
+    for r in out.replicas:
+        r.env.setdefault(TOKEN_ENV, token)
+        if r.role in ports:
+            r.env.setdefault(RDZV_PORT_ENV, ports[r.role])
+    return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def check_entrypoint(role: str, entrypoint: str, path: str, cwd: str) -> None:
+    if not _which(entrypoint, path, cwd):
+        raise UsageError(
+            f"role {role!r}: entrypoint {entrypoint!r} is not an executable on PATH or "
+            f"relative to {cwd}; give an existing command (e.g. python3) or a path to an "
+            "executable file"
+        )

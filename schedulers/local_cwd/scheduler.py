@@ -1,0 +1,263 @@
+"""The ``local_cwd`` scheduler: every replica is a process on this host, in the current dir.
+
+::
+
+    xrun run -s local_cwd dist.ddp -j 2x2 --script examples/train_ddp.py
+
+What a replica gets (``xrun run --dryrun -s local_cwd ...`` prints it all):
+
+* its command ``entrypoint + args`` as an argv, run in the cwd (the role's ``image`` is ignored),
+  with the macros substituted: ``${img_root}`` = the cwd, ``${app_id}``, ``${replica_id}``, and
+  ``${rank0_env}`` = ``XRUN_RANK0_HOST``, an env var set to ``localhost`` in every replica;
+* ``PATH`` = the launching interpreter's bin dir, then the cwd when ``prepend_cwd=True``, then
+  the caller's ``PATH``: a role's ``python3`` is xrun's own interpreter (its venv/conda env);
+* ``PYTHONUNBUFFERED=1`` (logs appear as they are printed), ``TORCHELASTIC_ERROR_FILE`` (the
+  replica's ``error.json``, which the runtime agent fills on failure), ``CUDA_VISIBLE_DEVICES``
+  when ``auto_set_cuda_visible_devices=True`` and the host has GPUs;
+* stdout/stderr in ``<log_dir>/<app_id>/<role>/<replica>/{stdout,stderr}.log`` (dirs 0700,
+  files 0600); ``log_dir`` defaults to ``~/.local/state/xrun/local_cwd/logs`` (under
+  ``$XDG_STATE_HOME`` when set). See :mod:`xrun.schedulers.local_cwd.store`.
+
+A detached supervisor process owns the replicas, so the app survives its launcher (SIGKILL the
+``xrun run`` and the job goes on), and every query (``status``/``describe``/``log``/``cancel``/
+``list``) reads the state it keeps on disk, from any process and any shell.
+
+* Gang semantics: one replica exiting non-zero fails the app and stops the others (SIGTERM to
+  their process groups, ``stop_grace_s``, SIGKILL). An elastic role (``-j 1:3x2``) may lose
+  replicas down to ``max(min_replicas, 1)`` first: its agents carry on with fewer nodes.
+* ``cancel`` (or SIGTERM to the supervisor, whose pid is in ``.xrun/state.json``) stops every
+  replica the same way; the app ends CANCELLED. Unknown app: ``describe`` -> None, ``cancel``
+  and ``log_iter`` -> :class:`~xrun.errors.AppNotFoundError`.
+* Exit codes: a negative one means killed by that signal. ``log_iter`` yields lines with their
+  ``\\n`` and ignores ``since``/``until`` (lines carry no timestamps).
+* ``Role.max_retries`` is not applied here: restarts belong to the runtime agent
+  (``dist.ddp --max_retries`` becomes the agent's ``--max-restarts``).
+
+One file per step, in this package: ``request`` (the dry-run value), ``launch`` (dirs + starting
+the supervisor), ``supervisor`` (the detached process), ``status`` (reading the state), ``store``
+(layout and the per-user index); reading/following the log files is the shared
+:mod:`xrun.schedulers.logs`.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from xrun.errors import AppNotFoundError, UsageError
+from xrun.specs import AppDef, AppState, make_app_handle
+
+from ..api import (
+    AppDryRunInfo,
+    CfgVal,
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+    runopts,
+)
+from ..logs import POLL_S, iter_log_lines
+from . import store
+from .launch import Child, launch
+from .request import LocalRequest, build_request, format_request, with_rdzv_env
+from .status import describe_app, stop_orphans, supervisor_pidfd
+from .supervisor import TERMINAL, is_alive
+
+# States in which an app may still change (UNKNOWN: its supervisor died, replicas run on).
+_LIVE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING, AppState.UNKNOWN)
+
+
+# --------------------------------------------------------------------------- the scheduler
+class LocalCwdScheduler(Scheduler[LocalRequest]):
+    backend = "local_cwd"
+
+    def __init__(self, session_name: str) -> None:
+        super().__init__(session_name)
+        # Supervisors this process started: wait() on them directly (no polling).
+        self._children: dict[str, Child] = {}
+
+    def run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add(
+            "log_dir",
+            str,
+            "dir for the apps' logs and state: <log_dir>/<app_id>/<role>/<replica>/"
+            "{stdout,stderr}.log; default $XDG_STATE_HOME/xrun/local_cwd/logs "
+            "(~/.local/state/xrun/local_cwd/logs)",
+        )
+        opts.add(
+            "prepend_cwd", bool, "put the cwd on PATH (after the interpreter's bin dir)", False
+        )
+        opts.add(
+            "auto_set_cuda_visible_devices",
+            bool,
+            "give each replica its own CUDA_VISIBLE_DEVICES, resource.gpu devices each "
+            "(no-op on a host without GPUs)",
+            False,
+        )
+        opts.add(
+            "stop_grace_s",
+            float,
+            "seconds a stopped replica gets between SIGTERM and SIGKILL (on cancel, or when a "
+            "sibling fails)",
+            10.0,
+        )
+        return opts
+
+    # ---- dry run: build the value, no side effects
+    def _submit_dryrun(self, app: AppDef, cfg: dict[str, CfgVal]) -> AppDryRunInfo[LocalRequest]:
+        return AppDryRunInfo(build_request(app, cfg), format_request)
+
+    # ---- schedule: make the dirs, start the supervisor
+    def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
+        req = with_rdzv_env(dryrun_info.request)
+        self._children[req.app_id] = launch(req)
+        return req.app_id
+
+    # ---- queries
+    def _paths(self, app_id: str) -> store.AppPaths:
+        paths = store.find(app_id)
+        if paths is None:
+            raise AppNotFoundError(
+                f"local_cwd app {app_id!r} not found (no entry in {store.index_dir()}); "
+                "`xrun list -s local_cwd` shows this user's apps"
+            )
+        return paths
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        paths = store.find(app_id)
+        return None if paths is None else describe_app(app_id, paths)
+
+    def list(self) -> list[ListAppResponse]:
+        """This user's apps (from the index, whatever their log_dir), oldest first."""
+        found = []
+        for app_id in store.indexed_app_ids():
+            paths = store.find(app_id)
+            if paths is None:  # its log dir was deleted: forget it
+                store.unregister(app_id)
+                continue
+            resp = self.describe(app_id)
+            req = store.read_json(paths.request)
+            if resp is None or req is None:
+                continue
+            item = ListAppResponse(
+                app_id=app_id,
+                state=resp.state,
+                name=str(req.get("app", {}).get("name", "")),
+                app_handle=make_app_handle(app_id, self.backend, self.session_name),
+            )
+            found.append((os.stat(paths.request).st_mtime, item))
+        return [item for _, item in sorted(found, key=lambda f: f[0])]
+
+    # ---- waiting
+    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
+        child = self._children.get(app_id)
+        if child is not None:
+            if child.wait(timeout) is not None:
+                del self._children[app_id]
+            return self.describe(app_id)
+        paths = store.find(app_id)
+        if paths is None:
+            return None
+        fd = supervisor_pidfd(paths)
+        if fd is None:
+            resp = self.describe(app_id)
+            if resp is None or resp.state != AppState.SUBMITTED:
+                return resp  # the supervisor is gone: nothing more will change by itself
+            return super().wait(app_id, timeout)
+        try:
+            select.select([fd], [], [], timeout)
+        finally:
+            os.close(fd)
+        return self.describe(app_id)
+
+    def _follow(
+        self, app_id: str, paths: store.AppPaths, files: Sequence[str], should_tail: bool
+    ) -> Iterator[str]:
+        """The lines of ``files``; with ``should_tail``, until the app ends."""
+        fd = supervisor_pidfd(paths) if should_tail else None
+
+        def done(timeout: float) -> bool:
+            """Block up to ``timeout`` s; True once the app has ended."""
+            if fd is not None:  # readable the moment the supervisor exits: no polling lag
+                ready, _, _ = select.select([fd], [], [], timeout)
+                return bool(ready)
+            resp = self.describe(app_id)
+            if resp is None or resp.state not in _LIVE:
+                return True
+            time.sleep(timeout)
+            return False
+
+        try:
+            yield from iter_log_lines(files, should_tail, done)
+        finally:  # also when the caller stops early (the generator is closed)
+            if fd is not None:
+                os.close(fd)
+
+    # ---- logs
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        paths = self._paths(app_id)
+        req = store.read_json(paths.request) or {}
+        counts: dict[str, int] = {}
+        for r in req.get("replicas", []):
+            counts[r["role"]] = counts.get(r["role"], 0) + 1
+        if role_name not in counts:
+            raise UsageError(
+                f"app {app_id} has no role {role_name!r}; its roles: {', '.join(counts)}"
+            )
+        if not 0 <= k < counts[role_name]:
+            raise UsageError(
+                f"role {role_name!r} of app {app_id} has replicas 0..{counts[role_name] - 1}, "
+                f"not {k}"
+            )
+        kinds = {Stream.STDOUT: ["stdout"], Stream.STDERR: ["stderr"]}.get(
+            streams or Stream.COMBINED, ["stdout", "stderr"]
+        )
+        files = [paths.log_file(role_name, k, s) for s in kinds]
+        return filter_regex(regex, self._follow(app_id, paths, files, should_tail))
+
+    # ---- cancel
+    def cancel(self, app_id: str) -> None:
+        paths = self._paths(app_id)
+        st = store.read_json(paths.state)
+        deadline = time.monotonic() + 10
+        while st is None and time.monotonic() < deadline:  # another process is scheduling it
+            time.sleep(POLL_S)
+            st = store.read_json(paths.state)
+        if st is None or st["state"] in TERMINAL:
+            return
+        req = store.read_json(paths.request) or {}
+        grace = float(req.get("grace_s", 10.0))
+        sup = st["supervisor"]
+        fd = supervisor_pidfd(paths)
+        if fd is not None:
+            os.close(fd)
+            os.kill(sup["pid"], signal.SIGTERM)  # the supervisor stops the replicas
+            self.wait(app_id, timeout=grace + 5)
+        elif not is_alive(sup["pid"], sup["start"]):
+            stop_orphans(paths, st, grace)
+
+    def close(self) -> None:
+        # Reap supervisors that have ended; live ones go on without us (by design).
+        for app_id, child in list(self._children.items()):
+            if child.wait(0) is not None:
+                del self._children[app_id]
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> LocalCwdScheduler:
+    return LocalCwdScheduler(session_name)

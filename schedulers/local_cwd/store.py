@@ -1,0 +1,149 @@
+"""Where a local_cwd app lives on disk, and how any process finds and reads it.
+
+Layout of one app (``log_dir`` is the run option; see :func:`default_log_dir`)::
+
+    <log_dir>/<app_id>/                       0700
+        <role>/<replica>/stdout.log           0600, the replica's stdout
+        <role>/<replica>/stderr.log           0600
+        <role>/<replica>/error.json           TORCHELASTIC_ERROR_FILE (written by the replica)
+        .xrun/request.json                    what to run (written by schedule())
+        .xrun/state.json                      pids, start times, exit codes, states (supervisor)
+        .xrun/supervisor.log                  the supervisor's own output (normally empty)
+
+Role names cannot start with ``.``, so ``.xrun`` never clashes with a role.
+
+An index in a fixed per-user place, ``$XDG_STATE_HOME/xrun/local_cwd/index/<app_id>`` (a
+symlink to the app's dir), lets ``status``/``log``/``cancel``/``list`` find an app whatever
+``log_dir`` it was given, from any process and any cwd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from xrun.xdg import state_dir
+
+from .supervisor import LOG_FILE, REQUEST_FILE, STATE_FILE
+
+STATE_SUBDIR = ".xrun"
+# What an app id looks like (see request.make_app_id); anything else cannot name an app dir,
+# which also keeps ids like "../x" from walking out of the index.
+_APP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def default_log_dir() -> str:
+    """``$XDG_STATE_HOME/xrun/local_cwd/logs`` (``~/.local/state/xrun/local_cwd/logs``)."""
+    return state_dir("local_cwd", "logs")
+
+
+def index_dir() -> str:
+    return state_dir("local_cwd", "index")
+
+
+def valid_app_id(app_id: str) -> bool:
+    return bool(_APP_ID_RE.match(app_id)) and ".." not in app_id
+
+
+@dataclass(frozen=True)
+class AppPaths:
+    """The files of one app, from its directory."""
+
+    app_dir: str
+
+    @property
+    def state_dir(self) -> str:
+        return os.path.join(self.app_dir, STATE_SUBDIR)
+
+    @property
+    def request(self) -> str:
+        return os.path.join(self.state_dir, REQUEST_FILE)
+
+    @property
+    def state(self) -> str:
+        return os.path.join(self.state_dir, STATE_FILE)
+
+    @property
+    def supervisor_log(self) -> str:
+        return os.path.join(self.state_dir, LOG_FILE)
+
+    def replica_dir(self, role: str, replica_id: int) -> str:
+        return os.path.join(self.app_dir, role, str(replica_id))
+
+    def log_file(self, role: str, replica_id: int, stream: str) -> str:
+        return os.path.join(self.replica_dir(role, replica_id), f"{stream}.log")
+
+    def error_file(self, role: str, replica_id: int) -> str:
+        return os.path.join(self.replica_dir(role, replica_id), "error.json")
+
+
+def make_private_dirs(path: str) -> None:
+    """``mkdir -p`` with mode 0700 for every dir created (logs may hold secrets)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+
+
+def register(app_id: str, app_dir: str) -> None:
+    """Add ``app_id -> app_dir`` to the per-user index (a symlink: atomic, one syscall)."""
+    idx = index_dir()
+    make_private_dirs(idx)
+    link = os.path.join(idx, app_id)
+    tmp = f"{link}.{os.getpid()}.tmp"
+    os.symlink(os.path.abspath(app_dir), tmp)
+    os.replace(tmp, link)
+
+
+def unregister(app_id: str) -> None:
+    try:
+        os.unlink(os.path.join(index_dir(), app_id))
+    except FileNotFoundError:
+        pass
+
+
+def find(app_id: str) -> AppPaths | None:
+    """The app's paths, or None when no app of this user has that id."""
+    if not valid_app_id(app_id):
+        return None
+    candidates = [os.path.join(index_dir(), app_id), os.path.join(default_log_dir(), app_id)]
+    for path in candidates:
+        paths = AppPaths(os.path.realpath(path))
+        if os.path.isfile(paths.request):
+            return paths
+    return None
+
+
+def indexed_app_ids() -> list[str]:
+    try:
+        names = os.listdir(index_dir())
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if valid_app_id(n) and not n.endswith(".tmp"))
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    """The file's JSON object, or None when it does not exist (yet)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_error_summary(path: str) -> str:
+    """The message of a torchelastic-style error file (``{"message": {"message": ...}}``).
+
+    "" when the replica wrote none (it exited without the runtime's error handler).
+    """
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):  # half-written by a replica that was killed mid-write
+        return ""
+    if not data:
+        return ""
+    message = data.get("message", data)
+    if isinstance(message, dict):
+        return str(message.get("message") or json.dumps(message))
+    return str(message)

@@ -1,0 +1,335 @@
+"""The detached supervisor of one local_cwd app: spawns its replicas, waits, records their fate.
+
+``local_cwd`` starts one supervisor per app, in a new session, as::
+
+    python -S [-P] .../xrun/schedulers/local_cwd/supervisor.py STATE_DIR [--ready-fd FD]
+
+so the app outlives the ``xrun run`` that launched it (a SIGKILLed CLI leaves the job running)
+and any process can ask about it: everything the supervisor knows is in ``STATE_DIR/state.json``,
+rewritten atomically (temp file + rename) after every change.
+
+What it does, in order:
+
+1. reads ``STATE_DIR/request.json`` (written by :mod:`xrun.schedulers.local_cwd.launch`);
+2. starts every replica in its own process group (``start_new_session``) so a stop reaches the
+   replica's children too (the runtime agent and its workers);
+3. sleeps in ``select`` on a self-pipe that SIGCHLD/SIGTERM/SIGINT write to: no polling;
+4. gang semantics: the first replica to exit non-zero fails the app and its siblings get SIGTERM
+   to their process groups, ``grace_s`` seconds, then SIGKILL. An elastic role
+   (``min_replicas < num_replicas``) may lose replicas down to ``max(min_replicas, 1)``
+   before that happens: its runtime agents carry on with fewer nodes. SIGTERM/SIGINT to the supervisor
+   (what ``cancel`` sends) stops every replica the same way and the app ends CANCELLED;
+5. writes the final state only after every replica has been reaped, then exits. So "the state
+   file says terminal" implies "all output is in the log files" (log followers rely on it).
+
+Standard library only, and nothing from xrun: it runs with ``-S`` (no site-packages scan) to
+start ~15 ms sooner, which is on every local job's critical path. It is exec'd by its file's
+path, not with ``-m``, so not even this package's ``__init__`` runs. The rest of ``local_cwd``
+imports the small helpers below (``write_json_atomic``, ``proc_start_time``, ``is_alive``)
+from here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+STATE_FILE = "state.json"
+REQUEST_FILE = "request.json"
+LOG_FILE = "supervisor.log"
+
+RUNNING, SUCCEEDED, FAILED, CANCELLED = "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+
+
+# --------------------------------------------------------------------------- shared helpers
+def write_json_atomic(path: str, data: Any) -> None:
+    """Write ``data`` as JSON so readers see the old or the new file, never half of one."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22).
+
+    Stored next to every pid so a recycled pid is never mistaken for our process. None when the
+    process does not exist, is a zombie, or there is no /proc (then only the pid is checked).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces and parentheses: the fields we want follow the LAST ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):  # exited, not yet reaped: as good as dead
+        return None
+    return int(fields[19])
+
+
+def is_alive(pid: int | None, start: int | None) -> bool:
+    """Whether ``pid`` is still the process that was started at ``start`` (see above)."""
+    if not pid:
+        return False
+    if os.path.isdir("/proc/self"):
+        now = proc_start_time(pid)
+        return now is not None and (start is None or now == start)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# --------------------------------------------------------------------------- the supervisor
+class Supervisor:
+    def __init__(self, state_dir: str, wake_fd: int, ready_fd: int | None = None) -> None:
+        self.state_dir = state_dir
+        self.wake_fd = wake_fd
+        self.ready_fd = ready_fd
+        self.cancel_requested = False
+        self.kill_deadline: float | None = None  # set while stopping replicas: SIGKILL then
+        with open(os.path.join(state_dir, REQUEST_FILE)) as f:
+            self.request: dict[str, Any] = json.load(f)
+        self.grace_s = float(self.request.get("grace_s", 10.0))
+        # Gang semantics, relaxed for elastic roles: a role may lose this many replicas
+        # (num_replicas - max(min_replicas, 1)) before the app fails.
+        self.tolerate: dict[str, int] = dict(self.request.get("tolerate", {}))
+        self.failures: dict[str, int] = {}
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}  # replica index -> process
+        self.replicas: list[dict[str, Any]] = [
+            {
+                "role": r["role"],
+                "id": r["id"],
+                "pid": None,
+                "start": None,
+                "exit_code": None,
+                "state": "PENDING",
+                "msg": "",
+            }
+            for r in self.request["replicas"]
+        ]
+        self.state: dict[str, Any] = {
+            "app_id": self.request["app_id"],
+            "state": RUNNING,
+            "msg": "",
+            "supervisor": {"pid": os.getpid(), "start": proc_start_time(os.getpid())},
+            "started_at": time.time(),
+            "ended_at": None,
+            "replicas": self.replicas,
+        }
+
+    # ---- state
+    def save(self) -> None:
+        write_json_atomic(os.path.join(self.state_dir, STATE_FILE), self.state)
+
+    # ---- spawning
+    def spawn_all(self) -> None:
+        env_base = dict(os.environ)
+        for i, spec in enumerate(self.request["replicas"]):
+            if self.cancel_requested or self.state["state"] != RUNNING:
+                self.replicas[i]["state"] = CANCELLED
+                continue
+            self._spawn(i, spec, env_base)
+
+    def _spawn(self, i: int, spec: dict[str, Any], env_base: dict[str, str]) -> None:
+        rep = self.replicas[i]
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        out = os.open(spec["stdout"], flags, 0o600)
+        err = os.open(spec["stderr"], flags, 0o600)
+        try:
+            proc = subprocess.Popen(
+                spec["argv"],
+                cwd=self.request["cwd"],
+                env={**env_base, **spec["env"]},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # own process group: a stop reaches its children
+            )
+        except OSError as e:
+            # e.g. the entrypoint vanished since the dry run: the shell's "cannot execute" code
+            msg = f"cannot start {spec['argv'][0]!r}: {e.strerror or e}"
+            os.write(err, (msg + "\n").encode())
+            rep.update(state=FAILED, exit_code=127, msg=msg)
+            self.fail(f"replica {rep['role']}/{rep['id']} failed: {msg}")
+            return
+        finally:
+            os.close(out)
+            os.close(err)
+        self.procs[i] = proc
+        rep.update(pid=proc.pid, start=proc_start_time(proc.pid), state=RUNNING)
+
+    # ---- reaping
+    def reap(self) -> bool:
+        """Collect every exited replica; True when something changed."""
+        changed = False
+        for i, proc in list(self.procs.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del self.procs[i]
+            changed = True
+            rep = self.replicas[i]
+            rep["exit_code"] = code
+            if rep["state"] == "STOPPING":  # stopped by us (cancel or a sibling's failure)
+                rep["state"] = SUCCEEDED if code == 0 else CANCELLED
+            elif code == 0:
+                rep["state"] = SUCCEEDED
+            else:
+                rep["state"] = FAILED
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                msg = f"replica {rep['role']}/{rep['id']} {how}"
+                role = rep["role"]
+                self.failures[role] = self.failures.get(role, 0) + 1
+                if self.failures[role] > self.tolerate.get(role, 0):
+                    self.fail(msg)
+                else:  # an elastic role above its minimum: the survivors carry on
+                    rep["msg"] = msg
+                    _log(f"{msg}; role {role} goes on with fewer replicas")
+        return changed
+
+    def fail(self, msg: str) -> None:
+        """Gang semantics: the first failure decides the app's fate and stops the others."""
+        if self.state["state"] == RUNNING:
+            self.state.update(state=FAILED, msg=msg)
+            self.stop_all()
+
+    def stop_all(self) -> None:
+        """SIGTERM every live replica's process group; SIGKILL follows after the grace period."""
+        self.kill_deadline = time.monotonic() + self.grace_s
+        for i, proc in self.procs.items():
+            self.replicas[i]["state"] = "STOPPING"
+            _killpg(proc.pid, signal.SIGTERM)
+
+    # ---- main loop
+    def drain_wakeups(self) -> list[int]:
+        try:
+            return list(os.read(self.wake_fd, 4096))
+        except BlockingIOError:
+            return []
+
+    def run(self) -> str:
+        self.handle_signals(self.drain_wakeups())
+        self.spawn_all()
+        self.reap()
+        self.save()
+        if self.ready_fd is not None:
+            _tell_ready(self.ready_fd)
+        while self.procs:
+            timeout = None
+            if self.kill_deadline is not None:
+                timeout = max(0.0, self.kill_deadline - time.monotonic())
+            ready, _, _ = select.select([self.wake_fd], [], [], timeout)
+            if ready:
+                self.handle_signals(self.drain_wakeups())
+            elif self.kill_deadline is not None:  # grace period over
+                for proc in self.procs.values():
+                    _killpg(proc.pid, signal.SIGKILL)
+                self.kill_deadline = None
+            if self.reap():
+                self.save()
+        # Leftovers in a replica's group (children that outlived it) do not survive the app.
+        for rep in self.replicas:
+            if rep["pid"]:
+                _killpg(rep["pid"], signal.SIGKILL)
+        if self.state["state"] == RUNNING:
+            self.state["state"] = SUCCEEDED
+        self.state["ended_at"] = time.time()
+        self.save()
+        return str(self.state["state"])
+
+    def handle_signals(self, signums: list[int]) -> None:
+        if (signal.SIGTERM in signums or signal.SIGINT in signums) and not self.cancel_requested:
+            self.cancel_requested = True
+            if self.state["state"] == RUNNING:
+                self.state.update(state=CANCELLED, msg="cancelled by request")
+                self.stop_all()
+
+
+def _log(msg: str) -> None:
+    """A line in supervisor.log (fd 2). Not print(): a forked supervisor's sys.stderr is still
+    the launcher's Python object, possibly wrapping an fd that serve_forked closed."""
+    try:
+        os.write(2, f"{time.strftime('%H:%M:%S')} {msg}\n".encode())
+    except OSError:
+        pass
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tell_ready(fd: int) -> None:
+    """Tell the launching ``schedule()`` that the replicas run and state.json exists."""
+    try:
+        os.write(fd, b"ok\n")
+        os.close(fd)
+    except OSError:  # the launcher is gone (SIGKILLed CLI): nobody to tell
+        pass
+
+
+def serve_forked(state_dir: str, ready_fd: int, log_path: str) -> None:
+    """Become the supervisor in a child just forked from ``schedule()``; never returns.
+
+    Forking skips a new interpreter's start-up (tens of ms on every local job). The child
+    leaves the launcher's session and drops every inherited fd (a CLI's stdout pipe, sockets),
+    so to the rest of the system it looks just like the exec'd supervisor.
+    """
+    code = 1
+    try:
+        os.setsid()
+        try:  # `ps -o comm`/top show this name instead of the launcher's (a copy until here)
+            with open("/proc/self/comm", "w") as f:
+                f.write("xrun-supervisor")
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, ready_fd)
+        os.closerange(ready_fd + 1, 1 << 16)
+        code = main([state_dir, "--ready-fd", str(ready_fd)])
+    except BaseException:
+        import traceback
+
+        os.write(2, traceback.format_exc().encode())
+    finally:
+        os._exit(code)  # never run the launcher's cleanup (atexit, buffered output) twice
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--ready-fd"):
+        print("usage: supervisor.py STATE_DIR [--ready-fd FD]", file=sys.stderr)
+        return 2
+    # Signals first, before anything slow: a cancel that arrives early must not be lost.
+    rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wfd)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)  # the wake-up byte is what matters
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    sup = Supervisor(argv[0], rfd, int(argv[2]) if len(argv) == 3 else None)
+    final = sup.run()
+    return {SUCCEEDED: 0, FAILED: 1, CANCELLED: 3}.get(final, 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,436 @@
+"""An AppDef as ONE sbatch script: the Slurm scheduler's request value, built without side effects.
+
+Layout of a job (``<log_root>`` = ``<chdir>/slurm-logs``, ``<chdir>`` = job_dir or the cwd)::
+
+    <log_root>/slurm-<jobid>.out             the batch shell's own output (srun's messages)
+    <log_root>/<jobid>/<role>/<i>.stdout     replica i of role: its stdout (appended on requeue)
+    <log_root>/<jobid>/<role>/<i>.stderr     ... its stderr
+    <log_root>/<jobid>/<role>/<i>.node       the node it ran on (written at start)
+    <log_root>/<jobid>/<role>/<i>.exit       its exit code (written when it ends)
+    <log_root>/<jobid>/preempted             one line per preemption signal received
+    <log_root>/<jobid>/requeued              the attempt that asked for a requeue, until the
+                                             next one starts (Slurm briefly shows it FAILED)
+
+One role is one homogeneous allocation (``--nodes=N --ntasks-per-node=1``, one srun step,
+replica = ``$SLURM_PROCID``). Several roles are a heterogeneous job, one component per role and
+one srun with ``:``-separated groups; Slurm 22.05 numbers the tasks of such a step globally and
+tells no task its group, so each group's command names its role and subtracts its offset.
+
+Quoting: each role's command is kept in a quoted here-document, so the batch shell expands
+nothing in it (the accelerate#2816 trap: ``$SLURM_PROCID`` expanded by the batch shell is 0 on
+every node). Each task runs it with ``bash -c``; the macros that depend on the task are the only
+unquoted parts (``"${SLURM_JOB_ID}"``, ``"${XRUN_REPLICA_ID}"``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+from dataclasses import dataclass, field
+
+from xrun.contract import RANK0_HOST_ENV
+from xrun.errors import UsageError
+from xrun.specs import AppDef, BindMount, Role, macros
+
+COMMENT_PREFIX = "xrun:"
+LOG_SUBDIR = "slurm-logs"
+
+# Sentinels for the macros whose value is only known inside a task: substituted first, then
+# turned into double-quoted variable references after the rest of the word is single-quoted.
+_TASK_VARS = {"@@XRUN_APP_ID@@": "SLURM_JOB_ID", "@@XRUN_REPLICA_ID@@": "XRUN_REPLICA_ID"}
+_SENTINEL_RE = re.compile("(" + "|".join(map(re.escape, _TASK_VARS)) + ")")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What the submit side knows of the cluster; decides version-dependent flags.
+
+    ``version`` is ``(major, minor)`` from ``sbatch --version``; ``node_mem_mb`` is the smallest
+    RealMemory of the partition's nodes (None: unknown, so ``--mem`` is passed as asked).
+    """
+
+    version: tuple[int, int] = (22, 5)
+    node_mem_mb: int | None = None
+
+
+@dataclass
+class SlurmBatchRequest:
+    """Everything ``schedule`` needs: the script, the sbatch argv, and where logs will be."""
+
+    app_name: str
+    script: str
+    sbatch_argv: list[str]
+    chdir: str
+    log_root: str
+    roles: dict[str, int] = field(default_factory=dict)  # role name -> max replicas
+    workspace: str | None = None  # copied into chdir (job_dir) before sbatch, when set
+
+    def materialize(self) -> str:
+        """What ``--dryrun`` prints: the command, then the whole batch script."""
+        head = f"# submit: {shlex.join(self.sbatch_argv)} < script\n"
+        if self.workspace:
+            head += f"# copy workspace {self.workspace} -> {self.chdir} first\n"
+        return head + self.script
+
+
+def _squote(text: str) -> str:
+    """Like shlex.quote, but ``'\\''`` for a quote: shorter and the usual idiom in scripts."""
+    if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", text):
+        return text
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def shell_word(text: str, img_root: str) -> str:
+    """``text`` with macros substituted, as ONE shell word for a task's shell.
+
+    Everything is single-quoted except ``${app_id}``/``${replica_id}``, which become
+    ``"${SLURM_JOB_ID}"``/``"${XRUN_REPLICA_ID}"`` so the task expands them (not the batch shell).
+    """
+    values = macros.Values(
+        img_root=img_root,
+        app_id="@@XRUN_APP_ID@@",
+        replica_id="@@XRUN_REPLICA_ID@@",
+        rank0_env=RANK0_HOST_ENV,
+    )
+    out = []
+    for part in _SENTINEL_RE.split(values.substitute(text)):
+        if part in _TASK_VARS:
+            out.append(f'"${{{_TASK_VARS[part]}}}"')
+        elif part:
+            out.append(_squote(part))
+    return "".join(out) or "''"
+
+
+def _check_role(role: Role) -> None:
+    for name in role.env:
+        if not _ENV_NAME_RE.fullmatch(name):
+            raise UsageError(
+                f"role {role.name!r}: env name {name!r} is not a shell variable name; "
+                "use letters, digits and '_' (not starting with a digit)"
+            )
+    for m in role.mounts:
+        # Slurm runs on the nodes' own filesystem: there is nothing to mount, only a path that
+        # is already where the job expects it.
+        if not (isinstance(m, BindMount) and m.src_path == m.dst_path):
+            raise UsageError(
+                f"role {role.name!r}: mount {m} cannot be honoured by slurm (tasks see the "
+                "nodes' shared filesystem as is); use the path directly, or a bind mount "
+                "whose src equals its dst"
+            )
+
+
+def _role_sbatch_opts(role: Role, cfg: dict[str, object], info: ClusterInfo) -> list[str]:
+    """The ``#SBATCH`` options of one role's allocation (one het component)."""
+    opts: list[str] = []
+    lo = role.min_replicas if role.min_replicas is not None else role.num_replicas
+    lo = max(lo, 1)
+    elastic = lo < role.num_replicas
+    if elastic:
+        # No --ntasks-per-node here: with it Slurm derives ntasks=MIN and allocates MIN nodes
+        # even when MAX are free (22.05, measured); srun then puts one task on each node.
+        opts.append(f"--nodes={lo}-{role.num_replicas}")
+    else:
+        opts += [f"--nodes={role.num_replicas}", "--ntasks-per-node=1"]
+    res = role.resource
+    if res.cpu > 0:
+        opts.append(f"--cpus-per-task={res.cpu}")
+    if res.memMB > 0:
+        if info.node_mem_mb is not None and info.node_mem_mb <= 1:
+            # RealMemory unset (Slurm's default 1 MB): any --mem would be unsatisfiable.
+            opts.append("# --mem skipped: the partition's nodes report no RealMemory")
+        else:
+            opts.append(f"--mem={res.memMB}M")
+    if res.gpu > 0:
+        if info.version >= (24, 11):
+            opts.append(f"--gpus-per-node={res.gpu}")
+        elif elastic:
+            opts.append(f"--gres=gpu:{res.gpu}")  # per node, without fixing the task count
+        else:
+            # Before 24.11 the per-node form needs --ntasks alongside --gpus-per-task (23.11).
+            opts += [f"--gpus-per-task={res.gpu}", f"--ntasks={lo}"]
+    for key, flag in (
+        ("partition", "--partition"),
+        ("time", "--time"),
+        ("account", "--account"),
+        ("qos", "--qos"),
+        ("constraint", "--constraint"),
+    ):
+        if cfg.get(key):
+            opts.append(f"{flag}={cfg[key]}")
+    if cfg.get("exclusive"):
+        opts.append("--exclusive")
+    return opts
+
+
+_AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+
+
+def signal_name(cfg: dict[str, object]) -> str | None:
+    """``USR2`` from the ``signal`` option (``USR2@90``, ``B:SIGUSR2@90``, ``12@90``); None if unset."""
+    text = str(cfg.get("signal") or "").strip()
+    if not text:
+        return None
+    name = text.split(":", 1)[-1].split("@", 1)[0].strip().upper()
+    name = name.removeprefix("SIG")
+    if name.isdigit():
+        try:
+            name = signal.Signals(int(name)).name.removeprefix("SIG")
+        except ValueError:
+            name = ""
+    if not name or not hasattr(signal, f"SIG{name}") or "@" not in text:
+        raise UsageError(
+            f"run option signal={text!r} is invalid; expected SIG@SECONDS, e.g. USR2@90 "
+            "(the signal name or number, then how many seconds before the end)"
+        )
+    return name
+
+
+def format_comment(app: AppDef, extra: str = "") -> str:
+    """``xrun:APP;ROLE=N;ROLE=N[,EXTRA]``: marks the job as xrun's (for ``list``) and tells any
+    shell the roles and replica counts, which the log layout needs."""
+    roles = "".join(f";{r.name}={r.num_replicas}" for r in app.roles)
+    return f"{COMMENT_PREFIX}{app.name}{roles}" + (f",{extra}" if extra else "")
+
+
+def parse_comment(comment: str) -> tuple[str, dict[str, int]] | None:
+    """(app name, roles) from :func:`format_comment`'s text; None for a job not xrun's."""
+    if not comment.startswith(COMMENT_PREFIX):
+        return None
+    head = comment[len(COMMENT_PREFIX) :].split(",", 1)[0]
+    name, *parts = head.split(";")
+    roles: dict[str, int] = {}
+    for part in parts:
+        role, _, n = part.partition("=")
+        if role and n.isdigit():
+            roles[role] = int(n)
+    return name, roles
+
+
+def _job_sbatch_opts(app: AppDef, cfg: dict[str, object], log_root: str, chdir: str) -> list[str]:
+    """Options for the whole job (first component): name, marker comment, output, requeue."""
+    max_retries = max(r.max_retries for r in app.roles)
+    opts = [
+        f"--job-name={cfg.get('job_name') or app.name}",
+        f"--comment={format_comment(app, str(cfg.get('comment') or ''))}",
+        f"--chdir={chdir}",
+        f"--output={log_root}/slurm-%j.out",
+        "--open-mode=append",
+    ]
+    sig = signal_name(cfg)
+    if sig:
+        # B: the batch shell gets it and passes it on (srun would not see it otherwise).
+        seconds = str(cfg["signal"]).rsplit("@", 1)[1]
+        opts.append(f"--signal=B:{sig}@{seconds}")
+    if max_retries > 0:
+        opts.append("--requeue")
+    else:
+        opts.append("--no-requeue")
+    if cfg.get("mail_user"):
+        opts.append(f"--mail-user={cfg['mail_user']}")
+    if cfg.get("mail_type"):
+        opts.append(f"--mail-type={cfg['mail_type']}")
+    return opts
+
+
+def _sbatch_line(opt: str) -> str:
+    if opt.startswith("#"):
+        return opt
+    # #SBATCH lines are not shell: quotes would be kept literally, so spaces are refused.
+    if re.search(r"\s", opt):
+        raise UsageError(
+            f"sbatch option {opt!r} contains whitespace; #SBATCH lines cannot quote it. "
+            "Pass a value without spaces"
+        )
+    return f"#SBATCH {opt}"
+
+
+def _role_command(role: Role, offset: int, img_root: str) -> str:
+    """The code one task runs with ``bash -c``: who am I, the role's env, the command."""
+    lines = [
+        f"export XRUN_ROLE={shlex.quote(role.name)}",
+        f"export XRUN_REPLICA_ID=$((SLURM_PROCID - {offset}))",
+    ]
+    for k, v in role.env.items():
+        lines.append(f"export {k}={shell_word(v, img_root)}")
+    argv = [shell_word(role.entrypoint, img_root)] + [shell_word(a, img_root) for a in role.args]
+    lines.append("xrun_replica " + " ".join(argv))
+    return "\n".join(lines)
+
+
+_PRELUDE = """\
+set -u
+# Everything this job writes besides the workers' own files (see schedulers/slurm/request.py).
+export XRUN_LOG_DIR={log_dir}
+# The first host of the (first role's) allocation: the rendezvous host of multi-node roles.
+{rank0_env}=$(scontrol show hostnames "${{SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}}" | head -n1)
+export {rank0_env}
+# A per-job secret for the rendezvous store, made at run time so that it is in no file, no
+# command line and no `ps` output; srun hands the environment on to every task.
+XRUN_RDZV_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
+export XRUN_RDZV_TOKEN
+export PYTHONUNBUFFERED=1
+{path_line}mkdir -p {mkdirs}
+rm -f "$XRUN_LOG_DIR/requeued"  # this attempt has started (see the end of the script)
+
+# Runs one replica: logs and exit code beside each other under $XRUN_LOG_DIR/<role>/<replica>.
+# The command runs in the background so that this shell can pass signals on (srun forwards the
+# preemption signal here; the runtime agent forwards it to its workers).
+# shellcheck disable=SC2317  # run by the tasks (export -f), not by this shell
+xrun_replica() {{
+    local out="$XRUN_LOG_DIR/$XRUN_ROLE/$XRUN_REPLICA_ID" child rc
+    echo "${{SLURMD_NODENAME:-$(hostname)}}" >"$out.node"
+    rm -f "$out.exit"
+    "$@" >>"$out.stdout" 2>>"$out.stderr" &
+    child=$!
+    trap 'kill -TERM "$child" 2>/dev/null' TERM
+    trap 'kill -INT "$child" 2>/dev/null' INT
+{replica_trap}    wait "$child"
+    rc=$?
+    # A trapped signal interrupts `wait`; wait again until the command itself has ended.
+    while kill -0 "$child" 2>/dev/null; do
+        wait "$child"
+        rc=$?
+    done
+    echo "$rc" >"$out.exit"
+    return "$rc"
+}}
+export -f xrun_replica
+"""
+
+_SIGNAL_HANDLER = """\
+# The --signal warning (preemption or time limit) reaches this shell: record it, pass it on.
+# shellcheck disable=SC2317  # run by the trap
+xrun_on_signal() {
+    echo "xrun: got SIG$1 (preemption or time limit): passing it to the replicas" >&2
+    echo "$(date +%s) $1 restart=${SLURM_RESTART_COUNT:-0}" >>"$XRUN_LOG_DIR/preempted"
+    XRUN_PREEMPTED=1
+    kill -"$1" "$XRUN_SRUN" 2>/dev/null
+}
+"""
+
+_EPILOGUE = """\
+XRUN_SRUN=$!
+XRUN_PREEMPTED=0
+{batch_trap}wait "$XRUN_SRUN"
+XRUN_RC=$?
+while kill -0 "$XRUN_SRUN" 2>/dev/null; do
+    wait "$XRUN_SRUN"
+    XRUN_RC=$?
+done
+
+# Requeue on failure or preemption while retries are left (max_retries={max_retries}); the job
+# keeps its id and SLURM_RESTART_COUNT counts the attempts.
+if [ "$XRUN_RC" -ne 0 ] || [ "$XRUN_PREEMPTED" -eq 1 ]; then
+    if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_retries} ]; then
+        echo "xrun: attempt ${{SLURM_RESTART_COUNT:-0}} ended with exit code $XRUN_RC; requeueing" >&2
+        # Until Slurm shows it PENDING again, the job looks FAILED: this file says otherwise.
+        echo "${{SLURM_RESTART_COUNT:-0}}" >"$XRUN_LOG_DIR/requeued"
+        scontrol requeue "$SLURM_JOB_ID" || rm -f "$XRUN_LOG_DIR/requeued"
+    fi
+fi
+exit "$XRUN_RC"
+"""
+
+
+def build_request(
+    app: AppDef,
+    cfg: dict[str, object],
+    chdir: str,
+    info: ClusterInfo,
+    path_prefix: str | None,
+    workspace: str | None = None,
+) -> SlurmBatchRequest:
+    """The sbatch script for ``app`` (pure: no Slurm command runs)."""
+    for role in app.roles:
+        _check_role(role)
+    log_root = f"{chdir.rstrip('/')}/{LOG_SUBDIR}"
+    log_dir = shlex.quote(log_root) + '/"$SLURM_JOB_ID"'
+    max_retries = max(r.max_retries for r in app.roles)
+
+    lines = [
+        "#!/bin/bash",
+        f"# xrun app {app.name!r}: {len(app.roles)} role(s), generated by xrun's slurm scheduler.",
+        f"# Logs: {log_root}/<jobid>/<role>/<replica>.stdout|.stderr",
+    ]
+    job_opts = _job_sbatch_opts(app, cfg, log_root, chdir)
+    for i, role in enumerate(app.roles):
+        if i > 0:
+            lines.append("#SBATCH hetjob")
+        lines.append(f"# role {role.name!r}: {role.num_replicas} replica(s)")
+        opts = (job_opts if i == 0 else []) + _role_sbatch_opts(role, cfg, info)
+        lines += [_sbatch_line(o) for o in opts]
+    extra = cfg.get("extra_sbatch_args") or []
+    assert isinstance(extra, list)
+    if extra:
+        lines.append("# extra_sbatch_args (as given)")
+        lines += [_sbatch_line(str(o)) for o in extra]
+    lines.append("")
+
+    path_line = ""
+    if path_prefix:
+        path_line = (
+            "# The submitting interpreter's bin dir first: `python3` in a task is xrun's Python.\n"
+            f'export PATH={shlex.quote(path_prefix)}:"$PATH"\n'
+        )
+    mkdirs = " ".join(f'"$XRUN_LOG_DIR"/{shlex.quote(r.name)}' for r in app.roles)
+    sig = signal_name(cfg)
+    replica_trap = batch_trap = ""
+    if sig:
+        path_line += (
+            f"# The runtime agent passes SIG{sig} on to its workers (a checkpoint hook) too.\n"
+            f"export PET_SIGNALS_TO_HANDLE={_AGENT_SIGNALS},SIG{sig}\n"
+        )
+        replica_trap = f"    trap 'kill -{sig} \"$child\" 2>/dev/null' {sig}\n"
+        batch_trap = _SIGNAL_HANDLER + f"trap 'xrun_on_signal {sig}' {sig}\n"
+    lines.append(
+        _PRELUDE.format(
+            log_dir=log_dir,
+            rank0_env=RANK0_HOST_ENV,
+            path_line=path_line,
+            mkdirs=mkdirs,
+            replica_trap=replica_trap,
+        )
+    )
+
+    groups = []
+    offset = 0
+    for i, role in enumerate(app.roles):
+        var = f"XRUN_CMD_{i}"
+        lines += [
+            f"# role {role.name!r}, replicas {offset}..{offset + role.num_replicas - 1} of the step",
+            f"{var}=$(cat <<'XRUN_EOF'",
+            _role_command(role, offset, chdir),
+            "XRUN_EOF",
+            ")",
+        ]
+        srun_opts = f"--het-group={i} " if len(app.roles) > 1 else ""
+        srun_opts += "--ntasks-per-node=1 "
+        if role.resource.cpu > 0:
+            # srun does not inherit sbatch's --cpus-per-task in every version (22.05 does not).
+            srun_opts += f"--cpus-per-task={role.resource.cpu} "
+        groups.append(f'{srun_opts}bash -c "${var}"')
+        offset += role.num_replicas
+    lines.append("")
+    elastic = any(r.min_replicas is not None and r.min_replicas < r.num_replicas for r in app.roles)
+    if elastic:
+        # An elastic job carries on without a failed node: its agents re-form the group.
+        lines.append("# One step for all replicas; elastic: the others go on if one fails.")
+        srun = "srun "
+    else:
+        lines.append("# One step for all replicas; one replica failing stops the others.")
+        srun = "srun --kill-on-bad-exit=1 "
+    lines.append(srun + " \\\n    : ".join(groups) + " &")
+    lines.append(_EPILOGUE.format(max_retries=max_retries, batch_trap=batch_trap))
+
+    argv = ["sbatch", "--parsable"]
+    return SlurmBatchRequest(
+        app_name=app.name,
+        script="\n".join(lines),
+        sbatch_argv=argv,
+        chdir=chdir,
+        log_root=log_root,
+        roles={r.name: r.num_replicas for r in app.roles},
+        workspace=workspace,
+    )
