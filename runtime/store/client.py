@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .errors import ProtocolError, StoreAuthError, StoreError, StoreTimeoutError
 from .protocol import (
     DEFAULT_MAX_FRAME,
+    HELLO,
     LEN,
     MAGIC,
     NONCE_LEN,
@@ -140,6 +141,7 @@ class Connection:
 
     def _authenticate(self, token: bytes | None, lazy_verdict: bool = False) -> None:
         try:
+            self.sock.sendall(HELLO)
             hello = self.recv_frame()
         except (ConnectionError, TimeoutError, OSError) as e:
             raise StoreError(f"the store did not greet us: {e}") from None

@@ -32,6 +32,10 @@ _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 _RECV_SIZE = 256 << 10
 # accept() calls per readiness event: a burst of 1024 agents must not starve the others' reads.
 _ACCEPT_BURST = 128
+# The longest select() sleeps, whatever the timers say (see _run_once).
+_MAX_SELECT_TIMEOUT = 60.0
+# How long accepts pause after accept() failed (EMFILE: no file descriptor left).
+_ACCEPT_PAUSE = 0.5
 
 
 class StreamProtocol(Protocol):
@@ -128,12 +132,17 @@ class Loop:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
-                # EMFILE and friends: stop accepting for a second rather than spin on it.
-                log.warning("store: accept failed (%s); pausing accepts for 1 s", e)
+                # EMFILE and friends: the pending connection stays in the backlog; stop accepting
+                # for a moment rather than spin on it, and serve the connections we have.
+                log.warning("store: accept failed (%s); pausing accepts for %ss", e, _ACCEPT_PAUSE)
                 self._unregister(sock)
-                self.call_later(1.0, self._resume_accept, sock, factory)
+                self.call_later(_ACCEPT_PAUSE, self._resume_accept, sock, factory)
                 return
-            Transport(self, conn, factory())
+            try:
+                Transport(self, conn, factory())
+            except Exception:  # e.g. no fd left for a session's timer or nonce: lose only it
+                log.exception("store: could not set up an accepted connection")
+                conn.close()
 
     def _resume_accept(self, sock: socket.socket, factory: Callable[[], StreamProtocol]) -> None:
         if sock in self._listeners:
@@ -176,11 +185,24 @@ class Loop:
         if self._ready:
             timeout: float | None = 0.0
         elif timers:
-            timeout = max(0.0, timers[0].when - time.monotonic())
+            # Bounded: a timer may lie centuries ahead (a lease "forever", a client's absurd
+            # wait timeout), and select() refuses a timeout epoll cannot hold (OverflowError,
+            # which used to end the loop thread). Waking once a minute costs nothing.
+            timeout = min(_MAX_SELECT_TIMEOUT, max(0.0, timers[0].when - time.monotonic()))
         else:
             timeout = None
-        for key, mask in self._sel.select(timeout):
-            key.data(mask)
+        try:
+            events = self._sel.select(timeout)
+        except InterruptedError:
+            events = []
+        for key, mask in events:
+            try:
+                key.data(mask)
+            except Exception:  # one connection's bug (or a failed accept) must not end the loop
+                log.exception("store: error handling an event")
+                owner = getattr(key.data, "__self__", None)
+                if isinstance(owner, Transport):
+                    owner.abort()
         now = time.monotonic()
         while timers and timers[0].when <= now:
             h = heapq.heappop(timers)
@@ -235,10 +257,18 @@ class Transport:
         self._closed = False
         sock.setblocking(False)
         loop._transports.add(self)
-        loop._sel.register(sock, _READ, self._on_event)
-        protocol.connection_made(self)
+        try:
+            loop._sel.register(sock, _READ, self._on_event)
+            protocol.connection_made(self)
+        except BaseException:
+            self._lose(None)
+            raise
 
     # -- asyncio.Transport's calls that a session makes -------------------------------------------
+
+    def set_protocol(self, protocol: StreamProtocol) -> None:
+        """Hand the connection to another protocol (the server's protocol choice does)."""
+        self._protocol = protocol
 
     def get_extra_info(self, name: str) -> Any:
         return self._sock if name == "socket" else None

@@ -1,15 +1,17 @@
-"""Serve torch's TCPStore requests from a key space: what each query does, and what it answers.
+"""torch's TCPStore protocol, server side: what each request does to the workers' key space,
+what it answers, and the connection that carries it.
 
-One :class:`TorchStoreService` per key space (the store's data); one :class:`TorchStoreSession`
-per connection, made by ``service.session(send)``. The session turns the connection's bytes into
-requests (:mod:`.codec`), applies them to the :class:`KeySpace`, and hands every answer to
-``send`` in order. A WAIT (or BARRIER) whose keys are not there yet is parked in the key space
-and answered later, from inside whichever call (on any connection) makes them appear, through
-the same ``send``. Nothing here blocks, starts a thread or knows about sockets, so any
-single-threaded event loop can drive it: call ``feed(data)`` when bytes arrive, ``close()`` when
-the connection goes, and drop the connection when ``feed`` raises :class:`~.codec.ProtocolError`
-(torch's servers drop a connection that sends something they cannot serve; torch's protocol has
-no error answer).
+* :class:`TorchService`: one per workers' key space (``torch_data.WorkersKeySpace``, one per
+  workers' generation), with the barriers parked on it;
+* :class:`TorchHandler`: one connection's requests, without I/O: ``service.handler(send)``;
+  ``feed(data)`` parses (``torch_protocol``), applies and hands every answer to ``send`` in
+  order. A WAIT (or BARRIER) whose keys are not there yet is parked and answered later, from
+  inside whichever call (on any connection) makes them appear, through the same ``send``;
+* :class:`TorchSession`: the ``loop.StreamProtocol`` that ``server.py`` gives a connection
+  whose first bytes are torch's handshake; it drives a handler from the event loop.
+
+torch's protocol has no error answer: its servers drop a connection that sends something they
+cannot serve, and so does this one (``ProtocolError``), logging why at debug level.
 
 Semantics follow torch 2.13's libuv server (its default), except where noted in
 docs/torch-tcpstore-protocol.md: a parked WAIT is answered when all its keys are present, which
@@ -20,10 +22,13 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from collections.abc import Callable, Hashable, Sequence
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from .codec import (
+from ..lazylog import LazyLogger
+from .torch_protocol import (
     DEFAULT_LIMITS,
     STOP_WAITING,
     WAIT_CANCELED,
@@ -58,6 +63,13 @@ from .codec import (
     encode_nonce,
     encode_queue_pop,
 )
+
+if TYPE_CHECKING:
+    from .loop import Transport
+
+__all__ = ["KeySpace", "TorchHandler", "TorchService", "TorchSession"]
+
+log = LazyLogger(__name__)
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -100,36 +112,36 @@ class KeySpace(Protocol):
     def queue_len(self, key: str) -> int: ...
 
 
-class TorchStoreService:
+class TorchService:
     """Everything the sessions of one key space share: the key space and parked barriers."""
 
     def __init__(self, space: KeySpace, limits: Limits = DEFAULT_LIMITS) -> None:
         self.space = space
         self.limits = limits
-        # barrier key -> the sessions parked on it, in arrival order
-        self._barriers: dict[str, list[TorchStoreSession]] = {}
+        # barrier key -> the handlers parked on it, in arrival order
+        self._barriers: dict[str, dict[TorchHandler, None]] = {}
 
-    def session(self, send: Callable[[bytes], None]) -> TorchStoreSession:
+    def handler(self, send: Callable[[bytes], None]) -> TorchHandler:
         """A new connection's handler; ``send`` takes every byte it answers, in order."""
-        return TorchStoreSession(self, send)
+        return TorchHandler(self, send)
 
-    def _arrive(self, session: TorchStoreSession, key: str, world_size: int) -> bool:
+    def _arrive(self, session: TorchHandler, key: str, world_size: int) -> bool:
         """Count one arrival at barrier ``key``; True releases the caller (and everyone parked
         there), False parks it. The count lives in the key as ADD would keep it, as in torch."""
         count = _add(self.space, key, 1)
         if count >= world_size:
-            for waiter in self._barriers.pop(key, []):
+            for waiter in self._barriers.pop(key, {}):
                 waiter._barrier_released()
             return True
-        self._barriers.setdefault(key, []).append(session)
+        self._barriers.setdefault(key, {})[session] = None
         return False
 
-    def _leave(self, session: TorchStoreSession, key: str) -> None:
-        waiters = self._barriers.get(key, [])
-        if session in waiters:
-            waiters.remove(session)
-        if not waiters:
-            self._barriers.pop(key, None)
+    def _leave(self, session: TorchHandler, key: str) -> None:
+        waiters = self._barriers.get(key)
+        if waiters is not None:
+            waiters.pop(session, None)
+            if not waiters:
+                del self._barriers[key]
 
 
 def _add(space: KeySpace, key: str, delta: int) -> int:
@@ -145,10 +157,10 @@ def _add(space: KeySpace, key: str, delta: int) -> int:
 _NOTHING: Final = b""
 
 
-class TorchStoreSession:
+class TorchHandler:
     """One torch-protocol connection: parse, apply, answer (see the module docstring)."""
 
-    def __init__(self, service: TorchStoreService, send: Callable[[bytes], None]) -> None:
+    def __init__(self, service: TorchService, send: Callable[[bytes], None]) -> None:
         self._service = service
         self._space = service.space
         self._send = send
@@ -305,3 +317,62 @@ class TorchStoreSession:
             self._batch.append(answer)
         else:
             self._send(answer)
+
+
+class TorchSession:
+    """One torch-protocol connection on the store's event loop (a ``loop.StreamProtocol``):
+    bytes in go to a :class:`TorchHandler` of ``service``, its answers go out. ``sessions`` is
+    the server's set of live sessions (this one joins it while connected)."""
+
+    # Answers a client does not read pile up in the transport; past this, drop the client.
+    MAX_UNSENT = 64 << 20
+
+    def __init__(self, service: TorchService, sessions: set[Any]) -> None:
+        self.service = service
+        self.sessions = sessions
+        self.transport: Transport | None = None
+        self.handler = service.handler(self._send)
+
+    def connection_made(self, transport: Transport) -> None:
+        self.transport = transport
+        self.sessions.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.handler.feed(data)
+        except ProtocolError as e:
+            log.debug("store: dropping a torch client: %s", e)
+            self.close()
+        except Exception:  # a bug must cost one connection, never the server
+            log.exception("store: unexpected error on a torch connection")
+            self.close()
+
+    def _send(self, data: bytes) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        t.write(data)
+        if t.get_write_buffer_size() > self.MAX_UNSENT:
+            log.warning("store: dropping a torch client that does not read its answers")
+            self.close()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.sessions.discard(self)
+        self.transport = None
+        self.handler.close()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def shutdown(self) -> None:
+        """The server stops: close after what was answered."""
+        if self.transport is not None:
+            self.transport.close()

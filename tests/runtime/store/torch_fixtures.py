@@ -1,7 +1,9 @@
-"""Fixtures: the loopback server in its own process, and torch TCPStore clients of it."""
+"""The torch tests' server process (``torch_server.py``: xrun's real store in a process of its
+own) and how to start one; conftest.py makes fixtures of them."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import subprocess
@@ -10,8 +12,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.helpers.paths import REPO
 
@@ -24,8 +24,12 @@ class ServerProcess:
 
     def dropped(self) -> list[str]:
         """The reasons of the connections it dropped so far."""
-        lines = self.stderr.read_text().splitlines()
-        return [line.removeprefix("DROPPED ") for line in lines if line.startswith("DROPPED ")]
+        out = []
+        for line in self.stderr.read_text().splitlines():
+            for prefix in _DROPPED:
+                if line.startswith(prefix):
+                    out.append(line.removeprefix(prefix))
+        return out
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -36,6 +40,8 @@ class ServerProcess:
                 return int(line.split()[1])
         raise AssertionError("no VmRSS line")
 
+
+_DROPPED = ("store: dropping a torch client: ", "store: dropping a client: ")
 
 # XRUN_TORCHSTORE_REFERENCE=1 runs the same tests against torch's own server (libuv), to check
 # that they assert what torch does (the tests about dropped connections then fail: torch's
@@ -48,11 +54,12 @@ _REFERENCE = (
 )
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+@contextlib.contextmanager
+def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
+    """xrun's store in a process of its own (torch's with XRUN_TORCHSTORE_REFERENCE=1)."""
     stderr = tmp_path / "server.stderr"
     reference = os.environ.get("XRUN_TORCHSTORE_REFERENCE") == "1"
-    argv = ["-c", _REFERENCE] if reference else ["-m", "tests.runtime.torchstore.loopback"]
+    argv = ["-c", _REFERENCE] if reference else ["-m", "tests.runtime.store.torch_server"]
     with stderr.open("w") as err:
         proc = subprocess.Popen(
             [sys.executable, *argv],
@@ -64,25 +71,27 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         )
     assert proc.stdout is not None and proc.stdin is not None
     line = proc.stdout.readline()
-    assert line.startswith("PORT "), f"the loopback server did not start: {line!r}"
-    yield ServerProcess(proc, int(line.split()[1]), stderr)
-    proc.stdin.close()  # it exits when its stdin closes
+    assert line.startswith("PORT "), f"the store server did not start: {line!r}"
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        yield ServerProcess(proc, int(line.split()[1]), stderr)
+    finally:
+        proc.stdin.close()  # it exits when its stdin closes
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
-@pytest.fixture
-def connect(server: ServerProcess) -> Callable[..., Any]:
-    """``connect(**kwargs)``: a real ``torch.distributed.TCPStore(is_master=False)`` client."""
+def torch_connect(port: int) -> Callable[..., Any]:
+    """``connect(**kwargs)``: a real ``torch.distributed.TCPStore(is_master=False)`` client of
+    the store at ``port``."""
     import torch.distributed as dist
 
     def make(timeout: float = 10.0, **kwargs: Any) -> Any:
         return dist.TCPStore(
             "127.0.0.1",
-            server.port,
+            port,
             is_master=False,
             timeout=datetime.timedelta(seconds=timeout),
             **kwargs,

@@ -9,16 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.runtime.torchstore.conftest import ServerProcess
+from tests.runtime.store.torch_fixtures import ServerProcess
 
-WORKER = Path(__file__).with_name("pg_worker.py")
+WORKER = Path(__file__).with_name("torch_pg_worker.py")
 
 
-def test_gloo_group_over_the_server(server: ServerProcess, tmp_path: Path) -> None:
+def test_gloo_group_over_the_server(tserver: ServerProcess, tmp_path: Path) -> None:
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), str(server.port), str(rank), "2", str(tmp_path)],
+            [sys.executable, str(WORKER), str(tserver.port), str(rank), "2", str(tmp_path)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -33,5 +33,5 @@ def test_gloo_group_over_the_server(server: ServerProcess, tmp_path: Path) -> No
         assert seen["sum"] == 3.0  # 1 + 2
         assert seen["group_sum"] == 2.0
         assert seen["objects"] == [{"rank": 0}, {"rank": 1}]
-    assert server.dropped() == []
-    assert server.alive()
+    assert tserver.dropped() == []
+    assert tserver.alive()

@@ -438,15 +438,6 @@ class RequestParser:
         return self._query.name if self._query is not None else "request"
 
 
-def sniff(prefix: bytes) -> bool | None:
-    """Whether a connection's first bytes are a torch client's: True, False, or None (too few
-    bytes to tell yet). A torch client always opens with :data:`HANDSHAKE_PREFIX`."""
-    n = min(len(prefix), len(HANDSHAKE_PREFIX))
-    if prefix[:n] != HANDSHAKE_PREFIX[:n]:
-        return False
-    return True if n == len(HANDSHAKE_PREFIX) else None
-
-
 # --- encoders ---------------------------------------------------------------------------------
 
 

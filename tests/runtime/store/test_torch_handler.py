@@ -1,12 +1,12 @@
-"""The handler alone, over a DictKeySpace, without sockets: answers, parked waits, barriers,
+"""The handler alone, over a WorkersKeySpace, without sockets: answers, parked waits, barriers,
 cancellation, and what a connection's end leaves behind."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.runtime.torchstore.dictspace import DictKeySpace
-from xrun.runtime.torchstore.codec import (
+from xrun.runtime.store.torch_data import WorkersKeySpace
+from xrun.runtime.store.torch_protocol import (
     HANDSHAKE_PREFIX,
     STOP_WAITING,
     WAIT_CANCELED,
@@ -29,15 +29,15 @@ from xrun.runtime.torchstore.codec import (
     encode_queue_pop,
     encode_request,
 )
-from xrun.runtime.torchstore.handler import TorchStoreService, TorchStoreSession
+from xrun.runtime.store.torch_session import TorchHandler, TorchService
 
 
 class Conn:
     """A session and everything it sent, one entry per send() call."""
 
-    def __init__(self, service: TorchStoreService) -> None:
+    def __init__(self, service: TorchService) -> None:
         self.sent: list[bytes] = []
-        self.session: TorchStoreSession = service.session(self.sent.append)
+        self.session: TorchHandler = service.handler(self.sent.append)
         self.session.feed(HANDSHAKE_PREFIX)
 
     def feed(self, *requests: Request) -> None:
@@ -45,16 +45,16 @@ class Conn:
 
 
 @pytest.fixture
-def service() -> TorchStoreService:
-    return TorchStoreService(DictKeySpace())
+def service() -> TorchService:
+    return TorchService(WorkersKeySpace())
 
 
-def space_of(service: TorchStoreService) -> DictKeySpace:
-    assert isinstance(service.space, DictKeySpace)
+def space_of(service: TorchService) -> WorkersKeySpace:
+    assert isinstance(service.space, WorkersKeySpace)
     return service.space
 
 
-def test_one_feed_sends_its_answers_as_one_write(service: TorchStoreService) -> None:
+def test_one_feed_sends_its_answers_as_one_write(service: TorchService) -> None:
     conn = Conn(service)
     assert conn.sent == []  # VALIDATE has no answer
     conn.feed(Ping(5), Set("k", b"v"), Get("k"), Add("n", 2), Get("missing"))
@@ -62,14 +62,14 @@ def test_one_feed_sends_its_answers_as_one_write(service: TorchStoreService) -> 
     assert conn.sent == [expected]
 
 
-def test_answers_before_a_bad_request_still_go_out(service: TorchStoreService) -> None:
+def test_answers_before_a_bad_request_still_go_out(service: TorchService) -> None:
     conn = Conn(service)
     with pytest.raises(ProtocolError, match="unknown query type 99"):
         conn.session.feed(encode_request(Ping(1)) + b"\x63")
     assert conn.sent == [encode_nonce(1)]
 
 
-def test_a_wait_is_answered_by_the_write_that_completes_it(service: TorchStoreService) -> None:
+def test_a_wait_is_answered_by_the_write_that_completes_it(service: TorchService) -> None:
     waiter, writer = Conn(service), Conn(service)
     waiter.feed(Wait(("a", "b")))
     assert waiter.sent == [] and waiter.session.waiting
@@ -80,7 +80,7 @@ def test_a_wait_is_answered_by_the_write_that_completes_it(service: TorchStoreSe
     assert not waiter.session.waiting
 
 
-def test_a_deleted_key_no_longer_counts(service: TorchStoreService) -> None:
+def test_a_deleted_key_no_longer_counts(service: TorchService) -> None:
     space = space_of(service)
     waiter, writer = Conn(service), Conn(service)
     waiter.feed(Wait(("a", "b")))
@@ -92,17 +92,17 @@ def test_a_deleted_key_no_longer_counts(service: TorchStoreService) -> None:
     assert waiter.sent == [STOP_WAITING]
 
 
-def test_cancel_forgets_the_wait(service: TorchStoreService) -> None:
+def test_cancel_forgets_the_wait(service: TorchService) -> None:
     waiter, writer = Conn(service), Conn(service)
     waiter.feed(Wait(("k",)))
     waiter.feed(CancelWait())
     assert waiter.sent == [WAIT_CANCELED]
     writer.feed(Set("k", b"1"))
     assert waiter.sent == [WAIT_CANCELED]
-    assert space_of(service).parked == {}
+    assert space_of(service).parked == 0
 
 
-def test_close_forgets_the_wait_and_sends_nothing(service: TorchStoreService) -> None:
+def test_close_forgets_the_wait_and_sends_nothing(service: TorchService) -> None:
     waiter, writer = Conn(service), Conn(service)
     waiter.feed(Wait(("k",)))
     waiter.session.close()
@@ -113,13 +113,13 @@ def test_close_forgets_the_wait_and_sends_nothing(service: TorchStoreService) ->
         waiter.session.handle(Ping(1))
 
 
-def test_multi_get_of_missing_keys_answers_empty_values(service: TorchStoreService) -> None:
+def test_multi_get_of_missing_keys_answers_empty_values(service: TorchService) -> None:
     conn = Conn(service)
     conn.feed(Set("a", b"x"), MultiGet(("a", "nope")))
     assert conn.sent == [encode_multi_get([b"x", b""])]
 
 
-def test_a_push_wakes_one_blocked_popper(service: TorchStoreService) -> None:
+def test_a_push_wakes_one_blocked_popper(service: TorchService) -> None:
     first, second, pusher = Conn(service), Conn(service), Conn(service)
     first.feed(Wait(("q",)))
     second.feed(Wait(("q",)))
@@ -131,7 +131,7 @@ def test_a_push_wakes_one_blocked_popper(service: TorchStoreService) -> None:
     assert second.sent == [STOP_WAITING]
 
 
-def test_barrier_releases_all_when_the_count_is_reached(service: TorchStoreService) -> None:
+def test_barrier_releases_all_when_the_count_is_reached(service: TorchService) -> None:
     a, b, c = Conn(service), Conn(service), Conn(service)
     a.feed(Barrier("gate", 3))
     b.feed(Barrier("gate", 3))
@@ -142,7 +142,7 @@ def test_barrier_releases_all_when_the_count_is_reached(service: TorchStoreServi
     Conn(service).feed(Barrier("gate", 3))  # a late arrival passes at once, as in torch
 
 
-def test_a_cancelled_barrier_keeps_its_count(service: TorchStoreService) -> None:
+def test_a_cancelled_barrier_keeps_its_count(service: TorchService) -> None:
     a, b = Conn(service), Conn(service)
     a.feed(Barrier("gate", 2))
     a.feed(CancelWait())
@@ -152,14 +152,14 @@ def test_a_cancelled_barrier_keeps_its_count(service: TorchStoreService) -> None
     assert a.sent == [WAIT_CANCELED]
 
 
-def test_a_closed_connection_leaves_its_barrier(service: TorchStoreService) -> None:
+def test_a_closed_connection_leaves_its_barrier(service: TorchService) -> None:
     a = Conn(service)
     a.feed(Barrier("gate", 3))
     a.session.close()
     assert service._barriers == {}
 
 
-def test_add_overflow_and_non_integers_drop_the_connection(service: TorchStoreService) -> None:
+def test_add_overflow_and_non_integers_drop_the_connection(service: TorchService) -> None:
     conn = Conn(service)
     conn.feed(Add("n", (1 << 63) - 1))
     with pytest.raises(ProtocolError, match="overflows a 64-bit integer"):
@@ -170,7 +170,7 @@ def test_add_overflow_and_non_integers_drop_the_connection(service: TorchStoreSe
         conn.feed(Add("t", 1))
 
 
-def test_a_second_wait_on_one_connection_is_a_protocol_error(service: TorchStoreService) -> None:
+def test_a_second_wait_on_one_connection_is_a_protocol_error(service: TorchService) -> None:
     conn = Conn(service)
     conn.feed(Wait(("a",)))
     with pytest.raises(ProtocolError, match="BARRIER while another wait is parked"):

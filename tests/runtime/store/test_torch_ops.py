@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from tests.runtime.torchstore.conftest import ServerProcess
+from tests.runtime.store.torch_fixtures import ServerProcess
 
 
-def test_handshake_validates_and_pings(server: ServerProcess, connect: Callable[..., Any]) -> None:
+def test_handshake_validates_and_pings(tserver: ServerProcess, connect: Callable[..., Any]) -> None:
     store = connect()  # VALIDATE + PING: the constructor fails unless the nonce comes back
-    assert store.port == server.port
+    assert store.port == tserver.port
     assert store.num_keys() == 0
-    assert server.dropped() == []
+    assert tserver.dropped() == []
 
 
 def test_set_get_binary_and_empty_values(connect: Callable[..., Any]) -> None:
@@ -49,13 +49,13 @@ def test_add_counts_in_ascii_decimal(connect: Callable[..., Any]) -> None:
 
 
 def test_add_to_a_non_integer_drops_only_that_connection(
-    server: ServerProcess, connect: Callable[..., Any]
+    tserver: ServerProcess, connect: Callable[..., Any]
 ) -> None:
     bad, good = connect(), connect()
     bad.set("text", "abc")
     with pytest.raises(dist.DistNetworkError):
         bad.add("text", 1)
-    assert any("not an integer" in reason for reason in server.dropped())
+    assert any("not an integer" in reason for reason in tserver.dropped())
     good.set("still", "serving")
     assert good.get("still") == b"serving"
 

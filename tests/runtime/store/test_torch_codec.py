@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xrun.runtime.torchstore import codec
-from xrun.runtime.torchstore.codec import (
+from xrun.runtime.store import torch_protocol as codec
+from xrun.runtime.store.torch_protocol import (
     HANDSHAKE_PREFIX,
     Add,
     Append,
@@ -193,15 +193,6 @@ def test_keys_that_are_not_utf8_round_trip() -> None:
     assert encode_request(request) == data
 
 
-def test_sniff_tells_a_torch_client_by_its_first_bytes() -> None:
-    assert codec.sniff(b"") is None
-    assert codec.sniff(HANDSHAKE_PREFIX[:3]) is None
-    assert codec.sniff(HANDSHAKE_PREFIX) is True
-    assert codec.sniff(HANDSHAKE_PREFIX + b"\x0d") is True
-    assert codec.sniff(b"XRUNKV1") is False
-    assert codec.sniff(b"\x00\xce\xf7\x85\x3d") is False
-
-
 def test_response_encoders() -> None:
     assert codec.encode_nonce(0x6809) == bytes.fromhex("09680000")
     assert codec.encode_bytes(b"v1") == bytes.fromhex("0200000000000000 7631")
@@ -222,3 +213,11 @@ def test_response_encoders() -> None:
 def test_multi_set_with_mismatched_lengths_cannot_be_encoded() -> None:
     with pytest.raises(ValueError, match="2 keys but 1 values"):
         encode_request(MultiSet(("a", "b"), (b"x",)))
+
+
+def test_the_server_tells_a_torch_client_by_its_handshake() -> None:
+    # server.py keeps its own copy (the torch modules load with the first torch connection)
+    from xrun.runtime.store import server
+
+    assert server._TORCH_FIRST == HANDSHAKE_PREFIX
+    assert not HANDSHAKE_PREFIX.startswith(server.HELLO[:1])  # xrun's client opens with "X"

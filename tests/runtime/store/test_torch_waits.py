@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from tests.runtime.torchstore.conftest import ServerProcess
+from tests.runtime.store.torch_fixtures import ServerProcess
 
 SHORT = datetime.timedelta(milliseconds=300)
 
@@ -55,7 +55,7 @@ def test_wait_blocks_until_every_key_is_set(connect: Callable[..., Any]) -> None
 
 
 def test_wait_timeout_raises_and_the_connection_stays_usable(
-    server: ServerProcess, connect: Callable[..., Any]
+    tserver: ServerProcess, connect: Callable[..., Any]
 ) -> None:
     store = connect()
     with pytest.raises(dist.DistStoreError, match="wait timeout after 300ms"):
@@ -64,7 +64,7 @@ def test_wait_timeout_raises_and_the_connection_stays_usable(
     assert store.get("after") == b"ok"
     store.set("absent", "late")  # the cancelled wait must not answer now
     assert store.get("absent") == b"late"
-    assert server.dropped() == []
+    assert tserver.dropped() == []
 
 
 def test_wait_uses_the_stores_timeout_by_default(connect: Callable[..., Any]) -> None:
@@ -151,7 +151,7 @@ def test_barrier_releases_everyone_when_the_last_arrives(connect: Callable[..., 
 
 
 def test_barrier_timeout_raises_and_the_connection_stays_usable(
-    server: ServerProcess, connect: Callable[..., Any]
+    tserver: ServerProcess, connect: Callable[..., Any]
 ) -> None:
     store, other = connect(), connect()
     with pytest.raises(dist.DistStoreError, match="barrier timeout"):
@@ -159,4 +159,4 @@ def test_barrier_timeout_raises_and_the_connection_stays_usable(
     store.set("after", "ok")
     assert store.get("after") == b"ok"
     other.barrier("b2", 2)  # torch keeps the timed-out arrival's count: this one completes it
-    assert server.dropped() == []
+    assert tserver.dropped() == []
