@@ -86,6 +86,12 @@ class RendezvousHandler:
     def is_host(self) -> bool:
         return self._link.is_host
 
+    @property
+    def workers_address(self) -> tuple[str, int]:
+        """(MASTER_ADDR, MASTER_PORT): the job's store, where the workers' torch TCPStore
+        clients find it (the rendezvous port; each round's workers get an empty key space)."""
+        return self._link.workers_address
+
     # -- joining -------------------------------------------------------------------------------
 
     def next_rendezvous(self) -> RendezvousInfo:

@@ -1,5 +1,6 @@
 """``StoreLink``: where a handler's store is (served by this agent, or reached at the endpoint)
-and the connections the handler keeps to it.
+and the connections the handler keeps to it. The store is the workers' store too (torch's
+TCPStore protocol on the same port), so the agent that serves it serves the job's workers.
 
 ``c10d``: the agent whose endpoint host is a local address binds the endpoint and serves the
 store (if the port is taken, another agent on this host won, and this one connects as a
@@ -20,7 +21,7 @@ from ..store.server import StoreServer
 from .api import RendezvousParams
 from .conf import RdzvConfig
 from .endpoint import bind_address, format_endpoint, parse_endpoint
-from .keys import HOST_KEY
+from .keys import HOST_KEY, Keys
 
 __all__ = ["StoreLink"]
 
@@ -75,7 +76,13 @@ class StoreLink:
         try:
             # Which job this store belongs to, there before any peer can ask (see the handler's
             # host check).
-            self.server = StoreServer(addr, port, self._token, seed={HOST_KEY: p.run_id.encode()})
+            self.server = StoreServer(
+                addr,
+                port,
+                self._token,
+                seed={HOST_KEY: p.run_id.encode()},
+                workers_key=Keys(p.run_id).workers,
+            )
         except OSError as e:
             # EADDRINUSE: another agent on this host serves it. EADDRNOTAVAIL: not our address.
             if must or e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
@@ -90,6 +97,14 @@ class StoreLink:
     def endpoint(self) -> str:
         """The store's real ``host:port`` (port 0 resolved)."""
         return format_endpoint(self._host_name, self._port)
+
+    @property
+    def workers_address(self) -> tuple[str, int]:
+        """Where the workers reach the store (torch's protocol, same port): MASTER_ADDR and
+        MASTER_PORT. The endpoint's host as the user wrote it (the static backend's
+        --master-addr), save "localhost", which the store binds as 127.0.0.1 only."""
+        host = self._host_name
+        return (bind_address(host) if host == "localhost" else host), self._port
 
     @property
     def is_host(self) -> bool:

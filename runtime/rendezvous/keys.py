@@ -22,12 +22,16 @@ SEAL = 1 << 40
 class Keys:
     """The key names of one job's rendezvous."""
 
-    __slots__ = ("closed", "cur", "prefix")
+    __slots__ = ("closed", "cur", "prefix", "workers")
 
     def __init__(self, run_id: str) -> None:
         self.prefix = f"{run_id}/rdzv/"
         self.closed = self.prefix + "closed"  # the verdict: set once the job is over
         self.cur = self.prefix + "cur"  # the round to join next (a hint: formed rounds + 1)
+        # The workers' generation: the round whose workers the store's torch clients belong to.
+        # Written by the sealer before the world, so before any worker of the round starts;
+        # the store gives every later torch connection a fresh key space (store/server.py).
+        self.workers = self.prefix + "workers"
 
     def of(self, rnd: int, name: str) -> str:
         """Round ``rnd``'s key ``name`` (``join``, ``node/3``, ``world``, ``stale`` ...)."""

@@ -241,6 +241,9 @@ class Rounds:
                 return
         else:
             members.sort()
+        # The workers' store of round r starts empty: a new generation before the world (the
+        # old round's workers are gone: every member stopped its workers before joining).
+        c.post_set(self._keys.workers, str(rnd).encode())
         # world first: whoever reads cur = r + 1 finds round r formed.
         c.post_set(self._keys.of(rnd, "world"), World.encode(members))
         c.set(self._keys.cur, str(rnd + 1).encode())
