@@ -337,6 +337,11 @@ class Agent:
                 sel.register(handler.fileno(), selectors.EVENT_READ, "rdzv")
             except RendezvousClosedError as e:
                 return JobClosed(e.reason, e.failed)
+            # The watch's answer may have come in already, read by a call that shared the
+            # connection: then the fd will not turn readable for it.
+            event = handler.poll_event()
+            if event is not None:
+                return _rendezvous_event(*event, failed=handler.closed_failed)
             if self._signals.fd >= 0:
                 sel.register(self._signals.fd, selectors.EVENT_READ, "signal")
             # Without an exit fd per worker fall back to polling every monitor_interval.

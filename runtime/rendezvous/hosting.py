@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import errno
 import threading
-import time
 
 from xrun.errors import UsageError
 
-from ..store.client import Connection, StoreClient
+from ..store.client import StoreClient
 from ..store.server import StoreServer
 from .api import RendezvousParams
 from .conf import RdzvConfig
@@ -28,11 +27,11 @@ __all__ = ["StoreLink"]
 
 class StoreLink:
     """The job's store as one handler sees it. Binds the store in ``__init__`` when this agent
-    should host it; each connection opens on first use:
+    should host it; its connection opens on first use:
 
-    * ``client``: the handler's calls (until the store's host is up, connecting retries for up
-      to join_timeout);
-    * ``watch()``: the round watch and the heartbeats (callers hold the handler's lock);
+    * ``client``: the handler's one connection, for its calls, the round watch (a WAIT parked
+      on the server) and the heartbeats (until the store's host is up, connecting retries for
+      up to join_timeout);
     * ``open_client()``: a connection of its own for the agent's keys (``KeyValue``).
     """
 
@@ -46,7 +45,6 @@ class StoreLink:
         self._connect_host, self._port = self._maybe_serve(host, port)
         self._client: StoreClient | None = None
         self._connect_lock = threading.Lock()
-        self.watch_conn: Connection | None = None
 
     def _maybe_serve(self, host: str, port: int) -> tuple[str, int]:
         """Bind the store here when this agent should host it; returns where to connect."""
@@ -111,6 +109,11 @@ class StoreLink:
         return self.server is not None
 
     @property
+    def connected(self) -> StoreClient | None:
+        """The connection if it is open (never opens one)."""
+        return self._client
+
+    @property
     def client(self) -> StoreClient:
         if self._client is None:
             with self._connect_lock:
@@ -125,18 +128,6 @@ class StoreLink:
                     )
         return self._client
 
-    def watch(self) -> Connection:
-        """The second connection: round watch + heartbeats (caller holds the handler's lock)."""
-        if self.watch_conn is None:
-            self.watch_conn = Connection.open(
-                self._connect_host,
-                self._port,
-                self._token,
-                deadline=time.monotonic() + self.cfg.read_timeout,
-                read_timeout=self.cfg.read_timeout,
-            )
-        return self.watch_conn
-
     def open_client(self) -> StoreClient:
         """A new connection for the agent's keys, so that a blocking ``get`` there never holds
         up the handler's calls."""
@@ -147,11 +138,6 @@ class StoreLink:
             connect_timeout=self.cfg.read_timeout,
             read_timeout=self.cfg.read_timeout,
         )
-
-    def close_watch(self) -> None:
-        """Close the watch connection (caller holds the handler's lock)."""
-        if self.watch_conn is not None:
-            self.watch_conn.close()
 
     def close(self) -> None:
         """Close the handler's client and stop the store if this agent serves it."""

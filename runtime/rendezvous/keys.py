@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .api import RendezvousClosedError
 
-__all__ = ["HOST_KEY", "SEAL", "Keys", "World", "closed_error", "verdict"]
+__all__ = ["HOST_KEY", "SEAL", "Keys", "Seat", "World", "closed_error", "verdict"]
 
 # Set by the store's host when it starts serving: the run id of the job it belongs to.
 HOST_KEY = "xrun/host_run_id"
@@ -53,8 +53,30 @@ def closed_error(raw: bytes) -> RendezvousClosedError:
 
 
 @dataclass(frozen=True)
+class Seat:
+    """What one arrival of a formed round reads in ``<r>/seat/<i>`` (and ``<r>/world`` holds
+    the same minus the rank): its group rank (-1: the round formed without it), the global
+    rank of its local rank 0, the number of nodes and of workers. A few bytes, whatever the
+    size of the world: N nodes read N seats, not N copies of an N-node list."""
+
+    rank: int
+    rank_offset: int
+    nodes: int
+    world_size: int
+
+    def encode(self) -> bytes:
+        return f"{self.rank}\t{self.rank_offset}\t{self.nodes}\t{self.world_size}".encode()
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Seat:
+        rank, offset, nodes, world_size = raw.split(b"\t")
+        return cls(int(rank), int(offset), int(nodes), int(world_size))
+
+
+@dataclass(frozen=True)
 class World:
-    """A formed round as stored in ``<r>/world``: three sections separated by newlines:
+    """A formed round's members as stored in ``<r>/members``: three sections separated by
+    newlines:
     arrival indices in rank order ("3,1,2"), nprocs run-length encoded ("8*1024" or "8*2,4*1"),
     then one advertised address per line."""
 
@@ -65,8 +87,7 @@ class World:
 
     @classmethod
     def parse(cls, rnd: int, blob: bytes) -> World:
-        # Kept to a few C-level splits: each of N nodes parses the N-node world (the benchmark
-        # runs 1024 of them in one process), and nprocs are nearly always uniform.
+        # Read only by whoever asks for the addresses (RendezvousInfo.addrs): the agent does not.
         idx, lws_s, addrs = blob.decode().split("\n", 2)
         lws: list[int] = []
         for run in lws_s.split(","):

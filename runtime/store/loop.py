@@ -31,7 +31,7 @@ log = LazyLogger(__name__)
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 _RECV_SIZE = 256 << 10
 # accept() calls per readiness event: a burst of 1024 agents must not starve the others' reads.
-_ACCEPT_BURST = 128
+_ACCEPT_BURST = 4096
 # The longest select() sleeps, whatever the timers say (see _run_once).
 _MAX_SELECT_TIMEOUT = 60.0
 # How long accepts pause after accept() failed (EMFILE: no file descriptor left).
