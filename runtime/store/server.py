@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 # What a torch client sends first (torch_protocol.HANDSHAKE_PREFIX: VALIDATE and its magic
 # number). The torch modules load with the first torch connection, not on the agent's start-up.
 _TORCH_FIRST = bytes.fromhex("00cef7853c")
+_WARM_UP_AFTER = 0.2  # seconds after the store starts
 
 __all__ = ["StoreServer"]
 
@@ -120,6 +121,10 @@ class StoreServer:
         self._data = KeySpace(self._loop, seed)
         self._sessions: set[Session] = set()
         self._loop.serve(sock, self._open_session)
+        # Load torch's protocol soon, off the agent's start-up path (its modules take a few ms)
+        # but before the workers connect: loading them needs file descriptors, and a store
+        # whose descriptors run out must still be able to serve its torch clients.
+        self._loop.call_later(_WARM_UP_AFTER, self._warm_up)
         self._thread = threading.Thread(
             target=self._run, name=f"xrun-store:{self.port}", daemon=True
         )
@@ -145,6 +150,12 @@ class StoreServer:
 
             return TorchSession(self.workers(), self._sessions)
         raise ValueError(f"neither xrun's nor torch's protocol (first bytes {first[:8].hex()})")
+
+    @staticmethod
+    def _warm_up() -> None:
+        from . import torch_data, torch_session
+
+        del torch_data, torch_session
 
     def workers(self) -> TorchService:
         """The workers' key space (and its barriers) of the current generation (loop thread)."""
