@@ -37,11 +37,11 @@ def _fd_limit(want: int) -> None:
 
 
 def run(n: int, procs: int = 0, timeout: float = 120.0) -> dict[str, Any]:
-    """Seconds until ``n`` agents in ``procs`` processes (default: one per 1,024 agents, at
+    """Seconds until ``n`` agents in ``procs`` processes (default: one per 512 agents, at
     least 2) all hold the world; plus the store's connections per agent at steady state."""
     from xrun.runtime.store import StoreServer
 
-    procs = procs or max(2, (n + 1023) // 1024)
+    procs = procs or max(2, (n + 511) // 512)
     _fd_limit(n + 512)
     token = os.urandom(32).hex().encode()  # a token file is read stripped: no raw bytes
     tmp = tempfile.TemporaryDirectory(prefix="xrun-bench-")
@@ -209,7 +209,7 @@ class _Agents:
         _fd_limit(2 * self.share + 256)
         threading.stack_size(_STACK)
         # Harness settings, not the agent's: a real agent is one handler in a process of its
-        # own. Here 1,024 handler threads share one interpreter, and with its defaults they
+        # own. Here 512 handler threads share one interpreter, and with its defaults they
         # spend most of their CPU passing the GIL among themselves (a 5 ms switch interval)
         # and in the cyclic GC walking 1,024 handlers' objects: measured at 4,096 agents,
         # 9-23 s of agent CPU with the defaults against 2.4-2.6 s with these.

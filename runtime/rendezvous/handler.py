@@ -63,13 +63,16 @@ class RendezvousHandler:
         self._keys = Keys(params.run_id)
         self._lock = threading.Lock()  # guards the watch connection and the round state below
         self._lease = Lease(self._link, self._keys, cfg, self.addr, self._lock)
-        self._rounds = Rounds(self._link, self._keys, self._lease, params, cfg, self.addr, sortkey)
+        self._rounds = Rounds(
+            self._link, self._keys, self._lease, params, cfg, self.addr, sortkey, self._prearm
+        )
         self._round = -1
         self._index = 0
         self._rank = -1
         self._seat: Seat | None = None
         self._world: World | None = None  # the round's members, read when needed (the host)
         self._armed_rid = 0
+        self._ready_fd = -1
         self._armed_for = -2
         self._event: tuple[RendezvousEvent, str] | None = None
         self._closed_failed = True
@@ -138,6 +141,19 @@ class RendezvousHandler:
 
     # -- watching the round --------------------------------------------------------------------
 
+    def _prearm(self, rnd: int) -> None:
+        """We joined round ``rnd``: queue its watch, to leave with our wait for the round to
+        form (one message less per node than arming it once the round formed). If the round
+        went stale before it formed, the watch answers at once: the world re-forms, as it
+        should."""
+        with self._lock:
+            client = self._link.client
+            if self._armed_rid:
+                client.forget(self._armed_rid)
+            keys = [self._keys.of(rnd, "stale"), self._keys.closed]
+            self._armed_rid = client.submit(Op.WAIT, wait_fields(keys, False, None), queue=True)
+            self._armed_for = rnd
+
     def _arm(self) -> StoreClient:
         """Make sure a WAIT any(stale, closed) for the current round is pending (lock held).
         It rides on the handler's one connection: its answer is read by ``poll_event``."""
@@ -158,11 +174,24 @@ class RendezvousHandler:
         """Readable as soon as the current round is stale or the job closed (see poll_event)."""
         with self._lock:
             try:
-                return self._arm().fileno()
+                client = self._arm()
+                if self._event is not None or client.answered(self._armed_rid):
+                    # The news came in already, read by a call that shared the connection:
+                    # the socket will not turn readable for it, this will.
+                    return self._readable_fd()
+                return client.fileno()
             except (StoreError, OSError) as e:
                 raise RendezvousClosedError(
                     f"lost the rendezvous store at {self.endpoint}: {e}"
                 ) from None
+
+    def _readable_fd(self) -> int:
+        """A descriptor that is always readable (a pipe whose write end is closed)."""
+        if self._ready_fd < 0:
+            r, w = os.pipe()
+            os.close(w)
+            self._ready_fd = r
+        return self._ready_fd
 
     @property
     def closed_failed(self) -> bool:
@@ -292,6 +321,9 @@ class RendezvousHandler:
         with self._lock:
             self._shut = True
             self._lease.stop()
+            if self._ready_fd >= 0:
+                os.close(self._ready_fd)
+                self._ready_fd = -1
             if self._kv is not None:
                 self._kv.close()
         self._link.close()

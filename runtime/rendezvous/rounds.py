@@ -8,6 +8,7 @@ node sends O(1) messages per round whatever the number of nodes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from xrun.errors import UsageError
 
@@ -34,7 +35,11 @@ class Rounds:
         cfg: RdzvConfig,
         addr: str,
         sortkey: str,
+        on_join: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_join(r)``: called when this node has taken its place in round ``r``, before
+        it waits for the round to form (the handler queues its round watch there)."""
+        self._on_join = on_join
         self._link = link
         self._keys = keys
         self._lease = lease
@@ -127,6 +132,8 @@ class Rounds:
             f"{p.local_world_size}\t{self._sortkey}\t{self.addr}".encode(),
         )
         self._lease.take(c, rnd, v)
+        if self._on_join is not None:
+            self._on_join(rnd)
         return rnd, v
 
     def _notify_if_room(self, rnd: int, nodes: int) -> None:

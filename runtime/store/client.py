@@ -391,14 +391,18 @@ class StoreClient:
                 raise StoreError(resp.body.str_())
         return resps
 
-    def submit(self, op: Op, *fields: bytes) -> int:
-        """Send a request now and return its id; ``poll(id)`` reads its answer later."""
+    def submit(self, op: Op, *fields: bytes, queue: bool = False) -> int:
+        """Send a request (now, or with the next call when ``queue``) and return its id;
+        ``poll(id)`` reads its answer later."""
         self._fresh = False
         try:
             with self._wlock:
                 (rid,) = self._ids(1)
                 self._submitted.add(rid)
-                self._conn.send(encode_request(rid, op, *fields))
+                if queue:
+                    self._conn.queue(encode_request(rid, op, *fields))
+                else:
+                    self._conn.send(encode_request(rid, op, *fields))
         except (ConnectionError, OSError) as e:
             raise StoreError(f"lost the store at {self.host}:{self.port}: {e}") from None
         return rid
@@ -434,6 +438,11 @@ class StoreClient:
         finally:
             self._rlock.release()
         return None
+
+    def answered(self, rid: int) -> bool:
+        """The answer to submitted request ``rid`` was read (by a call) and awaits ``poll``:
+        the socket will not turn readable for it."""
+        return rid in self._answers
 
     def fileno(self) -> int:
         """The connection's socket: readable when an answer (or EOF) arrives."""
