@@ -1,6 +1,6 @@
 """``python -m benchmarks [--smoke] [--only 1,3] [--reps N] [--out FILE]``
 
-Runs the eight measures of issue #6 in this one process tree, prints each table as it finishes
+Runs the measures of issues #6 (1-8) and #14 (9-12) in this one process tree, prints each table as it finishes
 and writes every figure to ``benchmarks/results/latest.json`` (rewritten after each measure, so
 an interrupted run keeps what it measured). Exit status: 0 when every contender that is
 installed did its job, 1 when an xrun contender failed (its row says why; a reference such as
@@ -31,6 +31,10 @@ MEASURES: dict[str, tuple[str, str]] = {
     "6": ("rendezvous of N agents", "scale:measure_6"),
     "7": ("one worker failure + restart", "restart:measure_7"),
     "8": ("tee: -t 3 vs no tee", "tee:measure_8"),
+    "9": ("rendezvous of N agents spread over processes (issue #14)", "store:measure_9"),
+    "10": ("the workers' store under torch's TCPStore clients (issue #14)", "store:measure_10"),
+    "11": ("a 2-agent x 8-worker gloo all_reduce job, end to end", "launch:measure_11"),
+    "12": ("reliability: 1x2 gloo jobs under a port thief", "reliability:measure_12"),
 }
 
 

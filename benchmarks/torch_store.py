@@ -27,7 +27,16 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CONNECT_BATCH = 16
 
-_XRUN_SERVER = """
+# Both servers answer "cpu" on stdin with their process' CPU seconds so far, and stop on EOF.
+_CPU_LOOP = """
+import resource
+for line in sys.stdin:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print("CPU", ru.ru_utime + ru.ru_stime, flush=True)
+"""
+
+_XRUN_SERVER = (
+    """
 import os, sys
 from xrun.runtime.store import StoreServer
 s = StoreServer("127.0.0.1", 0)
@@ -39,10 +48,9 @@ if os.environ.get("XRUN_BENCH_PROFILE"):
     s._loop.call_soon_threadsafe(lambda: (prof.enable(), ev.set()))
     ev.wait()
 print("PORT", s.port, flush=True)
-sys.stdin.readline()
-import resource
-ru = resource.getrusage(resource.RUSAGE_SELF)
-print("CPU", ru.ru_utime + ru.ru_stime, ru.ru_utime, ru.ru_stime, flush=True)
+"""
+    + _CPU_LOOP
+    + """
 if prof is not None:
     import pstats, threading
     ev = threading.Event()
@@ -51,18 +59,20 @@ if prof is not None:
     pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(18)
 os._exit(0)
 """
+)
 
-_TORCH_SERVER = """
+_TORCH_SERVER = (
+    """
 import os, sys
 import torch.distributed as d
 s = d.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True)
 print("PORT", s.port, flush=True)
-sys.stdin.readline()
-import resource
-ru = resource.getrusage(resource.RUSAGE_SELF)
-print("CPU", ru.ru_utime + ru.ru_stime, ru.ru_utime, ru.ru_stime, flush=True)
+"""
+    + _CPU_LOOP
+    + """
 os._exit(0)
 """
+)
 
 
 def _spawn(args: list[str], quiet: bool = True) -> subprocess.Popen[str]:
@@ -84,6 +94,11 @@ def _line(p: subprocess.Popen[str], word: str) -> list[str]:
     if not line or line[0] != word:
         raise RuntimeError(f"expected {word!r} from a benchmark process, got {line!r}")
     return line[1:]
+
+
+def _cpu(srv: subprocess.Popen[str]) -> float:
+    _say([srv], "cpu")
+    return float(_line(srv, "CPU")[0])
 
 
 def _say(procs: list[subprocess.Popen[str]], word: str) -> None:
@@ -113,31 +128,29 @@ def run(server: str, clients: int, procs: int, iters: int) -> dict[str, float]:
         for ch in children:
             _line(ch, "connected")
         connect_s = time.perf_counter() - t0
+        cpu0 = _cpu(srv)
         t0 = time.perf_counter()
         _say(children, "go")
         calls = sum(int(_line(ch, "done")[0]) for ch in children)
         ops_s = time.perf_counter() - t0
+        cpu = _cpu(srv) - cpu0
         _say(children, "exit")
         for ch in children:
             ch.wait(30)
-        _say([srv], "stop")
-        cpu, user, sys_ = (float(x) for x in _line(srv, "CPU"))
         return {
             "connect_s": connect_s,
             "ops_per_s": calls / ops_s,
             "calls": calls,
-            # the server process' CPU over the whole run, per call made
+            # the server's CPU while the calls ran, per call
             "server_cpu_us_per_call": cpu / calls * 1e6,
-            "server_user_s": user,
-            "server_sys_s": sys_,
         }
     finally:
         for ch in children:
             if ch.poll() is None:
                 ch.kill()
                 ch.wait()
-        if srv.poll() is None:
-            _say([srv], "stop")
+        assert srv.stdin is not None
+        srv.stdin.close()
         srv.wait(30)
 
 
