@@ -161,7 +161,11 @@ class Loop:
         self._running = True
         try:
             while self._running:
-                self._run_once()
+                try:
+                    self._run_once()
+                except Exception:  # whatever it was, the store keeps serving the others
+                    log.exception("store: error in the event loop")
+                    time.sleep(0.01)  # not a busy loop if it keeps happening
         finally:
             self._running = False
 

@@ -1,8 +1,8 @@
 """``python -m benchmarks --smoke`` runs every measure and writes well-formed JSON.
 
 No time is asserted here (the machine running the suite is busy): only that the harness runs
-each of the eight measures, that every contender has either figures or a stated reason, and that
-no xrun contender failed to do the job.
+each of the twelve measures (1-8 of issue #6, 9-12 of issue #14), that every contender has
+either figures or a stated reason, and that no xrun contender failed to do the job.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1
     assert doc["machine"]["cpus"] >= 1
-    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 9)]
+    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 13)]
     for key, measure in doc["measures"].items():
         assert measure["title"] and measure["rows"], key
         for row in measure["rows"]:
             assert row["verdict"] in ("met", "missed", "n/a"), row
-            assert row["unit"] in ("s", "MiB", "x"), row
+            assert row["unit"] in ("s", "MiB", "x", "ops/s", "conn", "jobs", "aborts"), row
             for name, res in row["contenders"].items():
                 if "failed" in res:  # allowed for a reference such as torchrun, never for xrun
                     assert not name.startswith("xrun"), f"{key} {row['label']}: {name} {res}"
@@ -57,5 +57,8 @@ def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
                 res = row["contenders"].get(name, {"median": 0})
                 assert "median" in res, (key, row["label"], name, res)
     # Exactly the text table the lead copies figures from, one section per measure.
-    for i in range(1, 9):
+    for i in range(1, 13):
         assert f"\n## {i}. " in proc.stdout
+    # Issue #14's reliability smoke: no job failed, no worker aborted, under a port thief.
+    for row in doc["measures"]["12"]["rows"]:
+        assert row["contenders"]["xrun"]["median"] == 0, row
