@@ -1,4 +1,4 @@
-"""torch's real TCPStore client (is_master=False) against the codec + handler: every
+"""torch's real TCPStore client (is_master=False) against xrun's store: every
 non-blocking query type, with the answers torch's own server gives (recorded from torch 2.13)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""torch's collectives over the codec + handler: two real processes form a gloo group whose
-store is a TCPStore client of the loopback server, and reduce across it."""
+"""torch's collectives over xrun's store: two real processes form a gloo group whose
+store is a TCPStore client of it (its own process), and reduce across it."""
 
 from __future__ import annotations
 

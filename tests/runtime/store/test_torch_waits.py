@@ -1,4 +1,4 @@
-"""torch's real TCPStore client against the codec + handler: the queries that wait on the
+"""torch's real TCPStore client against xrun's store: the queries that wait on the
 server (WAIT, and GET/MULTI_GET/QUEUE_POP/BARRIER built on it), their timeouts and the
 CANCEL_WAIT that follows one."""
 
