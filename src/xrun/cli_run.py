@@ -14,7 +14,6 @@ messages stay argparse's.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from xrun.errors import UsageError
 from xrun.specs import AppDef, AppState
 
 if TYPE_CHECKING:
+    import argparse  # importing it costs start-up time; only --help and mistakes need it
+
     from xrun.runner import Runner
 
 DEFAULT_SCHEDULER = "local_cwd"
