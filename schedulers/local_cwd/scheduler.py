@@ -149,7 +149,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
                 app_id=app_id,
                 state=resp.state,
                 name=str(req.get("app", {}).get("name", "")),
-                app_handle=make_app_handle(app_id, self.backend, self.session_name),
+                app_handle=make_app_handle(self.backend, self.session_name, app_id),
             )
             found.append((os.stat(paths.request).st_mtime, item))
         return [item for _, item in sorted(found, key=lambda f: f[0])]

@@ -96,7 +96,7 @@ def cmd_list(ns: argparse.Namespace) -> int:
         scheduler = ns.scheduler or runner.config.default_scheduler() or "local_cwd"
         apps = runner.list(scheduler)
         for a in apps:
-            handle = a.app_handle or make_app_handle(a.app_id, scheduler, runner.session_name)
+            handle = a.app_handle or make_app_handle(scheduler, runner.session_name, a.app_id)
             print(f"{handle}\t{a.state.name}\t{a.name}")
     return 0
 

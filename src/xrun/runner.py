@@ -106,7 +106,7 @@ class Runner:
         if not dryrun_info.scheduler:
             raise UsageError("this AppDryRunInfo has no scheduler; get it from Runner.dryrun")
         app_id = self.scheduler(dryrun_info.scheduler).schedule(dryrun_info)
-        return make_app_handle(app_id, dryrun_info.scheduler, self.session_name)
+        return make_app_handle(dryrun_info.scheduler, self.session_name, app_id)
 
     def run(
         self,
@@ -118,7 +118,7 @@ class Runner:
         """Submit ``app``; returns its handle ``scheduler://session/app_id`` at once."""
         sched = self.scheduler(scheduler)
         app_id = sched.submit(app, self.run_cfg(scheduler, cfg), workspace=workspace)
-        return make_app_handle(app_id, scheduler, self.session_name)
+        return make_app_handle(scheduler, self.session_name, app_id)
 
     def run_component(
         self,
