@@ -20,6 +20,11 @@ the terminal status there, and removes the containers and the network. Logs and 
 readable after that from the state dir. So that this happens with nobody watching too,
 ``schedule()`` starts a detached watcher per app (:mod:`xrun.schedulers.docker.watch`).
 
+Retries: a role's ``max_retries`` N means N+1 attempts in all, with one owner. A ``dist.*``
+role's runtime agent restarts its workers in place (``--max-restarts N``) and the container
+gets no restart policy; any other role (``utils.sh``, a TorchX torchrun AppDef) gets the
+engine's ``--restart on-failure:N``, as with TorchX.
+
 Signals, the grace period and exit codes (tests/schedulers/docker/test_signals.py): every container runs
 with ``--init``, so tini (PID 1) forwards a SIGTERM to the replica's command. For ``dist.ddp``
 that is the runtime agent, which forwards it to its workers' process groups, SIGKILLs those

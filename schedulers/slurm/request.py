@@ -29,9 +29,11 @@ import shlex
 import signal
 from dataclasses import dataclass, field
 
-from xrun.contract import RANK0_HOST_ENV
+from xrun.contract import AGENT_LOG_DIR_ENV, RANK0_HOST_ENV
 from xrun.errors import UsageError
 from xrun.specs import AppDef, BindMount, Role, macros
+
+from ..api import scheduler_retries
 
 COMMENT_PREFIX = "xrun:"
 LOG_SUBDIR = "slurm-logs"
@@ -208,12 +210,26 @@ def parse_comment(comment: str) -> tuple[str, dict[str, int]] | None:
     return name, roles
 
 
+def requeue_limits(app: AppDef) -> tuple[int, int]:
+    """(after a preemption, after a failure): how often the batch script may requeue the job.
+
+    As TorchX, a job of several roles takes the smallest of their ``max_retries``: no role
+    runs more often than it asked for. A failure is requeued only for roles whose retries are
+    the scheduler's: dist.* agents restart their workers in place (``--max-restarts``), and
+    requeueing on top of that would make (N+1)^2 attempts (see ``api.scheduler_retries``).
+    """
+    return (
+        min(r.max_retries for r in app.roles),
+        min(scheduler_retries(r) for r in app.roles),
+    )
+
+
 def _job_sbatch_opts(app: AppDef, cfg: dict[str, object], log_root: str, chdir: str) -> list[str]:
-    """Options for the whole job (first component): name, marker comment, output, requeue."""
-    max_retries = max(r.max_retries for r in app.roles)
+    """Options for the whole job (first component): name, output, requeue. The comment goes
+    on sbatch's command line instead (see :func:`build_request`): it may contain spaces."""
+    max_retries = requeue_limits(app)[0]
     opts = [
         f"--job-name={cfg.get('job_name') or app.name}",
-        f"--comment={format_comment(app, str(cfg.get('comment') or ''))}",
         f"--chdir={chdir}",
         f"--output={log_root}/slurm-%j.out",
         "--open-mode=append",
@@ -251,6 +267,9 @@ def _role_command(role: Role, offset: int, img_root: str) -> str:
     lines = [
         f"export XRUN_ROLE={shlex.quote(role.name)}",
         f"export XRUN_REPLICA_ID=$((SLURM_PROCID - {offset}))",
+        # A runtime agent's per-attempt worker logs: beside the replica's own, not in a
+        # temporary dir on the node that nobody removes (the role's env may say otherwise).
+        f'export {AGENT_LOG_DIR_ENV}="$XRUN_LOG_DIR/$XRUN_ROLE/$XRUN_REPLICA_ID.workers"',
     ]
     for k, v in role.env.items():
         lines.append(f"export {k}={shell_word(v, img_root)}")
@@ -320,10 +339,17 @@ while kill -0 "$XRUN_SRUN" 2>/dev/null; do
     XRUN_RC=$?
 done
 
-# Requeue on failure or preemption while retries are left (max_retries={max_retries}); the job
-# keeps its id and SLURM_RESTART_COUNT counts the attempts.
-if [ "$XRUN_RC" -ne 0 ] || [ "$XRUN_PREEMPTED" -eq 1 ]; then
-    if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_retries} ]; then
+# Requeue while retries are left: after a preemption up to {max_retries} times (the roles'
+# smallest max_retries), after a failure up to {fail_retries} (0 when the runtime agents
+# restart the workers in place instead). The job keeps its id; SLURM_RESTART_COUNT counts.
+XRUN_RETRIES=0
+if [ "$XRUN_PREEMPTED" -eq 1 ]; then
+    XRUN_RETRIES={max_retries}
+elif [ "$XRUN_RC" -ne 0 ]; then
+    XRUN_RETRIES={fail_retries}
+fi
+if [ "$XRUN_RETRIES" -gt 0 ]; then
+    if [ "${{SLURM_RESTART_COUNT:-0}}" -lt "$XRUN_RETRIES" ]; then
         echo "xrun: attempt ${{SLURM_RESTART_COUNT:-0}} ended with exit code $XRUN_RC; requeueing" >&2
         # Until Slurm shows it PENDING again, the job looks FAILED: this file says otherwise.
         echo "${{SLURM_RESTART_COUNT:-0}}" >"$XRUN_LOG_DIR/requeued"
@@ -347,7 +373,7 @@ def build_request(
         _check_role(role)
     log_root = f"{chdir.rstrip('/')}/{LOG_SUBDIR}"
     log_dir = shlex.quote(log_root) + '/"$SLURM_JOB_ID"'
-    max_retries = max(r.max_retries for r in app.roles)
+    max_retries, fail_retries = requeue_limits(app)
 
     lines = [
         "#!/bin/bash",
@@ -422,9 +448,15 @@ def build_request(
         lines.append("# One step for all replicas; one replica failing stops the others.")
         srun = "srun --kill-on-bad-exit=1 "
     lines.append(srun + " \\\n    : ".join(groups) + " &")
-    lines.append(_EPILOGUE.format(max_retries=max_retries, batch_trap=batch_trap))
+    lines.append(
+        _EPILOGUE.format(
+            max_retries=max_retries, fail_retries=fail_retries, batch_trap=batch_trap
+        )
+    )
 
-    argv = ["sbatch", "--parsable"]
+    # On the command line, not an #SBATCH line: those cannot quote, and a user's comment may
+    # contain spaces (TorchX passes it the same way). The xrun: marker leads it (for `list`).
+    argv = ["sbatch", "--parsable", f"--comment={format_comment(app, str(cfg.get('comment') or ''))}"]
     return SlurmBatchRequest(
         app_name=app.name,
         script="\n".join(lines),

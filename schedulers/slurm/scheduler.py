@@ -13,11 +13,15 @@ batch script; see that module for the layout of a job), ``schedule`` pipes it to
 - list: the jobs whose comment starts with ``xrun:`` (``xrun:APP;ROLE=N;...``: the roles and
   replica counts, so that any shell finds each replica's logs).
 
-Retries and preemption: ``max_retries`` (the largest of the roles') bounds how often the batch
-script requeues the job (``scontrol requeue``: same job id, ``SLURM_RESTART_COUNT`` counts
-attempts), after a failure or after the ``signal`` warning (default ``USR2@90``: passed to
-srun, to each replica's agent, to its workers). Slurm holds a requeued job ~120 s (Reason
-BeginTime) before it runs again; status says PENDING with that reason meanwhile.
+Retries and preemption: a role's ``max_retries`` N means N+1 attempts in all, with one owner.
+A ``dist.*`` role's runtime agents restart its workers in place (``--max-restarts N``, the fast
+path torchrun users expect), so the batch script does not requeue it after a failure; any
+other role (``utils.sh``, a TorchX torchrun AppDef) is requeued after a failure up to N times.
+After the ``signal`` warning (preemption or time limit; default ``USR2@90``: passed to srun, to
+each replica's agent, to its workers) every job is requeued up to N times. As TorchX, a job of
+several roles takes the *smallest* of their ``max_retries``. A requeue is ``scontrol requeue``:
+same job id, ``SLURM_RESTART_COUNT`` counts attempts. Slurm holds a requeued job ~120 s
+(Reason BeginTime) before it runs again; status says PENDING with that reason meanwhile.
 
 Signals, the grace period and exit codes (tests/schedulers/slurm/test_signals.py): ``cancel`` is
 ``scancel JOBID``. slurmd sends SIGCONT and SIGTERM to every process of the job's steps (its
@@ -151,9 +155,23 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         o.add("account", str, "account to charge (--account)")
         o.add("qos", str, "quality of service (--qos)")
         o.add("constraint", str, "node features (--constraint), e.g. a100")
-        o.add("comment", str, "added to the job comment, which is xrun:APP[,COMMENT] (no spaces)")
-        o.add("mail_user", str, "where Slurm mails job events (--mail-user)")
-        o.add("mail_type", str, "which events are mailed (--mail-type), e.g. END,FAIL")
+        o.add(
+            "comment",
+            str,
+            "added to the job comment, which is xrun:APP;ROLE=N[,COMMENT] (spaces are fine)",
+        )
+        o.add(
+            "mail_user",
+            str,
+            "where Slurm mails job events (--mail-user)",
+            aliases=("mail-user",),
+        )
+        o.add(
+            "mail_type",
+            str,
+            "which events are mailed (--mail-type), e.g. END,FAIL",
+            aliases=("mail-type",),
+        )
         o.add("job_name", str, "job name (--job-name); default: the app name")
         o.add(
             "job_dir",
@@ -166,7 +184,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             "signal",
             str,
             "preemption/time-limit warning signal to the batch shell, SIG@SECONDS; it is passed "
-            "to the replicas and the job requeues while max_retries allow; '' for none",
+            "to the replicas and the job requeues up to max_retries times (the roles' smallest; "
+            "after a failure only roles without in-place agent restarts); '' for none",
             default="USR2@90",
         )
         o.add(

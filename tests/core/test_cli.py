@@ -67,7 +67,11 @@ def test_saved_dryrun_yaml_runs_again(cli: Env) -> None:
     again = cli.run("run", "--dryrun", "spec.yaml")
     assert again.returncode == 0, again.stderr
     assert split_dryrun(again.stdout)[0] == app
-    assert app.roles[0].env == {"A": "1"}
+    assert app.roles[0].env == {
+        "A": "1",
+        "LOGLEVEL": "WARNING",
+        "TORCHX_TRACKING_EXPERIMENT_NAME": "default-experiment",
+    }
     bad = cli.run("run", "--dryrun", "spec.yaml", "--extra")
     assert bad.returncode == 2 and "takes no arguments" in bad.stderr
 
