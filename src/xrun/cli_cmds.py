@@ -176,3 +176,36 @@ def cmd_log(ns: argparse.Namespace) -> int:
         )
         printer.run()
     return 0
+
+
+# --------------------------------------------------------------------------- configure
+def cmd_configure(ns: argparse.Namespace) -> int:
+    from xrun.config import FILENAME, render_template
+    from xrun.schedulers.api import get_scheduler, scheduler_names
+
+    names = [n.strip() for n in ns.schedulers.split(",") if n.strip()] if ns.schedulers else []
+    found = []
+    for name in names or scheduler_names():
+        try:
+            found.append((name, get_scheduler(name).run_opts()))
+        except UsageError as e:
+            if names:  # asked for by name: say why not
+                raise
+            print(f"xrun: warning: {name} left out: {e}", file=sys.stderr)
+    text = render_template(found)
+    if ns.print:
+        sys.stdout.write(text)
+        return 0
+    import os
+
+    if os.path.exists(FILENAME) and not ns.force:
+        raise UsageError(
+            f"{os.path.abspath(FILENAME)} exists already; pass --force to replace it, or "
+            "--print to see the template"
+        )
+    tmp = f"{FILENAME}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, FILENAME)  # whole or not at all: an existing file is never half-written
+    print(f"xrun: wrote {os.path.abspath(FILENAME)}", file=sys.stderr)
+    return 0

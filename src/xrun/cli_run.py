@@ -45,8 +45,11 @@ _VALUE_OPTS = {
     "-cfg": "cfg",
     "--cfg": "cfg",
     "--workspace": "workspace",
+    "--parent_run_id": "parent_run_id",
+    "--parent-run-id": "parent_run_id",
 }
 _FLAGS = {"--dryrun": "dryrun", "--wait": "wait", "--log": "log"}
+_HELP = ("-h", "--help")
 
 
 @dataclass
@@ -59,6 +62,7 @@ class RunOptions:
     wait: bool = False
     log: bool = False
     workspace: str | None = None
+    parent_run_id: str | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> RunOptions:
@@ -67,16 +71,28 @@ class RunOptions:
         return cls(**{k: v for k, v in vars(ns).items() if k in known})
 
 
+def _is_own_option(tok: str) -> bool:
+    return tok in _FLAGS or tok in _HELP or tok.partition("=")[0] in _VALUE_OPTS
+
+
 def split_run_argv(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
-    """``run``'s argv -> (xrun's own options, the component, the component's arguments)."""
+    """``run``'s argv -> (xrun's own options, the component, the component's arguments).
+
+    The component is None when none is named: the arguments then start at the first token
+    that is not one of ``run``'s options (or follow ``--``), for ``[cli:run] component``.
+    """
     i = 0
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
             rest = list(argv[i + 1 :])
+            if rest and rest[0].startswith("-"):  # TorchX's `run -- --msg hi` (default component)
+                return list(argv[:i]), None, rest
             return list(argv[:i]), (rest[0] if rest else None), rest[1:]
         if not tok.startswith("-") or tok == "-":
             return list(argv[:i]), tok, list(argv[i + 1 :])
+        if not _is_own_option(tok):
+            return list(argv[:i]), None, list(argv[i:])
         if tok in _VALUE_OPTS:
             i += 1  # skip its value
         i += 1
@@ -134,6 +150,12 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="a local directory the scheduler makes available (docker: image)",
     )
+    run.add_argument(
+        "--parent_run_id",
+        "--parent-run-id",
+        metavar="ID",
+        help="a parent run id for experiment tracking: TORCHX_PARENT_RUN_ID in every replica",
+    )
 
 
 def parse_cfg(texts: list[str]) -> dict[str, str]:
@@ -182,13 +204,11 @@ def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
     from xrun.component import HelpRequested, format_help, get_component
     from xrun.runner import Runner
 
-    if component is None:
-        raise UsageError(
-            "xrun run: missing COMPONENT; e.g. xrun run dist.ddp -j 1x2 --script train.py "
-            "(`xrun builtins` lists the components)"
-        )
     cfg = parse_cfg(ns.cfg)
     with Runner() as runner:
+        component = component or runner.config.default_component()
+        if component is None:
+            raise _missing_component(comp_args)
         try:
             app = load_app(runner, component, comp_args)
         except HelpRequested:
@@ -196,10 +216,12 @@ def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
             return 0
         scheduler = ns.scheduler or runner.config.default_scheduler() or DEFAULT_SCHEDULER
         if ns.dryrun:
-            info = runner.dryrun(app, scheduler, cfg)
+            info = runner.dryrun(app, scheduler, cfg, parent_run_id=ns.parent_run_id)
             _print_dryrun(app, scheduler, str(info))
             return 0
-        handle = runner.run(app, scheduler, cfg, workspace=ns.workspace)
+        handle = runner.run(
+            app, scheduler, cfg, workspace=ns.workspace, parent_run_id=ns.parent_run_id
+        )
         print(handle, flush=True)
         _progress(f"submitted {handle}")
         stream = ns.log or scheduler in _WAITING_SCHEDULERS
@@ -213,6 +235,17 @@ def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
             return 130
         _progress(f"{handle} ended {state.name if state else 'UNKNOWN'}")
         return 0 if state == AppState.SUCCEEDED else 1
+
+
+def _missing_component(comp_args: list[str]) -> UsageError:
+    fix = "name one, e.g. xrun run dist.ddp -j 1x2 --script train.py (`xrun builtins` lists them)"
+    fix += ", or set a default: [cli:run] component = NAME in .xrunconfig"
+    if comp_args:
+        return UsageError(
+            f"xrun run: {comp_args[0]!r} is not an option of xrun run and no COMPONENT is "
+            f"named before it; {fix}"
+        )
+    return UsageError(f"xrun run: missing COMPONENT; {fix}")
 
 
 def _print_dryrun(app: AppDef, scheduler: str, request: str) -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from xrun.config import Config
 from xrun.config import load as load_config
 from xrun.errors import UsageError
-from xrun.specs import AppDef, AppHandle, AppStatus, make_app_handle
+from xrun.specs import AppDef, AppHandle, AppStatus, macros, make_app_handle
 
 if TYPE_CHECKING:
     from xrun.schedulers.api import AppDryRunInfo, ListAppResponse, Scheduler, Stream
@@ -74,8 +74,9 @@ class Runner:
 
         sched = self.scheduler(scheduler)
         defaults = self.config.scheduler_defaults(scheduler)
-        merged: dict[str, object] = dict(resolve_run_options(sched.run_opts(), defaults, scheduler))
-        merged.update(cfg or {})
+        opts = sched.run_opts()
+        merged: dict[str, object] = dict(resolve_run_options(opts, defaults, scheduler))
+        merged.update(opts.canonical(cfg or {}, scheduler))  # mail-user and mail_user: one key
         return merged
 
     # ------------------------------------------------------------------ submitting
@@ -86,11 +87,34 @@ class Runner:
         comp = get_component(component)
         return call_component(comp, args, self.config.component_defaults(comp.name))
 
+    def with_job_env(
+        self, app: AppDef, scheduler: str, parent_run_id: str | None = None
+    ) -> AppDef:
+        """A copy of ``app`` whose roles' env tells the replicas their job (``TORCHX_JOB_ID``,
+        the tracking variables: see :mod:`xrun.tracking`); ``app`` itself is untouched, so the
+        YAML ``--dryrun`` prints runs again on any scheduler."""
+        import copy
+
+        from xrun.tracking import job_env
+
+        out = copy.deepcopy(app)
+        env = job_env(
+            make_app_handle(scheduler, self.session_name, macros.app_id), parent_run_id, self.config
+        )
+        for role in out.roles:
+            role.env.update(env)
+        return out
+
     def dryrun(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, object] | None = None
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Mapping[str, object] | None = None,
+        parent_run_id: str | None = None,
     ) -> AppDryRunInfo[Any]:
         """The scheduler's request for ``app``, not executed (print it to see what would run)."""
-        return self.scheduler(scheduler).submit_dryrun(app, self.run_cfg(scheduler, cfg))
+        job = self.with_job_env(app, scheduler, parent_run_id)
+        return self.scheduler(scheduler).submit_dryrun(job, self.run_cfg(scheduler, cfg))
 
     def dryrun_component(
         self,
@@ -114,10 +138,12 @@ class Runner:
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
         workspace: str | None = None,
+        parent_run_id: str | None = None,
     ) -> str:
         """Submit ``app``; returns its handle ``scheduler://session/app_id`` at once."""
         sched = self.scheduler(scheduler)
-        app_id = sched.submit(app, self.run_cfg(scheduler, cfg), workspace=workspace)
+        job = self.with_job_env(app, scheduler, parent_run_id)
+        app_id = sched.submit(job, self.run_cfg(scheduler, cfg), workspace=workspace)
         return make_app_handle(scheduler, self.session_name, app_id)
 
     def run_component(
