@@ -196,9 +196,7 @@ def touch(file: str, image: str = DEFAULT_IMAGE) -> AppDef:
     """
     return AppDef(
         name="touch",
-        roles=[
-            Role(name="touch", image=image, entrypoint="touch", args=[file], resource=_small())
-        ],
+        roles=[Role(name="touch", image=image, entrypoint="touch", args=[file], resource=_small())],
     )
 
 

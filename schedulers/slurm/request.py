@@ -449,14 +449,16 @@ def build_request(
         srun = "srun --kill-on-bad-exit=1 "
     lines.append(srun + " \\\n    : ".join(groups) + " &")
     lines.append(
-        _EPILOGUE.format(
-            max_retries=max_retries, fail_retries=fail_retries, batch_trap=batch_trap
-        )
+        _EPILOGUE.format(max_retries=max_retries, fail_retries=fail_retries, batch_trap=batch_trap)
     )
 
     # On the command line, not an #SBATCH line: those cannot quote, and a user's comment may
     # contain spaces (TorchX passes it the same way). The xrun: marker leads it (for `list`).
-    argv = ["sbatch", "--parsable", f"--comment={format_comment(app, str(cfg.get('comment') or ''))}"]
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--comment={format_comment(app, str(cfg.get('comment') or ''))}",
+    ]
     return SlurmBatchRequest(
         app_name=app.name,
         script="\n".join(lines),

@@ -87,9 +87,7 @@ class Runner:
         comp = get_component(component)
         return call_component(comp, args, self.config.component_defaults(comp.name))
 
-    def with_job_env(
-        self, app: AppDef, scheduler: str, parent_run_id: str | None = None
-    ) -> AppDef:
+    def with_job_env(self, app: AppDef, scheduler: str, parent_run_id: str | None = None) -> AppDef:
         """A copy of ``app`` whose roles' env tells the replicas their job (``TORCHX_JOB_ID``,
         the tracking variables: see :mod:`xrun.tracking`); ``app`` itself is untouched, so the
         YAML ``--dryrun`` prints runs again on any scheduler."""

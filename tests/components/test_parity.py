@@ -120,6 +120,6 @@ def test_slurm_multi_role_job_takes_the_smallest_retries() -> None:
         ],
     )
     assert requeue_limits(app) == (1, 1)
-    assert 'XRUN_RETRIES=1\nelif' in _slurm(app)
+    assert "XRUN_RETRIES=1\nelif" in _slurm(app)
     app.roles[1].max_retries = 0
     assert requeue_limits(app) == (0, 0) and "#SBATCH --no-requeue\n" in _slurm(app)

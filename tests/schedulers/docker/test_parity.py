@@ -36,7 +36,9 @@ def sched(docker_engine: str) -> Iterator[DockerScheduler]:
     s.close()
 
 
-def test_static_rendezvous_2x2_across_two_containers(sched: DockerScheduler, tmp_path: Path) -> None:
+def test_static_rendezvous_2x2_across_two_containers(
+    sched: DockerScheduler, tmp_path: Path
+) -> None:
     (tmp_path / "worker.py").write_text(WORKER)
     app = ddp(script="worker.py", j="2x2", image="xrun-python:latest", rdzv_backend="static")
     app_id = sched.submit(app, {}, workspace=str(tmp_path))
