@@ -302,14 +302,19 @@ def _from_file(ref: str) -> Component:
         )
     if not os.path.isfile(path):
         raise UsageError(f"component file {path!r} does not exist (in {os.getcwd()})")
-    module = _load_file(path)
+    from xrun.torchx_compat import scoped, torchx_imports
+
+    # A TorchX component file runs unchanged: its `import torchx...` get xrun's stand-ins while
+    # it loads and while its function runs, and nowhere else (see xrun.torchx_compat).
+    with torchx_imports():
+        module = _load_file(path)
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         defined = ", ".join(sorted(_functions(module))) or "none"
         raise UsageError(
             f"component file {path!r} has no function {fn_name!r}; functions defined: {defined}"
         )
-    return analyze(ref, fn)
+    return analyze(ref, scoped(fn))
 
 
 def _load_file(path: str) -> ModuleType:
@@ -478,6 +483,10 @@ def call_component(
         app = comp.fn(*args, **kwargs)
     except ValueError as e:  # TorchX's components report a bad argument so: one line, exit 2
         raise UsageError(f"{comp.name}: {e}") from None
+    if not isinstance(app, AppDef) and type(app).__module__.startswith("torchx."):
+        from xrun.torchx_compat import from_torchx  # a TorchX file, with TorchX installed
+
+        app = from_torchx(app)
     if not isinstance(app, AppDef):
         raise UsageError(f"component {comp.name} returned {type(app).__name__}, expected AppDef")
     return app

@@ -149,11 +149,12 @@ def _parse_one_mount(items: list[str]) -> Mount:
 
 # --------------------------------------------------------------------------- roles & apps
 class RetryPolicy(str, enum.Enum):
-    """What a scheduler restarts when a replica fails (TorchX's names)."""
+    """What a scheduler restarts when a replica fails (TorchX's names; ROLE is xrun's)."""
 
     REPLICA = "REPLICA"
     APPLICATION = "APPLICATION"
     ROLE = "ROLE"
+    HOT_SPARE = "HOT_SPARE"
 
 
 @dataclass
