@@ -32,3 +32,9 @@ RDZV_PORT_ENV = "XRUN_RDZV_PORT"
 # The host of the role's first replica. ``${rank0_env}`` in a role's args or env becomes this
 # *name* (see ``specs.macros``), and every replica's environment sets it.
 RANK0_HOST_ENV = "XRUN_RANK0_HOST"
+
+# Sweeps (``xrun run --sweep``): every worker of trial i gets its values as
+# ``XRUN_SWEEP_<NAME>`` (the parameter's name upper-cased), its index and the sweep's size.
+SWEEP_ENV_PREFIX = "XRUN_SWEEP_"
+TRIAL_INDEX_ENV = "XRUN_TRIAL_INDEX"
+SWEEP_SIZE_ENV = "XRUN_SWEEP_SIZE"
