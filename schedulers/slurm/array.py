@@ -93,6 +93,7 @@ def trial_table(plan: SweepPlan, multi_node: bool) -> str:
     names = [env_name(p) for p in plan.params]
     lines = [
         f"# The trial table ({len(plan)} trials): this task's values, by its array index.",
+        "# shellcheck disable=SC2016  # the values are literal text, '$' included",
         'case "$SLURM_ARRAY_TASK_ID" in',
     ]
     for i, values in enumerate(plan.trials):
