@@ -4,7 +4,7 @@ A scheduler that can run a whole sweep as one request of its own (Slurm: one job
 so with a ``sweep_backend()`` method returning its backend; every other scheduler (local_cwd,
 docker, plugins) gets :class:`~xrun.schedulers.trials.TrialsBackend`: each trial a normal app,
 at most K at once, started by a small detached sweep supervisor
-(:func:`xrun.schedulers.trials.backend_for` picks).
+(:meth:`xrun.runner.Runner.sweep_backend` picks).
 
 A sweep is found by its handle ``SCHEDULER://SESSION/SWEEP_ID`` through
 :mod:`xrun.sweep_store`, where every backend records it at submit.

@@ -22,15 +22,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from xrun import sweep_store
 from xrun.specs import AppDef, AppState, Role
 from xrun.sweep import SweepPlan
 from xrun.sweep_status import LIVE, SweepStatus, TrialStatus
 
-from .api import Scheduler, Stream
+from .api import Stream
 from .local_cwd.supervisor import is_alive, proc_start_time
 from .sweeps import SweepBackend, check_trial, describe_parallel, make_sweep_id
 from .trials_supervisor import (
@@ -71,12 +70,6 @@ def default_parallel(app: AppDef) -> tuple[int, str]:
             k = max(1, gpus // gpus_per)
             why = f"this machine has {gpus} GPU(s) and each trial asks for {gpus_per}"
     return k, why + "; --max-parallel K to change"
-
-
-def backend_for(sched: Scheduler[Any]) -> SweepBackend:
-    """The scheduler's own sweep backend (``sched.sweep_backend()``), else trials as apps."""
-    own: Callable[[], SweepBackend] | None = getattr(sched, "sweep_backend", None)
-    return own() if own is not None else TrialsBackend(sched)
 
 
 class TrialsBackend(SweepBackend):

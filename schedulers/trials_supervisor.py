@@ -95,12 +95,15 @@ def cancel_everything(path: str, sched: Scheduler[Any], state: dict[str, Any]) -
     """Cancel every trial: those not started never will, the running ones are stopped (all at
     once: each cancel waits for its app's grace period)."""
     now = time.time()
+    live = [t for t in state["trials"] if t["state"] in _LIVE]
+    if not live:
+        return  # it had ended: nothing to cancel, nothing to record
     running = []
-    for t in state["trials"]:
-        if t["state"] in _LIVE and not t["app_id"]:
-            t.update(state="CANCELLED", ended=now, msg="cancelled by request")
-        elif t["state"] in _LIVE:
+    for t in live:
+        if t["app_id"]:
             running.append(t)
+        else:
+            t.update(state="CANCELLED", ended=now, msg="cancelled by request")
     if running:
         with ThreadPoolExecutor(max_workers=min(len(running), 16)) as pool:
             list(pool.map(lambda t: _cancel_app(sched, t), running))
@@ -140,8 +143,8 @@ class TrialsSupervisor:
             t = self.trials[i]
             try:
                 resp = self.sched.wait(t["app_id"], 0.0)
-            except XrunError as e:  # e.g. the engine did not answer: ask again next round
-                _log(f"trial {i}: status of {t['app_id']} failed: {e}")
+            except Exception as e:  # noqa: BLE001 - e.g. the engine did not answer: ask again
+                _log(f"trial {i}: status of {t['app_id']} failed: {type(e).__name__}: {e}")
                 continue
             changed |= record(t, resp)
         return changed

@@ -246,8 +246,10 @@ def cmd_log(ns: argparse.Namespace, handle: str, rest: list[str]) -> int:
         roles = backend.roles(h.app_id, trial)
         targets = log_targets(f"{handle}/{trial}", roles, role, replicas)
         st = backend.status(h.app_id)
-        if st is not None and st.trials[trial].state in _LIVE_STATES[:3] and not ns.follow:
-            _progress(f"trial {trial} of {handle} has not started yet; -f waits for it")
+        t = st.trials[trial] if st is not None else None
+        if t is not None and t.started is None and not ns.follow:
+            how = "; -f waits for it" if t.state in _LIVE_STATES else ""
+            _progress(f"trial {trial} of {handle} has not run ({t.state.name}){how}")
         printer = LogPrinter(
             _TrialLogs(runner, handle, trial),  # type: ignore[arg-type]
             handle,

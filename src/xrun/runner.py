@@ -176,10 +176,16 @@ class Runner:
 
     # ------------------------------------------------------------------ sweeps
     def sweep_backend(self, scheduler: str, session: str | None = None) -> SweepBackend:
-        """How ``scheduler`` runs sweeps (Slurm: one job array; others: trials as apps)."""
-        from xrun.schedulers.trials import backend_for
+        """How ``scheduler`` runs sweeps: its own way (``sweep_backend()``: Slurm's one job
+        array), else each trial a normal app (:class:`~xrun.schedulers.trials.TrialsBackend`)."""
+        sched = self.scheduler(scheduler, session)
+        own = getattr(sched, "sweep_backend", None)
+        if own is not None:
+            backend: SweepBackend = own()
+            return backend
+        from xrun.schedulers.trials import TrialsBackend
 
-        return backend_for(self.scheduler(scheduler, session))
+        return TrialsBackend(sched)
 
     def sweep_plan(self, component: str, args: Sequence[str], sweep: Sweep) -> SweepPlan:
         """The trials of ``component`` called with ``args`` (``{{name}}`` placeholders)."""
