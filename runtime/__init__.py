@@ -11,26 +11,26 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from xrun.runtime.agent import Agent, AgentFailedError, ChildFailedError, RunResult
-    from xrun.runtime.api import launch
-    from xrun.runtime.config import LaunchConfig
-    from xrun.runtime.errors import ProcessFailure, record
-    from xrun.runtime.procs import PContext, RunProcsResult, Std, start_processes
+    from .agent import Agent, RunResult
+    from .api import launch
+    from .config import LaunchConfig
+    from .errors import AgentFailedError, ChildFailedError, ProcessFailure, record
+    from .workers.api import PContext, RunProcsResult, Std, start_processes
 
 # public name -> the submodule that defines it
 _LAZY = {
     "Agent": "agent",
-    "AgentFailedError": "agent",
-    "ChildFailedError": "agent",
+    "AgentFailedError": "errors",
+    "ChildFailedError": "errors",
     "RunResult": "agent",
     "launch": "api",
     "LaunchConfig": "config",
     "ProcessFailure": "errors",
     "record": "errors",
-    "PContext": "procs",
-    "RunProcsResult": "procs",
-    "Std": "procs",
-    "start_processes": "procs",
+    "PContext": "workers.api",
+    "RunProcsResult": "workers.api",
+    "Std": "workers.api",
+    "start_processes": "workers.api",
 }
 
 __all__ = [  # spelled out (not sorted(_LAZY)) so linters see the re-exports

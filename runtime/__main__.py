@@ -17,7 +17,7 @@ PROG = "xrun-agent"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from xrun.runtime.args import parse
+    from .args import parse
 
     try:
         config, entrypoint, args = parse(argv)
@@ -25,7 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
 
-    from xrun.runtime.agent import Agent, write_agent_error_file
+    from .agent import Agent
+    from .errors import write_agent_error_file
 
     try:
         result = Agent(config, entrypoint, args, name=_job_name(entrypoint, args)).run()

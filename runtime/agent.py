@@ -49,48 +49,31 @@ import selectors
 import signal
 import socket
 import sys
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from xrun.runtime.config import (
+from .config import (
     LaunchConfig,
+    WorkerGroup,
     log_line_prefix,
     parse_signals,
     substitute_local_rank,
     worker_env,
 )
+from .errors import AgentFailedError, ChildFailedError, ProcessFailure, format_failures, root_cause
+from .events import AgentEvent, JobClosed, RendezvousChanged, Signalled, WorkersDone
+from .logdirs import AttemptDirs
+from .signals import AgentSignal, SignalWatch
 
 if TYPE_CHECKING:
-    from xrun.runtime.errors import ProcessFailure
-    from xrun.runtime.procs import PContext, RunProcsResult
-    from xrun.runtime.rendezvous import RendezvousHandler, RendezvousInfo
+    from .rendezvous import RendezvousEvent, RendezvousHandler, RendezvousInfo
+    from .workers.api import PContext, RunProcsResult
 
 # A worker store that cannot bind its port (another process took the free port between the
 # agent picking it and rank 0 binding it) is retried this many times without using a restart.
 _PORT_RACE_RETRIES = 3
 _PORT_RACE_MARKERS = ("address already in use", "eaddrinuse", "errno 98")
-_NA = "<N/A>"
-
-
-class AgentFailedError(Exception):
-    """The job failed on this node; ``str(e)`` is the summary the command line prints."""
-
-    def __init__(self, message: str, exitcode: int = 1) -> None:
-        super().__init__(message)
-        self.exitcode = exitcode
-
-
-class ChildFailedError(AgentFailedError):
-    """Workers failed and the restarts are used up; ``failures`` maps global rank -> failure."""
-
-    def __init__(self, name: str, failures: Mapping[int, ProcessFailure]) -> None:
-        self.name = name
-        self.failures = dict(failures)
-        super().__init__(format_failures(name, self.failures), exitcode=1)
 
 
 @dataclass
@@ -110,16 +93,18 @@ class RunResult:
         return AgentFailedError(self.message, self.exitcode)
 
 
-class _AgentSignal(BaseException):
-    """Raised by the signal handler only while the agent blocks outside its select loop."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
 def _log(msg: str) -> None:
     print(f"[xrun-agent {os.getpid()}] {msg}", file=sys.stderr, flush=True)
+
+
+def _random_uuid() -> str:
+    """``str(uuid.uuid4())``, without importing ``uuid`` (it imports ``platform``: milliseconds
+    of every standalone agent's start-up)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def free_port() -> int:
@@ -132,10 +117,6 @@ def free_port() -> int:
         except OSError:  # IPv6 disabled in the kernel
             continue
     raise OSError("no free TCP port: cannot bind port 0 on IPv6 or IPv4")
-
-
-def _fmt_addr(host: str) -> str:
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 class Agent:
@@ -153,10 +134,9 @@ class Agent:
         name: str | None = None,
     ) -> None:
         if not config.run_id:  # standalone: a fresh id per job, like torchrun --standalone
-            import uuid
             from dataclasses import replace
 
-            config = replace(config, run_id=str(uuid.uuid4()))
+            config = replace(config, run_id=_random_uuid())
         self.config = config
         self.entrypoint = entrypoint
         self.args = args
@@ -168,17 +148,15 @@ class Agent:
             )
         self.name: str = name
         self.host = socket.gethostname()
-        self._signum = 0
-        self._raise_on_signal = False
-        self._attempt = 0  # worker group starts so far (log dirs attempt_0, attempt_1 ...)
+        self._signals = SignalWatch(parse_signals(config.signals_to_handle))
+        self._logs = AttemptDirs(config.log_dir, config.run_id)
         self._restart_count = 0  # failure restarts used (TORCHELASTIC_RESTART_COUNT)
         self._port_retries = 0
-        self._run_log_dir = ""
 
     # -- public -------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from xrun.runtime.rendezvous import RendezvousParams, create_handler, parse_endpoint
+        from .rendezvous import RendezvousParams, create_handler, parse_endpoint
 
         cfg = self.config
         endpoint = cfg.rdzv_endpoint or "localhost:0"
@@ -195,18 +173,18 @@ class Agent:
             # port 0: this agent serves the store on a port no other agent learns
             private_store=parse_endpoint(endpoint)[1] == 0,
         )
-        restore = self._install_signals()
+        restore = self._signals.install()
         handler: RendezvousHandler | None = None
         try:
             try:
-                self._raise_on_signal = True
-                self._check_signal()
+                self._signals.raising = True
+                self._signals.check()
                 handler = create_handler(params)
                 return self._loop(handler)
-            except _AgentSignal as s:
+            except AgentSignal as s:
                 return self._on_signal_exit(handler, None, s.signum)
         finally:
-            self._raise_on_signal = False
+            self._signals.raising = False
             if handler is not None:
                 handler.shutdown()
             restore()
@@ -214,16 +192,15 @@ class Agent:
     # -- the loop ------------------------------------------------------------------------------
 
     def _loop(self, handler: RendezvousHandler) -> RunResult:
-        from xrun.runtime.rendezvous import (
+        from .rendezvous import (
             RendezvousClosedError,
             RendezvousError,
             RendezvousTimeoutError,
         )
 
-        cfg = self.config
         while True:
-            self._raise_on_signal = True
-            self._check_signal()  # one that arrived while the workers were being stopped
+            self._signals.raising = True
+            self._signals.check()  # one that arrived while the workers were being stopped
             try:
                 info = handler.next_rendezvous()
                 try:
@@ -240,55 +217,76 @@ class Agent:
                 return RunResult(1, message=f"the job was closed by a peer: {reason}")
             except RendezvousError as e:
                 return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")
-            self._raise_on_signal = False
+            self._signals.raising = False
             pc = self._start(info, master_addr, master_port)
-            kind, payload = self._watch(pc, handler)
-            if kind == "signal":
-                return self._on_signal_exit(handler, pc, int(payload))
-            if kind == "rdzv":
-                event, reason, failed = payload
-                pc.close(signal.SIGTERM, cfg.shutdown_timeout)
-                if event.name == "CLOSED":
-                    if not failed:  # finished without this node (nothing of ours failed)
-                        _log(f"the job was closed as finished ({reason}): workers stopped")
-                        return RunResult(0, message=reason)
-                    return RunResult(1, message=f"the job was closed by a peer: {reason}")
+            outcome = self._on_event(self._watch(pc, handler), handler, pc, info)
+            if outcome is not None:
+                return outcome
+
+    def _on_event(
+        self, event: AgentEvent, handler: RendezvousHandler, pc: PContext, info: RendezvousInfo
+    ) -> RunResult | None:
+        """What ``event`` ends the run with; None: join the next round."""
+        match event:
+            case Signalled(signum):
+                return self._on_signal_exit(handler, pc, signum)
+            case JobClosed(reason, failed):
+                pc.close(signal.SIGTERM, self.config.shutdown_timeout)
+                if not failed:  # finished without this node (nothing of ours failed)
+                    _log(f"the job was closed as finished ({reason}): workers stopped")
+                    return RunResult(0, message=reason)
+                return RunResult(1, message=f"the job was closed by a peer: {reason}")
+            case RendezvousChanged(reason):
+                pc.close(signal.SIGTERM, self.config.shutdown_timeout)
                 _log(f"membership changed ({reason}): restarting the workers")
-                continue
-            result: RunProcsResult = payload
-            offset = info.rank_offset
-            if not result.is_failed():
-                pc.close(signal.SIGTERM, cfg.shutdown_timeout)  # reaps, flushes the tee threads
-                # every local rank, None for binaries (and functions that returned None)
-                return self._finish(
-                    handler,
-                    {offset + r: result.return_values.get(r) for r in range(cfg.nproc_per_node)},
-                )
-            failures = {offset + r: f for r, f in result.failures.items()}
-            pc.close(signal.SIGTERM, cfg.shutdown_timeout)
-            root = failures[root_cause(failures)]
-            reason = (
-                f"local_rank {root.local_rank} on {self.host} failed: "
-                f"{root.message.splitlines()[-1] if root.message else root.exitcode}"
+                return None
+            case WorkersDone(result):
+                return self._workers_done(result, handler, pc, info)
+
+    def _workers_done(
+        self,
+        result: RunProcsResult,
+        handler: RendezvousHandler,
+        pc: PContext,
+        info: RendezvousInfo,
+    ) -> RunResult | None:
+        """Finish when every worker succeeded; after a failure restart (None) or give up."""
+        from .rendezvous import RendezvousError
+
+        cfg = self.config
+        offset = info.rank_offset
+        if not result.is_failed():
+            pc.close(signal.SIGTERM, cfg.shutdown_timeout)  # reaps, flushes the tee threads
+            # every local rank, None for binaries (and functions that returned None)
+            return self._finish(
+                handler,
+                {offset + r: result.return_values.get(r) for r in range(cfg.nproc_per_node)},
             )
-            if self._port_retries < _PORT_RACE_RETRIES and _is_port_race(result):
-                self._port_retries += 1
-                _log(f"worker store port was taken ({reason}); retrying with a new port")
-                self._request_restart(handler, reason)
-                continue
-            if self._restart_count < cfg.max_restarts:
-                self._restart_count += 1
-                _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
-                self._request_restart(handler, reason)
-                continue
-            try:
-                handler.close(failed=True, reason=reason)
-            except RendezvousError:
-                pass  # the store host may be gone already; our exit code says it all
-            return RunResult(1, failures=failures, message=format_failures(self.name, failures))
+        failures = {offset + r: f for r, f in result.failures.items()}
+        pc.close(signal.SIGTERM, cfg.shutdown_timeout)
+        root = failures[root_cause(failures)]
+        reason = (
+            f"local_rank {root.local_rank} on {self.host} failed: "
+            f"{root.message.splitlines()[-1] if root.message else root.exitcode}"
+        )
+        if self._port_retries < _PORT_RACE_RETRIES and _is_port_race(result):
+            self._port_retries += 1
+            _log(f"worker store port was taken ({reason}); retrying with a new port")
+            self._request_restart(handler, reason)
+            return None
+        if self._restart_count < cfg.max_restarts:
+            self._restart_count += 1
+            _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
+            self._request_restart(handler, reason)
+            return None
+        try:
+            handler.close(failed=True, reason=reason)
+        except RendezvousError:
+            pass  # the store host may be gone already; our exit code says it all
+        return RunResult(1, failures=failures, message=format_failures(self.name, failures))
 
     def _request_restart(self, handler: RendezvousHandler, reason: str) -> None:
-        from xrun.runtime.rendezvous import RendezvousError
+        from .rendezvous import RendezvousError
 
         try:
             handler.request_restart(reason)
@@ -296,9 +294,9 @@ class Agent:
             _log(f"could not tell the peers to restart ({e}); next_rendezvous will")
 
     def _finish(self, handler: RendezvousHandler, values: dict[int, Any]) -> RunResult:
-        from xrun.runtime.rendezvous import RendezvousClosedError, RendezvousError
+        from .rendezvous import RendezvousClosedError, RendezvousError
 
-        self._raise_on_signal = True
+        self._signals.raising = True
         try:
             # The exit barrier: conf exit_barrier_timeout (300 s), not close_timeout.
             late = handler.finish()
@@ -317,11 +315,13 @@ class Agent:
 
     def _master(self, handler: RendezvousHandler, info: RendezvousInfo) -> tuple[str, int]:
         """Group rank 0 picks the workers' store address for this round and publishes it."""
+        from .rendezvous.endpoint import unbracket
+
         if info.group_world_size == 1:
-            return _fmt_addr(info.addrs[0]), free_port()
+            return unbracket(info.addrs[0]), free_port()
         key = f"xrun/master/{info.round}"
         if info.group_rank == 0:
-            addr, port = _fmt_addr(info.addrs[0]), free_port()
+            addr, port = unbracket(info.addrs[0]), free_port()
             handler.kv().set(key, f"{addr}\n{port}".encode())
             return addr, port
         # Rank 0 publishes right after the round forms; a much longer wait means it is gone.
@@ -329,54 +329,29 @@ class Agent:
         addr, port_s = handler.kv().get(key, timeout).decode().split("\n")
         return addr, int(port_s)
 
-    def _attempt_dir(self) -> str:
-        if not self._run_log_dir:
-            import tempfile
-
-            base = self.config.log_dir or tempfile.mkdtemp(prefix="xrun_")
-            # Logs and tracebacks are the user's alone: every dir we create is 0700 (a log dir
-            # that exists already keeps the mode its owner gave it).
-            os.makedirs(base, mode=0o700, exist_ok=True)
-            # Several agents of one job may share a host and a log dir: the first one gets
-            # <run_id>, the others <run_id>.1, .2 ... (os.mkdir is atomic, so no two collide).
-            run_id = self.config.run_id or "none"
-            for i in range(1000):
-                path = os.path.join(base, run_id if i == 0 else f"{run_id}.{i}")
-                try:
-                    os.mkdir(path, 0o700)
-                    break
-                except FileExistsError:
-                    continue
-            self._run_log_dir = path
-        path = os.path.join(self._run_log_dir, f"attempt_{self._attempt}")
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        self._attempt += 1
-        return path
-
     def _start(self, info: RendezvousInfo, master_addr: str, master_port: int) -> PContext:
-        from xrun.runtime.procs import start_processes
+        from .workers.api import start_processes
 
         cfg = self.config
-        attempt_dir = self._attempt_dir()
+        attempt_dir = self._logs.next()
         n = cfg.nproc_per_node
         for lr in range(n):  # the workers write their error.json here, redirected or not
             os.makedirs(os.path.join(attempt_dir, str(lr)), mode=0o700, exist_ok=True)
+        group = WorkerGroup(
+            role=cfg.role,
+            run_id=cfg.run_id,
+            local_world_size=n,
+            rank_offset=info.rank_offset,
+            world_size=info.world_size,
+            group_rank=info.group_rank,
+            group_world_size=info.group_world_size,
+            master_addr=master_addr,
+            master_port=master_port,
+            restart_count=self._restart_count,
+            max_restarts=cfg.max_restarts,
+        )
         envs = {
-            lr: worker_env(
-                local_rank=lr,
-                local_world_size=n,
-                rank_offset=info.rank_offset,
-                world_size=info.world_size,
-                group_rank=info.group_rank,
-                group_world_size=info.group_world_size,
-                role=cfg.role,
-                master_addr=master_addr,
-                master_port=master_port,
-                restart_count=self._restart_count,
-                max_restarts=cfg.max_restarts,
-                run_id=cfg.run_id,
-                error_file=os.path.join(attempt_dir, str(lr), "error.json"),
-            )
+            lr: worker_env(group, lr, os.path.join(attempt_dir, str(lr), "error.json"))
             for lr in range(n)
         }
         prefixes = {
@@ -396,21 +371,21 @@ class Agent:
             local_ranks_filter=cfg.local_ranks_filter,
         )
 
-    def _watch(self, pc: PContext, handler: RendezvousHandler) -> tuple[str, Any]:
+    def _watch(self, pc: PContext, handler: RendezvousHandler) -> AgentEvent:
         """Block until the workers end, the rendezvous changes or a signal arrives."""
         sel = selectors.DefaultSelector()
         try:
             worker_fds = set(pc.fds())
             for fd in worker_fds:
                 sel.register(fd, selectors.EVENT_READ, "worker")
-            from xrun.runtime.rendezvous import RendezvousClosedError, RendezvousEvent
+            from .rendezvous import RendezvousClosedError
 
             try:
                 sel.register(handler.fileno(), selectors.EVENT_READ, "rdzv")
             except RendezvousClosedError as e:
-                return "rdzv", (RendezvousEvent.CLOSED, e.reason, e.failed)
-            if self._wakeup_r >= 0:
-                sel.register(self._wakeup_r, selectors.EVENT_READ, "signal")
+                return JobClosed(e.reason, e.failed)
+            if self._signals.fd >= 0:
+                sel.register(self._signals.fd, selectors.EVENT_READ, "signal")
             # Without an exit fd per worker fall back to polling every monitor_interval.
             timeout = (
                 None
@@ -418,11 +393,11 @@ class Agent:
                 else self.config.monitor_interval
             )
             while True:
-                if self._signum:
-                    return "signal", self._signum
+                if self._signals.signum:
+                    return Signalled(self._signals.signum)
                 result = pc.wait(0)
                 if result is not None:
-                    return "done", result
+                    return WorkersDone(result)
                 # wait() closes the fd of a worker it reaped: forget it before select sees a
                 # closed (or, worse, reused) fd number.
                 running = set(pc.fds())
@@ -436,64 +411,22 @@ class Agent:
                         sel.unregister(key.fd)
                         worker_fds.discard(key.fd)
                     elif key.data == "signal":
-                        self._drain_wakeup()
+                        self._signals.drain()
                     elif key.data == "rdzv":
                         event = handler.poll_event()
                         if event is not None:
-                            return "rdzv", (*event, handler.closed_failed)
+                            return _rendezvous_event(*event, failed=handler.closed_failed)
         finally:
             sel.close()
 
     # -- signals -------------------------------------------------------------------------------
 
-    _wakeup_r = -1
-
-    def _install_signals(self) -> Callable[[], None]:
-        """Handle the configured signals (main thread only); returns the undo function."""
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        r, w = os.pipe()
-        os.set_blocking(r, False)
-        os.set_blocking(w, False)
-        old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        old = {
-            s: signal.signal(s, self._on_signal)
-            for s in parse_signals(self.config.signals_to_handle)
-        }
-        self._wakeup_r = r
-
-        def restore() -> None:
-            for s, h in old.items():
-                signal.signal(s, h)
-            signal.set_wakeup_fd(old_fd)
-            os.close(r)
-            os.close(w)
-            self._wakeup_r = -1
-
-        return restore
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signum = self._signum or signum
-        if self._raise_on_signal:
-            raise _AgentSignal(signum)
-
-    def _check_signal(self) -> None:
-        if self._signum:
-            raise _AgentSignal(self._signum)
-
-    def _drain_wakeup(self) -> None:
-        try:
-            while os.read(self._wakeup_r, 512):
-                pass
-        except BlockingIOError:
-            pass
-
     def _on_signal_exit(
         self, handler: RendezvousHandler | None, pc: PContext | None, signum: int
     ) -> RunResult:
-        from xrun.runtime.rendezvous import RendezvousError
+        from .rendezvous import RendezvousError
 
-        self._raise_on_signal = False
+        self._signals.raising = False
         name = signal.Signals(signum).name
         _log(f"got {name}: forwarding it to the workers and shutting down")
         if pc is not None:
@@ -504,6 +437,15 @@ class Agent:
             except RendezvousError:
                 pass
         return RunResult(128 + signum, message=f"the agent got {name}")
+
+
+def _rendezvous_event(
+    event: RendezvousEvent, reason: str, failed: bool
+) -> JobClosed | RendezvousChanged:
+    """The agent's event for what ``handler.poll_event`` reported."""
+    if event.name == "CLOSED":
+        return JobClosed(reason, failed)
+    return RendezvousChanged(reason)
 
 
 def _is_port_race(result: RunProcsResult) -> bool:
@@ -522,87 +464,3 @@ def _is_port_race(result: RunProcsResult) -> bool:
         if any(m in text.lower() for m in _PORT_RACE_MARKERS):
             return True
     return False
-
-
-# -- the failure summary (torchrun's layout, so people and log scrapers read it the same) -------
-
-
-def _format_failure(idx: int, rank: int, f: ProcessFailure, host: str) -> str:
-    from datetime import datetime
-
-    msg: str = f.message or _NA
-    data = f.error_file_data
-    if isinstance(data, dict) and isinstance(data.get("message"), dict):
-        msg = data["message"].get("extraInfo", {}).get("py_callstack") or msg
-    sig = f.signal_name()
-    return (
-        f"[{idx}]:\n"
-        f"  time      : {datetime.fromtimestamp(f.timestamp).isoformat(sep='_')}\n"
-        f"  host      : {host}\n"
-        f"  rank      : {rank} (local_rank: {f.local_rank})\n"
-        f"  exitcode  : {f.exitcode} (pid: {f.pid}){f' ({sig})' if sig != _NA else ''}\n"
-        f"  error_file: {f.error_file or _NA}\n"
-        f"  traceback : {msg.rstrip().replace(chr(10), chr(10) + '  ')}"
-    )
-
-
-def root_cause(failures: Mapping[int, ProcessFailure]) -> int:
-    """The global rank of the first observed failure."""
-    return min(failures, key=lambda r: (failures[r].timestamp, failures[r].exit_time, r))
-
-
-def format_failures(name: str, failures: Mapping[int, ProcessFailure]) -> str:
-    host = socket.getfqdn()
-    title = f"{name} FAILED"
-    root = root_cause(failures)
-    parts = {r: _format_failure(i, r, f, host) for i, (r, f) in enumerate(sorted(failures.items()))}
-    width = min(60, max([len(title)] + [len(x) for p in parts.values() for x in p.splitlines()]))
-    others = [p for r, p in parts.items() if r != root] or ["  <NO_OTHER_FAILURES>"]
-    return "\n".join(
-        [
-            "",
-            "=" * width,
-            title,
-            "-" * width,
-            "Failures:",
-            *others,
-            "-" * width,
-            "Root Cause (first observed failure):",
-            parts[root],
-            "=" * width,
-        ]
-    )
-
-
-def write_agent_error_file(path: str, result: RunResult) -> None:
-    """The agent's own error file for its scheduler: the root cause's document (when the worker
-    recorded one) with ``errorCode`` set to the worker's exit code, else the summary."""
-    import json
-
-    if result.failures:
-        f = result.failures[root_cause(result.failures)]
-        data = f.error_file_data
-        if isinstance(data, dict) and isinstance(data.get("message"), dict):
-            doc: dict[str, Any] = json.loads(json.dumps(data))
-            doc["message"]["errorCode"] = f.exitcode
-        else:
-            doc = {
-                "message": {
-                    "message": f"ChildFailedError: {f.message}",
-                    "extraInfo": {"py_callstack": result.message, "timestamp": str(f.timestamp)},
-                    "errorCode": f.exitcode,
-                }
-            }
-    else:
-        doc = {
-            "message": {
-                "message": f"AgentFailedError: {result.message}",
-                "extraInfo": {"py_callstack": result.message, "timestamp": str(int(time.time()))},
-                "errorCode": result.exitcode,
-            }
-        }
-    tmp = f"{path}.{os.getpid()}.tmp"
-    # 0600: the root cause's traceback may quote data or paths meant for the user alone.
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fp:
-        json.dump(doc, fp)
-    os.replace(tmp, path)

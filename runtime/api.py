@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from xrun.runtime.agent import Agent, AgentFailedError, ChildFailedError
-from xrun.runtime.config import LaunchConfig
+from .agent import Agent
+from .config import LaunchConfig
+from .errors import AgentFailedError, ChildFailedError
 
 __all__ = ["AgentFailedError", "ChildFailedError", "LaunchConfig", "launch"]
 

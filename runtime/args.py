@@ -18,12 +18,14 @@ from typing import Any, NoReturn
 
 from xrun.contract import RDZV_BACKENDS, RDZV_ENDPOINT_DEFAULT_PORT
 from xrun.errors import UsageError
-from xrun.runtime.config import DEFAULT_SIGNALS, LaunchConfig
 
-# One parser for --rdzv-conf, the rendezvous' own: it knows every key, so a value the rendezvous
-# would reject later (unknown key, is_host=maybe, token_file=, heartbeat_interval >= timeout)
-# fails here as a one-line usage error, before the agent binds or waits for anything.
-from xrun.runtime.rendezvous import parse_rdzv_conf
+from .config import DEFAULT_SIGNALS, LaunchConfig
+
+# One parser for --rdzv-conf and one for --rdzv-endpoint, the rendezvous' own: a value the
+# rendezvous would reject later (unknown key, is_host=maybe, token_file=, heartbeat_interval >=
+# timeout, port 99999) fails here as a one-line usage error, before the agent binds or waits.
+from .rendezvous.conf import parse_rdzv_conf
+from .rendezvous.endpoint import format_endpoint, parse_endpoint, unbracket
 
 PROG = "xrun-agent"
 # torchrun flags with no xrun equivalent: (flags, takes a value, why).
@@ -244,27 +246,6 @@ def parse_nproc(raw: str) -> int:
     )
 
 
-def check_endpoint(raw: str) -> str:
-    """Validate ``host``, ``host:port`` or ``[v6]:port``; return it unchanged."""
-    host, port = raw, ""
-    if raw.startswith("["):
-        close = raw.find("]")
-        host, rest = raw[1:close], raw[close + 1 :]
-        if close < 0 or (rest and not rest.startswith(":")):
-            host = ""
-        port = rest[1:]
-    elif raw.count(":") == 1:
-        host, port = raw.split(":")
-    elif raw.count(":") > 1:
-        host = ""  # a bare IPv6 address is ambiguous with a port
-    if not host or (port and not (port.isdigit() and int(port) < 65536)):
-        raise UsageError(
-            f"--rdzv-endpoint {raw!r} is invalid: expected host, host:port or [ipv6]:port "
-            "(port 0-65535)"
-        )
-    return raw
-
-
 def parse_local_ranks_filter(raw: str, nproc: int) -> set[int] | None:
     if not raw:
         return None
@@ -296,7 +277,7 @@ def parse(
     argv: Sequence[str] | None = None,
 ) -> tuple[LaunchConfig, Callable[..., Any] | str, tuple[str, ...]]:
     """Command line -> (config, entrypoint, entrypoint args), with torchrun's defaulting."""
-    from xrun.runtime.procs import Std
+    from .workers.streams import Std
 
     ns = build_parser().parse_args(argv)
     for names, _, why in _UNSUPPORTED:  # torchrun would read these from the env too
@@ -326,15 +307,13 @@ def parse(
     if backend == "static":
         master_port = _int("--master-port", ns.master_port or "29500")
         if not endpoint:
-            addr = ns.master_addr
-            endpoint = (
-                f"{addr}:{master_port}"
-                if addr.startswith("[") or ":" not in addr
-                else f"[{addr}]:{master_port}"
-            )
+            endpoint = format_endpoint(unbracket(ns.master_addr), master_port)
         node_rank = _int("--node-rank", ns.node_rank)
     if endpoint:
-        check_endpoint(endpoint)
+        try:
+            parse_endpoint(endpoint)
+        except UsageError as e:
+            raise UsageError(f"--rdzv-endpoint: {e}") from None
     if ns.shutdown_timeout is None:
         ns.shutdown_timeout = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")
     try:

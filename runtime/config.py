@@ -2,7 +2,8 @@
 
 Both the command line (``python -m xrun.runtime``) and the library call
 (``xrun.runtime.launch``) build a ``LaunchConfig`` and hand it to the same ``Agent``; the
-environment every worker sees is computed by ``worker_env`` alone, so the two paths cannot drift.
+environment every worker sees is computed by ``worker_env`` (from a ``WorkerGroup``) alone, so
+the two paths cannot drift.
 
 Standard library only: this module is on the agent's start-up path.
 """
@@ -20,7 +21,7 @@ from xrun.contract import RDZV_BACKENDS
 from xrun.errors import UsageError
 
 if TYPE_CHECKING:
-    from xrun.runtime.procs import Std
+    from .workers.streams import Std
 
 DEFAULT_ROLE = "default"
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
@@ -58,7 +59,7 @@ class LaunchConfig:
     monitor_interval: float = 0.1
     start_method: str = "spawn"
     log_dir: str | None = None
-    redirects: Std | Mapping[int, Std] = 0  # type: ignore[assignment]  # Std.NONE, without importing procs
+    redirects: Std | Mapping[int, Std] = 0  # type: ignore[assignment]  # Std.NONE, without importing workers
     tee: Std | Mapping[int, Std] = 0  # type: ignore[assignment]
     local_ranks_filter: set[int] | None = None
     node_rank: int = -1  # static backend only
@@ -161,20 +162,27 @@ def substitute_local_rank(args: tuple[object, ...], local_rank: int) -> tuple[ob
     )
 
 
+@dataclass(frozen=True)
+class WorkerGroup:
+    """One start of this node's workers, placed by the rendezvous round: everything a worker's
+    environment is computed from, save its local rank and error file."""
+
+    role: str
+    run_id: str
+    local_world_size: int  # workers on this node
+    rank_offset: int  # global rank of this node's local rank 0
+    world_size: int
+    group_rank: int  # this node's rank among the nodes
+    group_world_size: int
+    master_addr: str  # the workers' own store (group rank 0's worker binds it)
+    master_port: int
+    restart_count: int  # failure restarts used so far
+    max_restarts: int
+
+
 def worker_env(
-    *,
+    group: WorkerGroup,
     local_rank: int,
-    local_world_size: int,
-    rank_offset: int,
-    world_size: int,
-    group_rank: int,
-    group_world_size: int,
-    role: str,
-    master_addr: str,
-    master_port: int,
-    restart_count: int,
-    max_restarts: int,
-    run_id: str,
     error_file: str,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
@@ -185,23 +193,23 @@ def worker_env(
     user-set value wins (TORCH_NCCL_ASYNC_ERROR_HANDLING, OMP_NUM_THREADS).
     """
     env = os.environ if environ is None else environ
-    rank = rank_offset + local_rank
+    rank = group.rank_offset + local_rank
     out = {
         "LOCAL_RANK": str(local_rank),
         "RANK": str(rank),
-        "GROUP_RANK": str(group_rank),
+        "GROUP_RANK": str(group.group_rank),
         # One role per agent: role ranks are the global ranks (as in torchrun with one role).
         "ROLE_RANK": str(rank),
-        "ROLE_NAME": role,
-        "LOCAL_WORLD_SIZE": str(local_world_size),
-        "WORLD_SIZE": str(world_size),
-        "GROUP_WORLD_SIZE": str(group_world_size),
-        "ROLE_WORLD_SIZE": str(world_size),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(master_port),
-        "TORCHELASTIC_RESTART_COUNT": str(restart_count),
-        "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
-        "TORCHELASTIC_RUN_ID": run_id,
+        "ROLE_NAME": group.role,
+        "LOCAL_WORLD_SIZE": str(group.local_world_size),
+        "WORLD_SIZE": str(group.world_size),
+        "GROUP_WORLD_SIZE": str(group.group_world_size),
+        "ROLE_WORLD_SIZE": str(group.world_size),
+        "MASTER_ADDR": group.master_addr,
+        "MASTER_PORT": str(group.master_port),
+        "TORCHELASTIC_RESTART_COUNT": str(group.restart_count),
+        "TORCHELASTIC_MAX_RESTARTS": str(group.max_restarts),
+        "TORCHELASTIC_RUN_ID": group.run_id,
         # xrun's rendezvous store is not a torch TCPStore, so the workers host their own store
         # at MASTER_ADDR:MASTER_PORT (rank 0 binds it), exactly as with a non-agent-store backend.
         "TORCHELASTIC_USE_AGENT_STORE": "False",
@@ -211,7 +219,7 @@ def worker_env(
     }
     if "OMP_NUM_THREADS" in env:
         out["OMP_NUM_THREADS"] = env["OMP_NUM_THREADS"]
-    elif local_world_size > 1:
+    elif group.local_world_size > 1:
         # torchrun's default: N workers each spawning one OpenMP thread per core overload a node.
         out["OMP_NUM_THREADS"] = "1"
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from xrun.errors import UsageError
 from xrun.runtime.__main__ import main
 from xrun.runtime.args import parse, parse_nproc, parse_rdzv_conf
-from xrun.runtime.config import LaunchConfig, log_line_prefix, worker_env
-from xrun.runtime.procs import Std
+from xrun.runtime.config import LaunchConfig, WorkerGroup, log_line_prefix, worker_env
+from xrun.runtime.rendezvous import parse_endpoint
+from xrun.runtime.workers.streams import Std
 
 
 def test_dash_and_underscore_forms_are_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,7 +75,8 @@ def test_unsupported_torchrun_env_var_is_not_ignored(monkeypatch: pytest.MonkeyP
 
 def test_one_node_without_endpoint_is_standalone() -> None:
     cfg, entry, args = parse(["--nproc-per-node", "4", "train.py", "--lr", "${local_rank}"])
-    # standalone: the agent picks a random run id (checked in test_agent/test_env_vs_torchrun)
+    # standalone: the agent picks a random run id (checked in test_env_vs_torchrun.py and
+    # agent/test_launch.py)
     assert cfg.rdzv_backend == "c10d" and cfg.standalone and cfg.run_id == ""
     assert entry == os.environ.get("PYTHON_EXEC", sys.executable)
     assert args == ("-u", "train.py", "--lr", "${local_rank}")
@@ -116,6 +118,17 @@ def test_multi_node_c10d_and_static() -> None:
     assert (cfg.rdzv_backend, cfg.rdzv_endpoint, cfg.node_rank) == ("static", "10.0.0.1:1234", 1)
     cfg, _, _ = parse(["--nnodes", "2", "--master-addr", "::1", "s.py"])
     assert cfg.rdzv_endpoint == "[::1]:29500"
+    cfg, _, _ = parse(["--nnodes", "2", "--master-addr", "[::1]", "s.py"])
+    assert cfg.rdzv_endpoint == "[::1]:29500"
+
+
+def test_rdzv_endpoint_has_one_parser_the_rendezvous_one() -> None:
+    # The command line checks --rdzv-endpoint with the grammar the rendezvous reads it with.
+    args = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-id", "j", "--rdzv-endpoint"]
+    cfg, _, _ = parse([*args, "::1", "s.py"])
+    assert parse_endpoint(cfg.rdzv_endpoint) == ("::1", 29400)
+    with pytest.raises(UsageError, match=r"--rdzv-endpoint: .*\[IPV6\]:PORT"):
+        parse([*args, "::1:29400", "s.py"])
 
 
 def test_module_no_python_run_path_and_python_exec(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -216,32 +229,35 @@ def test_fuzzed_rdzv_conf_is_accepted_or_one_line_usage_error(
 
 
 def test_worker_env_defaults_and_user_values() -> None:
-    kw: dict[str, Any] = dict(
-        local_rank=1,
+    group = WorkerGroup(
+        role="trainer",
+        run_id="job",
         local_world_size=2,
         rank_offset=3,
         world_size=5,
         group_rank=1,
         group_world_size=2,
-        role="trainer",
         master_addr="h0",
         master_port=1234,
         restart_count=1,
         max_restarts=3,
-        run_id="job",
-        error_file="/l/1/error.json",
     )
-    env = worker_env(environ={}, **kw)
+    env = worker_env(group, 1, "/l/1/error.json", environ={})
     assert (
         env["RANK"] == env["ROLE_RANK"] == "4"
         and env["WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "5"
     )
     assert env["OMP_NUM_THREADS"] == "1" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert env["TORCHELASTIC_ERROR_FILE"] == "/l/1/error.json"
-    env = worker_env(environ={"OMP_NUM_THREADS": "8", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, **kw)
+    env = worker_env(
+        group,
+        1,
+        "/l/1/error.json",
+        environ={"OMP_NUM_THREADS": "8", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"},
+    )
     assert env["OMP_NUM_THREADS"] == "8" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
     assert "OMP_NUM_THREADS" not in worker_env(
-        environ={}, **{**kw, "local_world_size": 1, "local_rank": 0}
+        replace(group, local_world_size=1), 0, "/l/1/error.json", environ={}
     )
 
 

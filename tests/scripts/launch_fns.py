@@ -1,4 +1,4 @@
-"""Worker functions for tests/runtime/test_launch.py (importable by spawned workers; stdlib only)."""
+"""Worker functions for tests/runtime/agent/test_launch.py (importable by spawned workers; stdlib only)."""
 
 from __future__ import annotations
 

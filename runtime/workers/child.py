@@ -129,7 +129,7 @@ def function_main(
 
     import pickle
 
-    from .errors import ERROR_FILE_ENV, write_error_file
+    from ..errors.files import ERROR_FILE_ENV, write_error_file
 
     try:
         fn, args = pickle.loads(payload) if isinstance(payload, bytes) else payload

@@ -4,19 +4,19 @@ A worker is either a Python function (multiprocessing: spawn, forkserver or fork
 (subprocess). Each one
 
 * runs in its own process group, so ``signal``/``close`` reach the worker's children too;
-* dies with the agent (``PR_SET_PDEATHSIG=SIGKILL``, see ``_procs_child``);
+* dies with the agent (``PR_SET_PDEATHSIG=SIGKILL``, see ``child.py``);
 * is watched through a pidfd (or the forkserver's status pipe): ``fds()`` become readable the
   moment a worker exits, and ``wait`` sleeps in ``select`` on them, never in a polling loop;
 * writes ``<log_dir>/<local_rank>/{stdout.log,stderr.log,error.json}`` (dirs 0700, files 0600)
-  when redirected or tee'd; tee goes through ``_tee.Tee``.
+  when redirected or tee'd; tee goes through ``tee.Tee``.
 
-Standard library only, and imports stay lazy: a binary launch never imports multiprocessing
-or pickle.
+This module is the watching half; ``launch.py`` starts the processes and ``worker.py`` is the
+handle the two share. Standard library only, and imports stay lazy: a binary launch never
+imports multiprocessing or pickle.
 """
 
 from __future__ import annotations
 
-import enum
 import os
 import signal as _signal
 import time
@@ -26,67 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from xrun.errors import UsageError
 
-from .errors import ProcessFailure
+from ..errors import ProcessFailure
+from .streams import Std
+from .worker import Worker
 
 if TYPE_CHECKING:
-    from ._tee import Tee
+    from .tee import Tee
 
 __all__ = ["PContext", "RunProcsResult", "Std", "start_processes"]
 
 _START_METHODS = ("spawn", "forkserver", "fork")
-
-
-class Std(enum.IntFlag):
-    """Which of a worker's streams a redirect or tee applies to."""
-
-    NONE = 0
-    OUT = 1
-    ERR = 2
-    ALL = 3
-
-    @classmethod
-    def parse(cls, s: str, nprocs: int | None = None) -> Std | dict[int, Std]:
-        """``"3"`` -> ``Std.ALL``; ``"0:3,1:1"`` -> ``{0: Std.ALL, 1: Std.OUT}``.
-
-        With ``nprocs``, a map's ranks must be below it and the missing ones get ``Std.NONE``.
-        """
-        text = s.strip()
-        if ":" not in text:
-            return cls._value(text, s)
-        out: dict[int, Std] = {}
-        for item in text.split(","):
-            rank_s, sep, value = item.partition(":")
-            try:
-                rank = int(rank_s)
-            except ValueError:
-                rank = -1
-            if not sep or rank < 0:
-                raise UsageError(
-                    f"bad local rank {rank_s.strip()!r} in {s!r}: expected "
-                    f"'<local_rank>:<0-3>' items separated by commas, like '0:3,1:1'"
-                )
-            if rank in out:
-                raise UsageError(f"local rank {rank} appears twice in {s!r}: give each rank once")
-            if nprocs is not None and rank >= nprocs:
-                raise UsageError(
-                    f"local rank {rank} in {s!r} does not exist: there are {nprocs} local "
-                    f"workers (ranks 0..{nprocs - 1})"
-                )
-            out[rank] = cls._value(value, s)
-        if nprocs is not None:
-            for rank in range(nprocs):
-                out.setdefault(rank, cls.NONE)
-        return out
-
-    @classmethod
-    def _value(cls, v: str, whole: str) -> Std:
-        v = v.strip()
-        if v.isdigit() and int(v) <= 3:
-            return cls(int(v))
-        raise UsageError(
-            f"bad redirect/tee value {v!r} in {whole!r}: expected 0 (none), 1 (stdout), "
-            f"2 (stderr) or 3 (both), or a per-local-rank map like '0:3,1:1'"
-        )
 
 
 @dataclass
@@ -103,68 +52,13 @@ class RunProcsResult:
         return bool(self.failures)
 
 
-class _Worker:
-    """One started worker: its pid, the fd that tells its exit, how to reap it."""
-
-    def __init__(
-        self,
-        local_rank: int,
-        pid: int,
-        handle: Any,
-        error_file: str | None,
-        wait_fd: int | None,
-        owns_fd: bool,
-    ) -> None:
-        self.local_rank = local_rank
-        self.pid = pid
-        self.handle = handle  # subprocess.Popen or multiprocessing.Process
-        self.error_file = error_file
-        self.exitcode: int | None = None
-        self.exit_time = 0.0
-        self._wait_fd = wait_fd
-        self._owns_fd = owns_fd
-
-    @property
-    def fd(self) -> int | None:
-        return self._wait_fd
-
-    def poll(self) -> int | None:
-        """Reap without blocking; the exit code once the process is gone."""
-        if self.exitcode is None:
-            code = self.handle.poll() if hasattr(self.handle, "poll") else self.handle.exitcode
-            if code is not None:
-                self.exitcode = code
-                self.exit_time = time.time()
-                self.close_fd()
-        return self.exitcode
-
-    def close_fd(self) -> None:
-        if self._wait_fd is not None and self._owns_fd:
-            os.close(self._wait_fd)
-        self._wait_fd = None
-
-    def killpg(self, sig: int) -> None:
-        """``sig`` to the worker's process group; to the pid alone if the group is not made
-        yet (a spawn child sets its group as its first act)."""
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            if self.exitcode is None:
-                try:
-                    os.kill(self.pid, sig)
-                except ProcessLookupError:
-                    pass
-        except PermissionError:  # the pid is reused by a process group not ours
-            pass
-
-
 class PContext:
     """The running local workers (returned by ``start_processes``)."""
 
     def __init__(
         self,
         name: str,
-        workers: list[_Worker],
+        workers: list[Worker],
         tee: Tee | None,
         stdouts: dict[int, str],
         stderrs: dict[int, str],
@@ -292,7 +186,7 @@ class PContext:
         )
 
 
-def _join(w: _Worker) -> None:
+def _join(w: Worker) -> None:
     # After SIGKILL to its group the process is gone within a moment; a blocking reap is safe.
     if hasattr(w.handle, "wait"):
         w.handle.wait()
@@ -328,7 +222,7 @@ def _per_rank(value: Std | Mapping[int, Std], what: str, n: int) -> dict[int, St
     return dict.fromkeys(range(n), Std(value))
 
 
-def start_processes(
+def start_processes(  # noqa: PLR0913 - mirrors torch's start_processes signature
     name: str,
     entrypoint: Callable[..., Any] | str,
     args: Mapping[int, tuple[Any, ...]],
@@ -379,7 +273,7 @@ def start_processes(
             "pass log_dir or drop the redirects"
         )
 
-    from ._procs_launch import Launcher
+    from .launch import Launcher
 
     launcher = Launcher(name, entrypoint, start_method, log_dir, local_ranks_filter)
     try:

@@ -23,7 +23,7 @@ import os
 import selectors
 import threading
 
-from ._inotify import Inotify
+from .inotify import Inotify
 
 # Bigger pipes let a worker print a burst while this thread waits for a CPU. Not bigger:
 # pipe buffers count against the user's pipe-user-pages-soft (64 MiB by default), past which

@@ -1,4 +1,4 @@
-"""Worker error files: the ``@record`` decorator, the file helpers and ``ProcessFailure``.
+"""Worker error files: the ``@record`` decorator and the helpers that write and read the file.
 
 A worker that dies of an exception leaves its traceback in ``$TORCHELASTIC_ERROR_FILE`` so the
 agent can report the root cause. The file uses torchelastic's JSON schema, so a file written by
@@ -7,22 +7,21 @@ torch's own ``torch.distributed.elastic.multiprocessing.errors.record`` reads th
     {"message": {"message": "<ExcType>: <text>",
                  "extraInfo": {"py_callstack": "<traceback>", "timestamp": "<int epoch s>"}}}
 
-Standard library only: the agent imports this module on its start-up path.
+Standard library only: the agent imports this module on its start-up path, and a function
+worker imports it before the user's code runs.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 __all__ = [
     "ERROR_FILE_ENV",
-    "ProcessFailure",
+    "error_data",
     "error_file_message",
     "read_error_file",
     "record",
@@ -147,59 +146,3 @@ def _enable_faulthandler() -> None:
         faulthandler.enable(all_threads=True)
     except (OSError, ValueError, RuntimeError):  # stderr closed or not a real file
         pass
-
-
-def signal_name(signum: int) -> str:
-    """``"SIGKILL"`` for 9; ``"<N/A>"`` for a number that is no signal."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return "<N/A>"
-
-
-@dataclass
-class ProcessFailure:
-    """Why one local worker failed.
-
-    ``exitcode`` is negative when a signal killed the process (``-9`` = SIGKILL).
-    ``timestamp`` is the failure's time in epoch seconds: the error file's when the worker
-    recorded one, else when the agent saw the process exit; the earliest is the root cause.
-    """
-
-    local_rank: int
-    pid: int
-    exitcode: int
-    error_file: str | None
-    error_file_data: dict[str, Any] | None
-    timestamp: int
-    message: str
-    # Additive: the exit as seen by the agent, in float epoch seconds (finer than ``timestamp``,
-    # to order failures that happen within the same second).
-    exit_time: float = field(default=0.0, compare=False)
-
-    @classmethod
-    def from_exit(
-        cls, local_rank: int, pid: int, exitcode: int, error_file: str | None, exit_time: float
-    ) -> ProcessFailure:
-        """Build the failure of a process that exited with ``exitcode``, reading its error file."""
-        data = read_error_file(error_file)
-        text, stamp = error_file_message(data)
-        if not text:
-            if exitcode < 0:
-                text = f"Signal {-exitcode} ({signal_name(-exitcode)}) received by PID {pid}"
-            else:
-                text = f"Process exited with code {exitcode}"
-        return cls(
-            local_rank=local_rank,
-            pid=pid,
-            exitcode=exitcode,
-            error_file=error_file if data is not None else None,
-            error_file_data=data,
-            timestamp=stamp if stamp is not None else int(exit_time),
-            message=text,
-            exit_time=exit_time,
-        )
-
-    def signal_name(self) -> str:
-        """The killing signal's name, or ``"<N/A>"`` when the process exited on its own."""
-        return signal_name(-self.exitcode) if self.exitcode < 0 else "<N/A>"

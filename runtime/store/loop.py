@@ -5,17 +5,17 @@ asyncio (which pulls in ssl, concurrent.futures, inspect ...) costs 15-60 ms and
 a loaded 2-core host - most of a standalone agent's overhead. The store needs only a sliver of
 it: accept, read callbacks into a protocol object, buffered non-blocking writes, timers and a
 thread-safe ``call_soon_threadsafe``. That sliver is this module; the protocol side
-(``store._Conn``) keeps asyncio's callback names (``connection_made``, ``data_received``,
-``eof_received``, ``connection_lost``) and transport calls, so it reads like the asyncio
-Protocol it was written as.
+(``session.XrunSession``) keeps asyncio's callback names (``connection_made``,
+``data_received``, ``eof_received``, ``connection_lost``) and transport calls, so it reads like
+the asyncio Protocol it was written as.
 
-Standard library only, and only ``selectors``/``heapq``/``socket`` at that.
+Standard library only, and only ``selectors``/``heapq``/``socket`` at that (``logging`` loads
+when something goes wrong).
 """
 
 from __future__ import annotations
 
 import heapq
-import logging
 import selectors
 import socket
 import threading
@@ -24,7 +24,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-log = logging.getLogger(__name__)
+from ..lazylog import LazyLogger
+
+log = LazyLogger(__name__)
 
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 _RECV_SIZE = 256 << 10
@@ -160,6 +162,10 @@ class Loop:
     def is_closed(self) -> bool:
         return self._closed
 
+    def has_transports(self) -> bool:
+        """Whether any connection is still open (closing ones included)."""
+        return bool(self._transports)
+
     def _run_once(self) -> None:
         timers = self._timers
         if self._cancelled > 64 and self._cancelled * 2 > len(timers):
@@ -232,7 +238,7 @@ class Transport:
         loop._sel.register(sock, _READ, self._on_event)
         protocol.connection_made(self)
 
-    # -- asyncio.Transport's calls that store._Conn makes ------------------------------------------
+    # -- asyncio.Transport's calls that a session makes -------------------------------------------
 
     def get_extra_info(self, name: str) -> Any:
         return self._sock if name == "socket" else None

@@ -1,24 +1,38 @@
 """The starting half of ``start_processes``: log files, pipes and the fork of each worker.
 
-Kept apart from ``procs`` (the watching half) so that each stays small. ``subprocess`` is
-imported for binaries only, ``multiprocessing``/``pickle``/``tempfile`` for functions only.
+Kept apart from ``api.py`` (the watching half) so that each stays small; ``worker.py`` holds
+the handle both use. ``subprocess`` is imported for binaries only,
+``multiprocessing``/``pickle``/``tempfile`` for functions only.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from xrun.contract import AGENT_ONLY_ENV
 from xrun.errors import UsageError
 
-from ._procs_child import InheritFd, function_main, make_preexec
-from ._tee import Tee, make_pipe
-from .errors import ERROR_FILE_ENV
-from .procs import Std, _Worker
+from ..errors import ERROR_FILE_ENV
+from .child import InheritFd, function_main, make_preexec
+from .streams import Std
+from .tee import Tee, make_pipe
+from .worker import Worker
 
 _STREAMS = ((Std.OUT, 1, "stdout"), (Std.ERR, 2, "stderr"))
+
+
+class _RankOutput(NamedTuple):
+    """Where one local rank's output goes: what to redirect or tee, the console prefix and its
+    log directory (None without a log_dir). A NamedTuple: cheaper to create at import than a
+    dataclass, on every agent's start-up path."""
+
+    rank: int
+    redirect: Std
+    tee: Std
+    prefix: str
+    rank_dir: str | None
 
 
 def _pidfd(pid: int) -> int | None:
@@ -52,7 +66,7 @@ class Launcher:
         self.log_dir = log_dir
         self.ranks_filter = local_ranks_filter
         self.parent_pid = os.getpid()
-        self.workers: list[_Worker] = []
+        self.workers: list[Worker] = []
         self.stdouts: dict[int, str] = {}
         self.stderrs: dict[int, str] = {}
         self.tee = Tee(f"{name}-tee")
@@ -91,12 +105,11 @@ class Launcher:
             child_env.setdefault(ERROR_FILE_ENV, error_file)
             _remove(error_file)  # a file there now is a previous run's, not this worker's
 
+        output = _RankOutput(rank, redirect, tee, prefix, rank_dir)
         to_close: list[int] = []
         try:
             targets = [
-                self._stream_target(
-                    rank, bit, console, log, redirect, tee, prefix, rank_dir, to_close
-                )
+                self._stream_target(output, bit, console, log, to_close)
                 for bit, console, log in _STREAMS
             ]
             if self._mp is None:
@@ -108,7 +121,7 @@ class Launcher:
             for fd in to_close:
                 os.close(fd)
 
-    def finish(self) -> tuple[list[_Worker], Tee | None, str | None]:
+    def finish(self) -> tuple[list[Worker], Tee | None, str | None]:
         if len(self.tee):
             self.tee.start()  # only now: no thread of ours runs while workers fork
             return self.workers, self.tee, self.result_dir
@@ -144,29 +157,23 @@ class Launcher:
         return path
 
     def _stream_target(
-        self,
-        rank: int,
-        bit: Std,
-        console: int,
-        log: str,
-        redirect: Std,
-        tee: Std,
-        prefix: str,
-        rank_dir: str | None,
-        to_close: list[int],
+        self, output: _RankOutput, bit: Std, console: int, log: str, to_close: list[int]
     ) -> int | None:
-        """The fd the worker's stream goes to; None: inherit the agent's console."""
+        """The fd the worker's stream ``bit`` goes to; None: inherit the agent's console.
+        Fds the child gets a copy of are added to ``to_close``."""
+        rank, prefix = output.rank, output.prefix
         shown = self.ranks_filter is None or rank in self.ranks_filter
+        to_file = output.redirect | output.tee
         paths = self.stdouts if bit is Std.OUT else self.stderrs
         file_fd = None
-        if (redirect | tee) & bit and rank_dir is not None:
-            path = os.path.join(rank_dir, f"{log}.log")
+        if to_file & bit and output.rank_dir is not None:
+            path = os.path.join(output.rank_dir, f"{log}.log")
             file_fd = _open_log(path)
             paths[rank] = path
         else:
             paths[rank] = ""
-        if tee & bit and shown and file_fd is not None:
-            # The worker writes its log file itself and the tee tails it (see _tee).
+        if output.tee & bit and shown and file_fd is not None:
+            # The worker writes its log file itself and the tee tails it (see tee.py).
             try:
                 self.tee.add_file(paths[rank], console, prefix)
             except OSError:
@@ -174,7 +181,7 @@ class Launcher:
                 raise
             to_close.append(file_fd)
             return file_fd
-        if tee & bit and shown:
+        if output.tee & bit and shown:
             try:
                 r, w = make_pipe()
             except OSError:  # out of fds: do not leak the log file on the way out
@@ -187,7 +194,7 @@ class Launcher:
         if file_fd is not None:
             to_close.append(file_fd)
             return file_fd
-        if shown and not (redirect | tee) & bit:
+        if shown and not to_file & bit:
             return None
         devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         to_close.append(devnull)
@@ -221,7 +228,7 @@ class Launcher:
                 f"{exc.strerror}; give an executable path or a name on $PATH"
             ) from exc
         fd = _pidfd(proc.pid)
-        self.workers.append(_Worker(rank, proc.pid, proc, error_file, fd, owns_fd=True))
+        self.workers.append(Worker(rank, proc.pid, proc, error_file, fd, owns_fd=True))
 
     def _start_function(
         self,
@@ -271,9 +278,9 @@ class Launcher:
         if fd is None:
             # The fork server reports the exit status through the sentinel pipe; a pidfd
             # would turn readable before that status is there to read.
-            self.workers.append(_Worker(rank, proc.pid, proc, error_file, proc.sentinel, False))
+            self.workers.append(Worker(rank, proc.pid, proc, error_file, proc.sentinel, False))
         else:
-            self.workers.append(_Worker(rank, proc.pid, proc, error_file, fd, True))
+            self.workers.append(Worker(rank, proc.pid, proc, error_file, fd, True))
 
 
 def _inherited_env() -> dict[str, str]:

@@ -2,7 +2,7 @@
 overflowed inotify queue, and a burst larger than one read turn.
 
 The end-to-end behaviour (workers, no lost or split lines, a closed console) is in
-test_procs.py; these pin the paths a worker cannot steer on demand.
+test_logs.py; these pin the paths a worker cannot steer on demand.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.waiting import poll_until
-from xrun.runtime import _tee
-from xrun.runtime._inotify import Inotify
-from xrun.runtime._tee import Tee
+from xrun.runtime.workers import tee as _tee
+from xrun.runtime.workers.inotify import Inotify
+from xrun.runtime.workers.tee import Tee
 
 
 class _Setup:
@@ -27,7 +27,7 @@ class _Setup:
         self.console_path = tmp / "console"
         self.console = os.open(self.console_path, os.O_WRONLY | os.O_CREAT, 0o600)
         self.logs = [tmp / f"{r}.log" for r in range(n_files)]
-        # The worker's side: its own fd on the log file, as _procs_launch hands it over.
+        # The worker's side: its own fd on the log file, as the launcher hands it over.
         self.writers = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for p in self.logs]
         self.tee = Tee("test-tee")
         for r, p in enumerate(self.logs):

@@ -1,0 +1,141 @@
+"""The failure report: the exceptions a failed job raises, the summary it prints and the agent's
+own error file.
+
+The summary keeps torchrun's layout (title, the other failures, then the root cause, i.e. the
+first observed failure), so people and log scrapers read both the same way. The agent's error
+file is what its scheduler reads (``$TORCHELASTIC_ERROR_FILE`` of the agent itself, never a
+worker's).
+
+Standard library only; ``datetime``, ``json`` and ``socket`` load on the failure path alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from .failure import ProcessFailure
+
+__all__ = [
+    "AgentFailedError",
+    "ChildFailedError",
+    "format_failures",
+    "root_cause",
+    "write_agent_error_file",
+]
+
+_NA = "<N/A>"
+
+
+class AgentFailedError(Exception):
+    """The job failed on this node; ``str(e)`` is the summary the command line prints."""
+
+    def __init__(self, message: str, exitcode: int = 1) -> None:
+        super().__init__(message)
+        self.exitcode = exitcode
+
+
+class ChildFailedError(AgentFailedError):
+    """Workers failed and the restarts are used up; ``failures`` maps global rank -> failure."""
+
+    def __init__(self, name: str, failures: Mapping[int, ProcessFailure]) -> None:
+        self.name = name
+        self.failures = dict(failures)
+        super().__init__(format_failures(name, self.failures), exitcode=1)
+
+
+def root_cause(failures: Mapping[int, ProcessFailure]) -> int:
+    """The global rank of the first observed failure."""
+    return min(failures, key=lambda r: (failures[r].timestamp, failures[r].exit_time, r))
+
+
+def _format_failure(idx: int, rank: int, f: ProcessFailure, host: str) -> str:
+    from datetime import datetime
+
+    msg: str = f.message or _NA
+    data = f.error_file_data
+    if isinstance(data, dict) and isinstance(data.get("message"), dict):
+        msg = data["message"].get("extraInfo", {}).get("py_callstack") or msg
+    sig = f.signal_name()
+    return (
+        f"[{idx}]:\n"
+        f"  time      : {datetime.fromtimestamp(f.timestamp).isoformat(sep='_')}\n"
+        f"  host      : {host}\n"
+        f"  rank      : {rank} (local_rank: {f.local_rank})\n"
+        f"  exitcode  : {f.exitcode} (pid: {f.pid}){f' ({sig})' if sig != _NA else ''}\n"
+        f"  error_file: {f.error_file or _NA}\n"
+        f"  traceback : {msg.rstrip().replace(chr(10), chr(10) + '  ')}"
+    )
+
+
+def format_failures(name: str, failures: Mapping[int, ProcessFailure]) -> str:
+    """The summary of ``failures`` (global rank -> failure) of the job called ``name``."""
+    import socket
+
+    host = socket.getfqdn()
+    title = f"{name} FAILED"
+    root = root_cause(failures)
+    parts = {r: _format_failure(i, r, f, host) for i, (r, f) in enumerate(sorted(failures.items()))}
+    width = min(60, max([len(title)] + [len(x) for p in parts.values() for x in p.splitlines()]))
+    others = [p for r, p in parts.items() if r != root] or ["  <NO_OTHER_FAILURES>"]
+    return "\n".join(
+        [
+            "",
+            "=" * width,
+            title,
+            "-" * width,
+            "Failures:",
+            *others,
+            "-" * width,
+            "Root Cause (first observed failure):",
+            parts[root],
+            "=" * width,
+        ]
+    )
+
+
+class Outcome(Protocol):
+    """What a failed run ended with (``agent.RunResult`` is one); read-only here."""
+
+    @property
+    def exitcode(self) -> int: ...
+    @property
+    def failures(self) -> Mapping[int, ProcessFailure]: ...
+    @property
+    def message(self) -> str: ...
+
+
+def write_agent_error_file(path: str, result: Outcome) -> None:
+    """The agent's own error file for its scheduler: the root cause's document (when the worker
+    recorded one) with ``errorCode`` set to the worker's exit code, else the summary."""
+    import json
+
+    if result.failures:
+        f = result.failures[root_cause(result.failures)]
+        data = f.error_file_data
+        if isinstance(data, dict) and isinstance(data.get("message"), dict):
+            doc: dict[str, Any] = json.loads(json.dumps(data))
+            doc["message"]["errorCode"] = f.exitcode
+        else:
+            doc = {
+                "message": {
+                    "message": f"ChildFailedError: {f.message}",
+                    "extraInfo": {"py_callstack": result.message, "timestamp": str(f.timestamp)},
+                    "errorCode": f.exitcode,
+                }
+            }
+    else:
+        doc = {
+            "message": {
+                "message": f"AgentFailedError: {result.message}",
+                "extraInfo": {"py_callstack": result.message, "timestamp": str(int(time.time()))},
+                "errorCode": result.exitcode,
+            }
+        }
+    tmp = f"{path}.{os.getpid()}.tmp"
+    # 0600: the root cause's traceback may quote data or paths meant for the user alone.
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fp:
+        json.dump(doc, fp)
+    os.replace(tmp, path)

@@ -1,0 +1,52 @@
+"""The agent's log layout: ``<log_dir>/<run_id>/attempt_<n>/`` (each worker writes its
+``<local_rank>/{stdout.log,stderr.log,error.json}`` under the attempt's directory)."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["AttemptDirs"]
+
+
+class AttemptDirs:
+    """One directory per start of the worker group: ``n`` counts every start, membership
+    restarts included, so no attempt overwrites another's logs.
+
+    Without a ``log_dir`` the base is a fresh temp dir. Every directory created here is 0700:
+    logs and tracebacks are the user's alone (a log dir that exists already keeps the mode its
+    owner gave it).
+    """
+
+    def __init__(self, log_dir: str | None, run_id: str) -> None:
+        self._log_dir = log_dir
+        self._run_id = run_id or "none"
+        self._run_dir = ""
+        self._attempt = 0  # worker group starts so far
+
+    def next(self) -> str:
+        """Create and return the next attempt's directory."""
+        if not self._run_dir:
+            self._run_dir = self._make_run_dir()
+        path = os.path.join(self._run_dir, f"attempt_{self._attempt}")
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        self._attempt += 1
+        return path
+
+    def _make_run_dir(self) -> str:
+        if self._log_dir:
+            base = self._log_dir
+        else:
+            import tempfile  # only without a log dir: the agent starts faster
+
+            base = tempfile.mkdtemp(prefix="xrun_")
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        # Several agents of one job may share a host and a log dir: the first one gets
+        # <run_id>, the others <run_id>.1, .2 ... (os.mkdir is atomic, so no two collide).
+        for i in range(1000):
+            path = os.path.join(base, self._run_id if i == 0 else f"{self._run_id}.{i}")
+            try:
+                os.mkdir(path, 0o700)
+                break
+            except FileExistsError:
+                continue
+        return path

@@ -1,0 +1,149 @@
+"""``--rdzv-conf``: its keys, their one parser (the command line uses it too) and the job's secret.
+
+``parse_rdzv_conf`` checks every key and value up front, so a value the rendezvous would reject
+later (unknown key, ``is_host=maybe``, ``token_file=``, heartbeat_interval >= timeout) fails as a
+one-line usage error before the agent binds or waits for anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from xrun.contract import TOKEN_ENV, TOKEN_FILE_ENV
+from xrun.errors import UsageError
+
+__all__ = ["CONF_KEYS", "RdzvConfig", "config_from_conf", "load_token", "parse_rdzv_conf"]
+
+
+@dataclass(frozen=True)
+class RdzvConfig:
+    """The typed form of ``--rdzv-conf`` (seconds for every timeout)."""
+
+    # How long next_rendezvous waits for a world to form (also: for the store to come up).
+    join_timeout: float = 600.0
+    # With MIN..MAX nodes: how long after the latest arrival a round with >= MIN nodes waits
+    # for more before it forms.
+    last_call_timeout: float = 30.0
+    # How long the store's host keeps serving after close() so that peers read the verdict.
+    close_timeout: float = 30.0
+    # torchrun's exit barrier: how long the store's host, its own workers done, waits for the
+    # other nodes' workers to finish before it closes the job (as failed, naming the laggards)
+    # and stops serving. Long on purpose: nodes of one job may finish minutes apart (a slower
+    # GPU, a last checkpoint), and a shorter bound fails a job whose every worker succeeded.
+    exit_barrier_timeout: float = 300.0
+    # A node renews its lease every heartbeat_interval; one silent for heartbeat_timeout is
+    # dropped (a node whose agent died is dropped at once: its connection closes).
+    heartbeat_interval: float = 5.0
+    heartbeat_timeout: float = 15.0
+    # How long a store request may take beyond its own server-side wait.
+    read_timeout: float = 60.0
+    # A file holding the job's secret (see load_token).
+    token_file: str | None = None
+    # torchrun's key: force (true) or forbid (false) serving the store on this node.
+    is_host: bool | None = None
+
+
+_SECONDS_KEYS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "exit_barrier_timeout",
+    "heartbeat_interval",
+    "heartbeat_timeout",
+    "read_timeout",
+)
+CONF_KEYS = (*_SECONDS_KEYS, "timeout", "token_file", "is_host")
+_BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def parse_rdzv_conf(s: str) -> dict[str, str]:
+    """Split and validate ``--rdzv-conf`` (``"join_timeout=60,last_call_timeout=5"``).
+
+    Returns the raw ``key -> value`` strings (what ``RendezvousParams.conf`` holds) after checking
+    every key and value, so the agent can reject a typo before it starts anything.
+    """
+    out: dict[str, str] = {}
+    for item in (p.strip() for p in s.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise UsageError(
+                f"--rdzv-conf item {item!r} is not KEY=VALUE; expected e.g. "
+                f"'join_timeout=600,last_call_timeout=30'"
+            )
+        out[key] = value.strip()
+    config_from_conf(out)
+    return out
+
+
+def config_from_conf(conf: Mapping[str, str]) -> RdzvConfig:
+    """Typed, validated config; raises UsageError naming the bad key, its form and the fix."""
+    values: dict[str, Any] = {}
+    for key, raw in conf.items():
+        if key == "token":
+            raise UsageError(
+                "--rdzv-conf token=... would put the job's secret on the command line; set "
+                f"${TOKEN_ENV}, ${TOKEN_FILE_ENV} or --rdzv-conf token_file=PATH instead"
+            )
+        if key not in CONF_KEYS:
+            raise UsageError(f"unknown --rdzv-conf key {key!r}; valid keys: {', '.join(CONF_KEYS)}")
+        if key in _SECONDS_KEYS or key == "timeout":
+            try:
+                v = float(raw)
+            except ValueError:
+                v = float("nan")
+            if not v > 0 or v == float("inf"):
+                raise UsageError(
+                    f"--rdzv-conf {key}={raw!r} is not a positive number of seconds; "
+                    f"write e.g. {key}={int(getattr(RdzvConfig, key, 600))}"
+                )
+            # torchrun's static rendezvous calls its join timeout plain "timeout".
+            values["join_timeout" if key == "timeout" else key] = v
+        elif key == "is_host":
+            if raw.lower() not in _BOOLS:
+                raise UsageError(
+                    f"--rdzv-conf is_host={raw!r} is not a boolean; write is_host=true or is_host=false"
+                )
+            values[key] = _BOOLS[raw.lower()]
+        else:  # token_file
+            if not raw:
+                raise UsageError(
+                    "--rdzv-conf token_file= is empty; give the path of a file holding the job's secret"
+                )
+            values[key] = raw
+    cfg = RdzvConfig(**values)
+    if cfg.heartbeat_interval >= cfg.heartbeat_timeout:
+        raise UsageError(
+            f"--rdzv-conf heartbeat_interval={cfg.heartbeat_interval:g} must be smaller than "
+            f"heartbeat_timeout={cfg.heartbeat_timeout:g} (a node would be dropped between two "
+            f"heartbeats); e.g. heartbeat_interval=5,heartbeat_timeout=15"
+        )
+    return cfg
+
+
+def load_token(cfg: RdzvConfig, env: Mapping[str, str] | None = None) -> bytes | None:
+    """The job's secret: conf ``token_file``, else file ``$XRUN_RDZV_TOKEN_FILE``, else
+    ``$XRUN_RDZV_TOKEN``; None when none is configured. Never read from a command line."""
+    env = os.environ if env is None else env
+    path = cfg.token_file or env.get(TOKEN_FILE_ENV)
+    if path:
+        try:
+            with open(path, "rb") as f:
+                token = f.read().strip()
+        except OSError as e:
+            raise UsageError(
+                f"cannot read the rendezvous token file {path!r}: {e.strerror}; "
+                f"point token_file / ${TOKEN_FILE_ENV} at a readable file"
+            ) from None
+        if not token:
+            raise UsageError(
+                f"the rendezvous token file {path!r} is empty; write the job's secret in it"
+            )
+        return token
+    token_s = env.get(TOKEN_ENV)
+    return token_s.encode() if token_s else None

@@ -1,0 +1,312 @@
+"""``RendezvousHandler``: one agent's membership in one job's rendezvous, round after round.
+
+``create_handler(params)`` validates the parameters and builds it; the agent calls
+``next_rendezvous()`` to join a round (``rounds.py``), ``select()``s on ``fileno()`` while its
+workers run, asks ``poll_event()`` what happened when that fd becomes readable, and leaves with
+``finish()`` (its workers succeeded), ``close()`` (it gives up) or ``shutdown()``. The store it
+talks to is ``hosting.StoreLink``'s; its round lease is ``leases.Lease``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from xrun.contract import RDZV_BACKENDS
+from xrun.errors import UsageError
+
+from ..store.client import Connection
+from ..store.errors import StoreAuthError, StoreError, StoreTimeoutError
+from ..store.protocol import Op, Status, encode_request, wait_fields
+from .api import (
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousEvent,
+    RendezvousInfo,
+    RendezvousParams,
+    RendezvousTimeoutError,
+)
+from .conf import RdzvConfig, config_from_conf, load_token
+from .endpoint import default_local_addr, parse_endpoint
+from .hosting import StoreLink
+from .keys import Keys, World, closed_error, verdict
+from .kv import KeyValue
+from .leases import Lease
+from .rounds import Rounds
+
+__all__ = ["RendezvousHandler", "create_handler"]
+
+_handler_seq = 0
+_handler_seq_lock = threading.Lock()
+
+
+class RendezvousHandler:
+    """One agent's membership in one job's rendezvous. Create with ``create_handler``."""
+
+    def __init__(self, params: RendezvousParams, cfg: RdzvConfig, token: bytes | None) -> None:
+        global _handler_seq
+        self.params = params
+        self.cfg = cfg
+        # Binds the store now when this agent hosts it; connections open on first use
+        # (next_rendezvous), where the agent handles rendezvous errors.
+        self._link = StoreLink(params, cfg, token)
+        self.addr = params.local_addr or default_local_addr()
+        with _handler_seq_lock:
+            _handler_seq += 1
+            seq = _handler_seq
+        if params.backend == "static":
+            sortkey = f"{params.node_rank:08d}"
+        else:
+            sortkey = f"{os.getpid():08d}.{seq:08d}"
+        self._keys = Keys(params.run_id)
+        self._lock = threading.Lock()  # guards the watch connection and the round state below
+        self._lease = Lease(self._link, self._keys, cfg, self.addr, self._lock)
+        self._rounds = Rounds(self._link, self._keys, self._lease, params, cfg, self.addr, sortkey)
+        self._round = -1
+        self._index = 0
+        self._rank = -1
+        self._world: World | None = None
+        self._watch_rid = 0
+        self._armed_rid = 0
+        self._armed_for = -2
+        self._event: tuple[RendezvousEvent, str] | None = None
+        self._closed_failed = True
+        self._finished = False
+        self._closed = False
+        self._shut = False
+        self._kv: KeyValue | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The store's real ``host:port`` (port 0 resolved)."""
+        return self._link.endpoint
+
+    @property
+    def is_host(self) -> bool:
+        return self._link.is_host
+
+    # -- joining -------------------------------------------------------------------------------
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        """Join the next round and block until it forms (see the package docstring)."""
+        try:
+            rnd, index, rank, world = self._rounds.join(self._round)
+        except StoreAuthError as e:
+            raise RendezvousError(str(e)) from None
+        except StoreTimeoutError as e:
+            raise RendezvousTimeoutError(f"{e}; is the agent at {self.endpoint} running?") from None
+        except StoreError as e:
+            raise RendezvousClosedError(
+                f"lost the rendezvous store at {self.endpoint}: {e}", failed=True
+            ) from None
+        with self._lock:
+            self._round, self._index, self._rank, self._world = rnd, index, rank, world
+            self._event = None
+        return RendezvousInfo(
+            round=rnd,
+            group_rank=rank,
+            group_world_size=len(world.indices),
+            local_world_sizes=world.local_world_sizes,
+            addrs=world.addrs,
+        )
+
+    # -- watching the round --------------------------------------------------------------------
+
+    def _arm(self) -> Connection:
+        """Make sure a WAIT any(stale, closed) for the current round is pending (lock held)."""
+        conn = self._link.watch()
+        if self._armed_for != self._round:
+            self._watch_rid += 1
+            keys = (
+                [self._keys.of(self._round, "stale"), self._keys.closed]
+                if self._round >= 0
+                else [self._keys.closed]
+            )
+            conn.send(encode_request(self._watch_rid, Op.WAIT, wait_fields(keys, False, None)))
+            self._armed_rid, self._armed_for = self._watch_rid, self._round
+        return conn
+
+    def fileno(self) -> int:
+        """Readable as soon as the current round is stale or the job closed (see poll_event)."""
+        with self._lock:
+            try:
+                return self._arm().sock.fileno()
+            except (StoreError, OSError) as e:
+                raise RendezvousClosedError(
+                    f"lost the rendezvous store at {self.endpoint}: {e}"
+                ) from None
+
+    @property
+    def closed_failed(self) -> bool:
+        """After ``poll_event`` returned CLOSED: did the job fail (a peer gave up, the store was
+        lost) rather than finish? The agent exits 1 with the reason for the first, 0 for the
+        second."""
+        return self._closed_failed
+
+    def poll_event(self) -> tuple[RendezvousEvent, str] | None:
+        """Non-blocking: (CLOSED, reason) / (RESTART, reason) / None; drains ``fileno()``.
+        For CLOSED, ``closed_failed`` tells a failed job from a finished one."""
+        with self._lock:
+            if self._event is not None:
+                return self._event
+            try:
+                conn = self._arm()
+                # Stop at the answer: the store may close right behind a verdict, and reading
+                # on would turn "the job finished / failed because ..." into "lost the store".
+                while self._event is None and conn.readable():
+                    resp = conn.recv_response()
+                    if resp.rid != self._armed_rid or resp.status != Status.OK:
+                        continue  # the answer to a previous round's watch
+                    stale, closed = (
+                        resp.values()[-2:] if self._round >= 0 else (None, resp.values()[0])
+                    )
+                    if closed is not None:
+                        err = closed_error(closed)
+                        self._closed_failed = err.failed
+                        self._event = (RendezvousEvent.CLOSED, err.reason)
+                    elif stale is not None:
+                        self._event = (RendezvousEvent.RESTART, stale.decode(errors="replace"))
+            except (StoreError, OSError, ConnectionError) as e:
+                self._closed_failed = True
+                self._event = (
+                    RendezvousEvent.CLOSED,
+                    f"lost the rendezvous store at {self.endpoint}: {e}",
+                )
+            return self._event
+
+    # -- leaving -------------------------------------------------------------------------------
+
+    def request_restart(self, reason: str) -> None:
+        """A local worker failed; every node of the round (this one too) sees RESTART."""
+        if self._round < 0:
+            return
+        with contextlib.suppress(StoreError):
+            self._link.client.set(
+                self._keys.of(self._round, "stale"), f"node {self.addr}: {reason}".encode()
+            )
+
+    def close(self, failed: bool, reason: str) -> None:
+        """This node gives up: every peer sees CLOSED (and next_rendezvous raises it)."""
+        self._closed = True
+        self._lease.leave()
+        with contextlib.suppress(StoreError):
+            self._link.client.set(self._keys.closed, verdict(failed, f"node {self.addr}: {reason}"))
+
+    def finish(self, timeout: float | None = None) -> list[str]:
+        """Our workers all succeeded. The store's host waits (<= ``timeout``, default conf
+        ``exit_barrier_timeout``) for the round's other nodes to finish or leave before it may
+        shut the store down: "leave together". Then it closes the job: not failed when every
+        node finished, failed (naming the others) if not, so that a node still running, or
+        re-forming after a late failure, stops rather than waiting for a store that is about
+        to go away. Returns the addresses of the nodes that did not finish (host only)."""
+        self._finished = True
+        self._lease.leave()
+        world = self._world
+        if self._round < 0 or world is None:
+            return []
+        if timeout is None:
+            timeout = self.cfg.exit_barrier_timeout
+        unfinished: list[str] = []
+        with contextlib.suppress(StoreError):
+            self._link.client.set(self._keys.of(self._round, f"fin/{self._index}"), b"done")
+            if not self._link.is_host:
+                return []
+            fins = self._wait_fin(timeout)
+            unfinished = [a for a, v in zip(world.addrs, fins, strict=True) if v != b"done"]
+            if unfinished:
+                self._closed = True  # shutdown keeps serving (close_timeout) so they read why
+                closed = verdict(
+                    True,
+                    f"node {self.addr} finished, but {', '.join(unfinished)} did not "
+                    f"finish within exit_barrier_timeout={timeout:g}s (or left without finishing); "
+                    f"if nodes legitimately finish further apart, raise --rdzv-conf "
+                    f"exit_barrier_timeout",
+                )
+            else:
+                closed = verdict(False, "the job finished")
+            self._link.client.set(self._keys.closed, closed)
+        return unfinished
+
+    def _wait_fin(self, timeout: float) -> list[bytes | None]:
+        """Wait until every member of the round has left; each one's ``fin`` value."""
+        assert self._world is not None
+        keys = [self._keys.of(self._round, f"fin/{i}") for i in self._world.indices]
+        return self._link.client.wait(keys, timeout=timeout) or self._link.client.multi_get(keys)
+
+    def kv(self) -> KeyValue:
+        """The agent's keys. They travel on a connection of their own, so that a blocking
+        ``get`` never holds up this handler's rendezvous calls (or a ``set`` from another thread
+        of the same agent)."""
+        with self._lock:
+            if self._kv is None:
+                try:
+                    client = self._link.open_client()
+                except StoreError as e:
+                    raise RendezvousClosedError(
+                        f"lost the rendezvous store at {self.endpoint}: {e}"
+                    ) from None
+                self._kv = KeyValue(client, self.params.run_id)
+            return self._kv
+
+    def shutdown(self) -> None:
+        """Stop heartbeats, close sockets, stop the store if this node serves it; idempotent."""
+        if self._shut:
+            return
+        if self._round >= 0 and not (self._finished or self._closed):
+            # Leaving mid-round without close/finish: let the peers re-form at once.
+            self.request_restart("left the rendezvous")
+        self._lease.leave()
+        if self._round >= 0:
+            with contextlib.suppress(StoreError):
+                self._link.client.set(self._keys.of(self._round, f"fin/{self._index}"), b"done")
+                if self._link.is_host and self._closed:
+                    # Keep serving until the peers have read the verdict (or close_timeout).
+                    self._wait_fin(self.cfg.close_timeout)
+        with self._lock:
+            self._shut = True
+            self._lease.stop()
+            self._link.close_watch()
+            if self._kv is not None:
+                self._kv.close()
+        self._link.close()
+
+    def __enter__(self) -> RendezvousHandler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def create_handler(params: RendezvousParams) -> RendezvousHandler:
+    """Validate ``params`` (UsageError on a user mistake) and build the handler."""
+    p = params
+    if p.backend not in RDZV_BACKENDS:
+        raise UsageError(
+            f"rendezvous backend {p.backend!r} is not supported; use one of {', '.join(RDZV_BACKENDS)}"
+        )
+    if not p.run_id or "/" in p.run_id:
+        raise UsageError(f"rendezvous run id {p.run_id!r} must be non-empty and without '/'")
+    if not 1 <= p.min_nodes <= p.max_nodes:
+        raise UsageError(
+            f"--nnodes {p.min_nodes}:{p.max_nodes} is invalid; expected 1 <= MIN <= MAX, e.g. 2:4"
+        )
+    if p.local_world_size < 1:
+        raise UsageError(f"nproc per node {p.local_world_size} must be >= 1")
+    if p.backend == "static":
+        if p.min_nodes != p.max_nodes:
+            raise UsageError(
+                f"the static rendezvous needs a fixed --nnodes, got {p.min_nodes}:{p.max_nodes}; "
+                f"use --rdzv-backend c10d for an elastic range"
+            )
+        if not 0 <= p.node_rank < p.max_nodes:
+            raise UsageError(
+                f"--node-rank {p.node_rank} is out of range for --nnodes {p.max_nodes}; "
+                f"expected 0..{p.max_nodes - 1}"
+            )
+    parse_endpoint(p.endpoint)
+    cfg = config_from_conf(p.conf)
+    token = load_token(cfg)
+    if token is None and p.private_store:
+        token = os.urandom(32)
+    return RendezvousHandler(p, cfg, token)

@@ -1,0 +1,146 @@
+"""``StoreLink``: where a handler's store is (served by this agent, or reached at the endpoint)
+and the connections the handler keeps to it.
+
+``c10d``: the agent whose endpoint host is a local address binds the endpoint and serves the
+store (if the port is taken, another agent on this host won, and this one connects as a
+client); the rest connect with retry and backoff. ``static``: node rank 0 serves it. Conf
+``is_host`` forces (true) or forbids (false) serving on this node.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+
+from xrun.errors import UsageError
+
+from ..store.client import Connection, StoreClient
+from ..store.server import StoreServer
+from .api import RendezvousParams
+from .conf import RdzvConfig
+from .endpoint import bind_address, format_endpoint, parse_endpoint
+from .keys import HOST_KEY
+
+__all__ = ["StoreLink"]
+
+
+class StoreLink:
+    """The job's store as one handler sees it. Binds the store in ``__init__`` when this agent
+    should host it; each connection opens on first use:
+
+    * ``client``: the handler's calls (until the store's host is up, connecting retries for up
+      to join_timeout);
+    * ``watch()``: the round watch and the heartbeats (callers hold the handler's lock);
+    * ``open_client()``: a connection of its own for the agent's keys (``KeyValue``).
+    """
+
+    def __init__(self, params: RendezvousParams, cfg: RdzvConfig, token: bytes | None) -> None:
+        self.params = params
+        self.cfg = cfg
+        self._token = token
+        host, port = parse_endpoint(params.endpoint)
+        self.server: StoreServer | None = None
+        self._host_name = host
+        self._connect_host, self._port = self._maybe_serve(host, port)
+        self._client: StoreClient | None = None
+        self._connect_lock = threading.Lock()
+        self.watch_conn: Connection | None = None
+
+    def _maybe_serve(self, host: str, port: int) -> tuple[str, int]:
+        """Bind the store here when this agent should host it; returns where to connect."""
+        p, cfg = self.params, self.cfg
+        if p.backend == "static":
+            want = p.node_rank == 0 if cfg.is_host is None else cfg.is_host
+            must = want
+        elif cfg.is_host is not None:
+            want = must = cfg.is_host
+        else:
+            want, must = True, port == 0
+        if not want:
+            if port == 0:
+                raise UsageError(
+                    f"rendezvous endpoint {format_endpoint(host, port)} asks for a free port, "
+                    f"which only the agent serving the store can pick; drop is_host=false or "
+                    f"give a fixed port"
+                )
+            return host, port
+        try:
+            addr = bind_address(host)
+        except OSError as e:
+            raise UsageError(
+                f"cannot resolve the rendezvous endpoint host {host!r}: {e}; use a resolvable "
+                f"host name or an IP address"
+            ) from None
+        try:
+            # Which job this store belongs to, there before any peer can ask (see the handler's
+            # host check).
+            self.server = StoreServer(addr, port, self._token, seed={HOST_KEY: p.run_id.encode()})
+        except OSError as e:
+            # EADDRINUSE: another agent on this host serves it. EADDRNOTAVAIL: not our address.
+            if must or e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+                raise UsageError(
+                    f"cannot serve the rendezvous store on {format_endpoint(addr, port)}: "
+                    f"{e.strerror or e}; pick a free port (or port 0 on a single node)"
+                ) from None
+            return addr, port
+        return addr, self.server.port
+
+    @property
+    def endpoint(self) -> str:
+        """The store's real ``host:port`` (port 0 resolved)."""
+        return format_endpoint(self._host_name, self._port)
+
+    @property
+    def is_host(self) -> bool:
+        return self.server is not None
+
+    @property
+    def client(self) -> StoreClient:
+        if self._client is None:
+            with self._connect_lock:
+                if self._client is None:
+                    self._client = StoreClient(
+                        self._connect_host,
+                        self._port,
+                        self._token,
+                        connect_timeout=self.cfg.join_timeout,
+                        read_timeout=self.cfg.read_timeout,
+                        lazy_verdict=True,
+                    )
+        return self._client
+
+    def watch(self) -> Connection:
+        """The second connection: round watch + heartbeats (caller holds the handler's lock)."""
+        if self.watch_conn is None:
+            self.watch_conn = Connection.open(
+                self._connect_host,
+                self._port,
+                self._token,
+                deadline=time.monotonic() + self.cfg.read_timeout,
+                read_timeout=self.cfg.read_timeout,
+            )
+        return self.watch_conn
+
+    def open_client(self) -> StoreClient:
+        """A new connection for the agent's keys, so that a blocking ``get`` there never holds
+        up the handler's calls."""
+        return StoreClient(
+            self._connect_host,
+            self._port,
+            self._token,
+            connect_timeout=self.cfg.read_timeout,
+            read_timeout=self.cfg.read_timeout,
+        )
+
+    def close_watch(self) -> None:
+        """Close the watch connection (caller holds the handler's lock)."""
+        if self.watch_conn is not None:
+            self.watch_conn.close()
+
+    def close(self) -> None:
+        """Close the handler's client and stop the store if this agent serves it."""
+        if self._client is not None:
+            self._client.close()
+        if self.server is not None:
+            self.server.stop()

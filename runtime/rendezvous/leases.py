@@ -1,0 +1,192 @@
+"""A node's membership lease in the round it joined, and the one thread that renews them all.
+
+When a node joins round ``r`` as arrival ``i`` it takes two leases owned by its connection:
+``r/lease/i`` (renewed by heartbeats; on expiry or disconnect the store sets ``r/stale``) and
+``r/finlease/i`` (on disconnect the store sets ``r/fin/i``: "gone"). So a SIGKILLed agent is
+noticed at once (its socket closes) and a hung one after ``heartbeat_timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import threading
+import time
+from typing import Protocol
+
+from ..lazylog import LazyLogger
+from ..store.client import StoreClient
+from ..store.errors import StoreError
+from ..store.protocol import Op, encode_request, lease_fields
+from .conf import RdzvConfig
+from .hosting import StoreLink
+from .keys import Keys
+
+__all__ = ["HEARTBEATS", "Lease"]
+
+log = LazyLogger(__name__)
+
+_NEVER = 1e9  # a lease ttl that only a closed connection (or a release) ends
+
+
+class _Beater(Protocol):
+    def beat(self) -> float | None: ...
+
+
+class Heartbeats:
+    """Renews every live lease every heartbeat_interval from one daemon thread per process,
+    whatever the number of handlers (the benchmark runs 1024)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Beater]] = []
+        self._seq = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, b: _Beater, due: float) -> None:
+        """Call ``b.beat()`` at ``due`` (monotonic), then whenever it says (None: no more)."""
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._heap, (due, self._seq, b))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="xrun-rdzv-heartbeat", daemon=True
+                )
+                self._thread.start()
+            elif self._heap[0][2] is b:
+                self._cond.notify()  # only an earlier deadline needs to wake the thread
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(timeout)
+                _, _, b = heapq.heappop(self._heap)
+            try:
+                nxt = b.beat()
+            except Exception:  # one handler's bug must not stop everyone's heartbeats
+                log.exception("rendezvous heartbeat failed")
+                nxt = None
+            if nxt is not None:
+                self.add(b, nxt)
+
+
+HEARTBEATS = Heartbeats()
+
+
+class Lease:
+    """One handler's lease: ``take`` on joining a round, ``release`` on leaving it, ``beat``
+    from the heartbeat thread. ``lock`` is the handler's (it also guards the watch connection
+    the heartbeats travel on)."""
+
+    def __init__(
+        self, link: StoreLink, keys: Keys, cfg: RdzvConfig, addr: str, lock: threading.Lock
+    ) -> None:
+        self._link = link
+        self._keys = keys
+        self._cfg = cfg
+        self._addr = addr
+        self._lock = lock
+        self.held: tuple[int, int] | None = None  # (round, arrival index)
+        self._beating = False
+        self._stopped = False
+
+    def message(self, rnd: int, index: int) -> str:
+        """What the lease writes to ``r/stale`` when it fires."""
+        return (
+            f"node {self._addr} (round {rnd}, arrival {index}) is gone: its connection closed or "
+            f"it missed heartbeats for {self._cfg.heartbeat_timeout:g}s"
+        )
+
+    def take(self, client: StoreClient, rnd: int, index: int) -> None:
+        """Take the leases of arrival ``index`` in round ``rnd`` and keep them renewed."""
+        k, fire = self._keys, self.message(rnd, index)
+        # Owned by this connection: if our agent dies, its socket closes and the peers hear of it
+        # at once; a hung agent (socket open, no heartbeats) is dropped after heartbeat_timeout.
+        client.post_lease(
+            k.of(rnd, f"lease/{index}"),
+            self._cfg.heartbeat_timeout,
+            k.of(rnd, "stale"),
+            fire.encode(),
+            fire_on_disconnect=True,
+        )
+        # And when our connection closes we count as "left" for the host's leave-together wait
+        # (finish / close), which then need not sit out its whole timeout for a dead node.
+        client.post_lease(
+            k.of(rnd, f"finlease/{index}"),
+            _NEVER,
+            k.of(rnd, f"fin/{index}"),
+            b"gone",
+            fire_on_disconnect=True,
+        )
+        with self._lock:
+            self.held = (rnd, index)
+            start_beating = not self._beating
+            self._beating = True
+        if start_beating:
+            HEARTBEATS.add(self, time.monotonic() + self._cfg.heartbeat_interval)
+
+    def release(self, rnd: int, index: int) -> None:
+        """Give up the leases of round ``rnd`` (if they are the ones held)."""
+        k = self._keys
+        releases = [
+            (Op.LEASE, (lease_fields(k.of(rnd, f"lease/{index}"), 0, "", b""),)),
+            (Op.LEASE, (lease_fields(k.of(rnd, f"finlease/{index}"), 0, "", b""),)),
+        ]
+        with self._lock:
+            if self.held != (rnd, index):
+                return
+            self.held = None
+            watch = self._link.watch_conn
+            if watch is not None:
+                # Heartbeats travel on the watch connection: release there too, so that the
+                # server cannot apply a renewal sent just before after the release, revive the
+                # lease and later mark a round that we left as stale.
+                with contextlib.suppress(OSError):
+                    watch.send(b"".join(encode_request(0, op, *f) for op, f in releases))
+                    return
+        with contextlib.suppress(StoreError):
+            self._link.client.pipeline(releases)
+
+    def leave(self) -> None:
+        """Release whatever lease is held."""
+        if self.held is not None:
+            self.release(*self.held)
+
+    def stop(self) -> None:
+        """No more heartbeats (the handler shuts down; caller holds the lock)."""
+        self._stopped = True
+
+    def beat(self) -> float | None:
+        """Renew our lease (fire-and-forget on the watch connection); next due time or None."""
+        cfg = self._cfg
+        with self._lock:
+            if self._stopped:
+                return None
+            if self.held is None:
+                return time.monotonic() + cfg.heartbeat_interval
+            rnd, index = self.held
+            try:
+                conn = self._link.watch()
+                fire = self.message(rnd, index)
+                conn.send(
+                    encode_request(
+                        0,
+                        Op.LEASE,
+                        lease_fields(
+                            self._keys.of(rnd, f"lease/{index}"),
+                            cfg.heartbeat_timeout,
+                            self._keys.of(rnd, "stale"),
+                            fire.encode(),
+                        ),
+                    )
+                )
+            except (StoreError, OSError) as e:
+                # The store is gone (its host died): the watch fd reports that to the agent.
+                log.warning(
+                    "rendezvous heartbeat to %s failed, stopping them: %s", self._link.endpoint, e
+                )
+                self._beating = False
+                return None
+        return time.monotonic() + cfg.heartbeat_interval

@@ -1,0 +1,254 @@
+"""Joining a round: arrive, wait on the server for the world to form, seal it when it is time.
+
+The join/seal half of the protocol in the package docstring. ``Rounds.join`` is all a handler
+calls; everything else here is one step of it. Every wait happens on the server (``WAIT``), so a
+node sends O(1) messages per round whatever the number of nodes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from xrun.errors import UsageError
+
+from ..store.protocol import Op, add_fields, wait_fields
+from .api import RendezvousParams, RendezvousTimeoutError
+from .conf import RdzvConfig
+from .hosting import StoreLink
+from .keys import HOST_KEY, SEAL, Keys, World, closed_error, verdict
+from .leases import Lease
+
+__all__ = ["Rounds"]
+
+
+class Rounds:
+    """One node's side of the join protocol. ``addr`` is the address the node advertises,
+    ``sortkey`` what orders it among the members (see the rank rule)."""
+
+    def __init__(
+        self,
+        link: StoreLink,
+        keys: Keys,
+        lease: Lease,
+        params: RendezvousParams,
+        cfg: RdzvConfig,
+        addr: str,
+        sortkey: str,
+    ) -> None:
+        self._link = link
+        self._keys = keys
+        self._lease = lease
+        self.params = params
+        self.cfg = cfg
+        self.addr = addr
+        self._sortkey = sortkey
+        self._static = params.backend == "static"
+
+    def join(self, last_round: int) -> tuple[int, int, int, World]:
+        """Join the first round after ``last_round`` (-1: none yet) that takes this node and
+        block until it forms: ``(round, arrival index, group rank, world)``."""
+        cfg, c = self.cfg, self._link.client
+        deadline = time.monotonic() + cfg.join_timeout
+        self._lease.leave()
+        cur_closed = wait_fields([self._keys.cur, self._keys.closed, HOST_KEY], True, 0)
+        first_add: int | None = None
+        if last_round < 0:
+            # A fresh node nearly always joins round 0: read the hints and join round 0 in one
+            # round trip. If round 0 is already sealed (cur > 0), the extra ADD lands on a
+            # counter that is >= SEAL for good and changes nothing.
+            r_get, r_add = c.pipeline(
+                [(Op.WAIT, (cur_closed,)), (Op.ADD, (add_fields(self._keys.of(0, "join"), 1),))]
+            )
+            cur_raw, closed_raw, host_raw = r_get.values()
+            self._check_host(host_raw)
+            first_add = r_add.body.i64()
+        else:
+            cur_raw, closed_raw, _ = c.pipeline([(Op.WAIT, (cur_closed,))])[0].values()
+        if closed_raw is not None:
+            raise closed_error(closed_raw)
+        rnd = max(int(cur_raw or 0), last_round + 1)
+        if rnd != 0:
+            first_add = None
+        if rnd > 0 and last_round != rnd - 1:
+            # We are new to a running job: if its world has room, make it re-form with us.
+            running = c.get(self._keys.of(rnd - 1, "world"))
+            if running is not None:
+                self._notify_if_room(rnd - 1, World.parse(rnd - 1, running))
+        while True:
+            rnd, index = self._join(rnd, deadline, first_add)
+            first_add = None
+            world = self._await_world(rnd, index, deadline)
+            rank = world.rank_of(index)
+            if rank >= 0:
+                break
+            # Sealed without us (we arrived after the seal): try the next round.
+            self._lease.release(rnd, index)
+            self._notify_if_room(rnd, world)
+            rnd += 1
+        return rnd, index, rank, world
+
+    def _check_host(self, host_raw: bytes | None) -> None:
+        """Refuse, at once, a store served by another job's agent: it stops serving when *its*
+        job ends, which would take this job down mid-run (see "One store, one job" in the package docstring)."""
+        host = host_raw.decode(errors="replace") if host_raw is not None else None
+        if host is not None and host != self.params.run_id:
+            raise UsageError(
+                f"the rendezvous store at {self._link.endpoint} is served by the agent of another job "
+                f"(run id {host!r}), not {self.params.run_id!r}: a store lives only as long as "
+                f"its job, so two jobs cannot share an endpoint; give each job its own "
+                f"--rdzv-endpoint port (or port 0 / --standalone on a single node)"
+            )
+
+    def _join(self, rnd: int, deadline: float, first_add: int | None) -> tuple[int, int]:
+        """Take an arrival index in the first round still open at or after ``rnd``
+        (``first_add``: the result of an ADD on round ``rnd`` already made)."""
+        c, p = self._link.client, self.params
+        while True:
+            v = c.add(self._keys.of(rnd, "join"), 1) if first_add is None else first_add
+            first_add = None
+            if v <= p.max_nodes:
+                break
+            # Full or sealed: that round runs (or is forming) without us.
+            if v >= SEAL:
+                vals = c.wait(
+                    [self._keys.of(rnd, "world"), self._keys.closed],
+                    want_all=False,
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
+                if vals is None:
+                    raise RendezvousTimeoutError(self._timeout_msg())
+                if vals[1] is not None:
+                    raise closed_error(vals[1])
+                assert vals[0] is not None
+                self._notify_if_room(rnd, World.parse(rnd, vals[0]))
+            rnd += 1
+        # No need to wait for these answers: the server applies them before our next request.
+        c.post_set(
+            self._keys.of(rnd, f"node/{v}"),
+            f"{p.local_world_size}\t{self._sortkey}\t{self.addr}".encode(),
+        )
+        self._lease.take(c, rnd, v)
+        return rnd, v
+
+    def _notify_if_room(self, rnd: int, world: World) -> None:
+        # A world with room for us restarts to take us in; a full one keeps running (we stand by).
+        if len(world.indices) < self.params.max_nodes and not self._static:
+            self._link.client.set(
+                self._keys.of(rnd, "stale"), f"node {self.addr} is waiting to join".encode()
+            )
+
+    def _await_world(self, rnd: int, index: int, deadline: float) -> World:
+        c, p, cfg = self._link.client, self.params, self.cfg
+        world_key = self._keys.of(rnd, "world")
+        known = index  # the highest arrival count we know of
+        if rnd > 0 and not self._await_previous_round_stale(rnd, index, deadline):
+            formed = c.get(world_key)
+            assert formed is not None
+            return World.parse(rnd, formed)
+        if index == p.max_nodes:
+            self._try_seal(rnd, deadline)
+        stale_key = self._keys.of(rnd, "stale")
+        stale_seen = False
+        while True:
+            remaining = deadline - time.monotonic()
+            # stale before the round forms: a node that joined it died. Seal now: the world
+            # forms stale, so its members re-form at once without the dead node, instead of
+            # waiting forever for a MAX-th node that will never seal.
+            keys = [world_key, self._keys.closed, self._keys.closed if stale_seen else stale_key]
+            last_call = False
+            if known < p.min_nodes:
+                if p.min_nodes < p.max_nodes:  # else the node arriving as number MAX seals
+                    keys.append(self._keys.of(rnd, f"node/{p.min_nodes}"))
+            elif known < p.max_nodes:
+                keys.append(self._keys.of(rnd, f"node/{known + 1}"))
+                last_call = True
+            timeout = min(cfg.last_call_timeout, remaining) if last_call else remaining
+            vals = c.wait(keys, want_all=False, timeout=max(0.0, timeout))
+            if vals is None:
+                if last_call:
+                    # The last call ran out (or join_timeout did, with MIN already here: then
+                    # form what we have rather than fail).
+                    self._try_seal(rnd, deadline)
+                    known = p.max_nodes
+                    continue
+                self._withdraw(rnd, index)
+                raise RendezvousTimeoutError(self._timeout_msg())
+            if vals[1] is not None:
+                raise closed_error(vals[1])
+            if vals[0] is not None:
+                return World.parse(rnd, vals[0])
+            if vals[2] is not None and not stale_seen:
+                self._try_seal(rnd, deadline)
+                known = p.max_nodes  # sealed now, by us or another: wait for the world
+                stale_seen = True
+                continue
+            count = c.add(self._keys.of(rnd, "join"), 0)
+            known = p.max_nodes if count >= SEAL else max(known + 1, min(count, p.max_nodes))
+
+    def _await_previous_round_stale(self, rnd: int, index: int, deadline: float) -> bool:
+        """Round ``rnd`` may form only once round ``rnd - 1`` is stale: otherwise nodes standing
+        by while a full world runs would form a second world of the same job (split brain).
+        True when the gate opened; False when ``rnd``'s world formed meanwhile."""
+        vals = self._link.client.wait(
+            [self._keys.of(rnd - 1, "stale"), self._keys.of(rnd, "world"), self._keys.closed],
+            want_all=False,
+            timeout=max(0.0, deadline - time.monotonic()),
+        )
+        if vals is None:
+            self._withdraw(rnd, index)
+            raise RendezvousTimeoutError(
+                f"rendezvous {self.params.run_id!r} at {self._link.endpoint}: the running round is full "
+                f"({self.params.max_nodes} nodes) and this node stood by for join_timeout="
+                f"{self.cfg.join_timeout:g}s without a slot opening; raise --nnodes MAX to use it"
+            )
+        if vals[2] is not None:
+            raise closed_error(vals[2])
+        return vals[1] is None
+
+    def _withdraw(self, rnd: int, index: int) -> None:
+        # An empty node entry tells a later sealer to leave us out.
+        self._link.client.set(self._keys.of(rnd, f"node/{index}"), b"")
+        self._lease.release(rnd, index)
+
+    def _try_seal(self, rnd: int, deadline: float) -> None:
+        c, p = self._link.client, self.params
+        v = c.add(self._keys.of(rnd, "join"), SEAL)
+        if not SEAL <= v < 2 * SEAL:
+            return  # someone else sealed it
+        n = min(v - SEAL, p.max_nodes)
+        keys = [self._keys.of(rnd, f"node/{i}") for i in range(1, n + 1)]
+        # Every counted node sets its key right after its ADD; wait briefly for stragglers.
+        vals = c.wait(
+            keys, timeout=min(self.cfg.read_timeout, max(0.0, deadline - time.monotonic()))
+        )
+        if vals is None:
+            vals = c.multi_get(keys)
+        members: list[tuple[str, str, int, int]] = []
+        for i, raw in enumerate(vals, start=1):
+            if not raw:
+                continue  # died between ADD and SET, or withdrew: leave it out
+            nproc, sortkey, addr = raw.decode().split("\t", 2)
+            members.append((addr, sortkey, i, int(nproc)))
+        if self._static:
+            members.sort(key=lambda m: m[1])
+            ranks = [int(m[1]) for m in members]
+            if ranks != list(range(p.max_nodes)):
+                reason = (
+                    f"static rendezvous: node ranks {ranks} are not exactly 0..{p.max_nodes - 1}; "
+                    f"give every node a distinct --node-rank below --nnodes"
+                )
+                c.set(self._keys.closed, verdict(True, reason))
+                return
+        else:
+            members.sort()
+        # world first: whoever reads cur = r + 1 finds round r formed.
+        c.post_set(self._keys.of(rnd, "world"), World.encode(members))
+        c.set(self._keys.cur, str(rnd + 1).encode())
+
+    def _timeout_msg(self) -> str:
+        p = self.params
+        return (
+            f"rendezvous {p.run_id!r} at {self._link.endpoint}: fewer than {p.min_nodes} node(s) joined "
+            f"within join_timeout={self.cfg.join_timeout:g}s; start the other nodes, check that "
+            f"they use the same endpoint and run id, or raise --rdzv-conf join_timeout"
+        )

@@ -1,0 +1,37 @@
+"""The store wing: xrun's key-value store, a small TCP server and a blocking client.
+
+The rendezvous (``xrun.runtime.rendezvous``) is built on it; the agent uses it through
+``RendezvousHandler.kv()``. Standard library only.
+
+* ``protocol.py``: xrun's wire format (frames, ops, statuses, encoders, the reader);
+* ``data.py``: the key space, its parked waits and leases (no wire format in it);
+* ``session.py``: one connection speaking xrun's protocol, server side (handshake, dispatch);
+* ``server.py``: ``StoreServer``, the listening socket, its loop thread and where a
+  connection's protocol is chosen;
+* ``loop.py``: the selectors event loop the server runs on (asyncio costs too much start-up);
+* ``client.py``: ``Connection`` and ``StoreClient``;
+* ``errors.py``: ``StoreError`` and its kinds.
+
+Design for scale: every op touches one key or a short list of keys (per-node keys, atomic
+counters), and blocking waits happen on the server (``WAIT`` parks the request until its keys
+exist), so N clients cost O(N) messages, never a compare-and-set storm or client polling.
+"""
+
+from __future__ import annotations
+
+from .client import Connection, StoreClient
+from .errors import ProtocolError, StoreAuthError, StoreError, StoreTimeoutError
+from .protocol import Op, Status
+from .server import StoreServer
+
+__all__ = [
+    "Connection",
+    "Op",
+    "ProtocolError",
+    "Status",
+    "StoreAuthError",
+    "StoreClient",
+    "StoreError",
+    "StoreServer",
+    "StoreTimeoutError",
+]

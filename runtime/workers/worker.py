@@ -1,0 +1,68 @@
+"""``Worker``: one started worker process, as the launcher made it and ``PContext`` watches it.
+
+The handle the two halves of ``start_processes`` share (``launch.py`` creates them, ``api.py``
+waits on them), so that neither imports the other.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+__all__ = ["Worker"]
+
+
+class Worker:
+    """One started worker: its pid, the fd that tells its exit, how to reap it."""
+
+    def __init__(
+        self,
+        local_rank: int,
+        pid: int,
+        handle: Any,
+        error_file: str | None,
+        wait_fd: int | None,
+        owns_fd: bool,
+    ) -> None:
+        self.local_rank = local_rank
+        self.pid = pid
+        self.handle = handle  # subprocess.Popen or multiprocessing.Process
+        self.error_file = error_file
+        self.exitcode: int | None = None
+        self.exit_time = 0.0
+        self._wait_fd = wait_fd
+        self._owns_fd = owns_fd
+
+    @property
+    def fd(self) -> int | None:
+        return self._wait_fd
+
+    def poll(self) -> int | None:
+        """Reap without blocking; the exit code once the process is gone."""
+        if self.exitcode is None:
+            code = self.handle.poll() if hasattr(self.handle, "poll") else self.handle.exitcode
+            if code is not None:
+                self.exitcode = code
+                self.exit_time = time.time()
+                self.close_fd()
+        return self.exitcode
+
+    def close_fd(self) -> None:
+        if self._wait_fd is not None and self._owns_fd:
+            os.close(self._wait_fd)
+        self._wait_fd = None
+
+    def killpg(self, sig: int) -> None:
+        """``sig`` to the worker's process group; to the pid alone if the group is not made
+        yet (a spawn child sets its group as its first act)."""
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            if self.exitcode is None:
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    pass
+        except PermissionError:  # the pid is reused by a process group not ours
+            pass
