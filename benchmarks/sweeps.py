@@ -80,7 +80,7 @@ def measure_9(reps: int, smoke: bool) -> list[Row]:
 
 
 # --------------------------------------------------------------------------- 10
-SQUEUE_FORMAT = "%K|%A|%T|%r|%N"
+SQUEUE_FORMAT = "%F|%K|%A|%T|%r|%N"
 
 
 class SlurmSweep:

@@ -34,6 +34,8 @@ WAIT_POLL_S = 0.5
 class SweepBackend(abc.ABC):
     """A scheduler's way of running sweeps. ``sweep_id`` is the last part of the handle."""
 
+    wait_poll_s = WAIT_POLL_S  # how often wait() asks for the status
+
     def __init__(self, sched: Scheduler[Any]) -> None:
         self.sched = sched
 
@@ -100,7 +102,7 @@ class SweepBackend(abc.ABC):
             last = counts
             if st.is_terminal() or (deadline is not None and time.monotonic() >= deadline):
                 return st
-            time.sleep(WAIT_POLL_S)
+            time.sleep(self.wait_poll_s)
 
     # ---- the record every backend keeps
     def find(self, sweep_id: str) -> str:

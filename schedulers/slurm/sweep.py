@@ -36,8 +36,8 @@ from ..sweeps import SweepBackend, check_trial
 from .array import array_job, array_template
 from .status import SlurmJobRecord, app_state, expand_hostlist, explain
 
-# %K: the array task's index, %A: its own job id (the array's, while pending).
-SQUEUE_ARRAY_FORMAT = "%K|%A|%T|%r|%N"
+# %F: the array's job id, %K: the task's index, %A: its own job id (the array's, while pending).
+SQUEUE_ARRAY_FORMAT = "%F|%K|%A|%T|%r|%N"
 _CMD_TIMEOUT_S = 60
 # While following a trial's logs, how often to ask Slurm whether it has ended.
 FOLLOW_POLL_S = 0.5
@@ -51,17 +51,17 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT_S, check=False)
 
 
-def parse_array_squeue(text: str, job_id: str) -> dict[int, SlurmJobRecord]:
-    """``squeue -h -r -o '%K|%A|%T|%r|%N'`` of one array -> its tasks by index."""
-    out: dict[int, SlurmJobRecord] = {}
+def parse_array_squeue(text: str) -> dict[str, dict[int, SlurmJobRecord]]:
+    """``squeue -h -r -o '%F|%K|%A|%T|%r|%N'`` -> array job id -> its tasks by index."""
+    out: dict[str, dict[int, SlurmJobRecord]] = {}
     for line in text.splitlines():
-        fields = line.split("|", 4)
-        if len(fields) < 5 or not fields[0].strip().isdigit():
-            continue
-        index, own, state, reason, nodes = (f.strip() for f in fields)
-        out[int(index)] = SlurmJobRecord(
+        fields = [f.strip() for f in line.split("|", 5)]
+        if len(fields) < 6 or not fields[1].isdigit():
+            continue  # not an array task (%K is N/A)
+        array, index, own, state, reason, nodes = fields
+        out.setdefault(array, {})[int(index)] = SlurmJobRecord(
             job_id=own,
-            app_id=f"{job_id}_{index}",
+            app_id=f"{array}_{index}",
             state=state,
             reason=reason,
             nodelist=nodes,
@@ -138,6 +138,8 @@ def trial_status(
 class ArrayBackend(SweepBackend):
     """A sweep as one Slurm job array (see the module doc)."""
 
+    wait_poll_s = 2.0  # `xrun run --wait`: one squeue every 2 s (each answers for every task)
+
     def __init__(self, sched: Scheduler[Any]) -> None:
         super().__init__(sched)
         self.slurm: Any = sched  # a SlurmScheduler (not imported: it imports this module)
@@ -186,11 +188,13 @@ class ArrayBackend(SweepBackend):
         return job_id
 
     # ------------------------------------------------------------------ status
-    def _squeue(self, job_id: str) -> tuple[dict[int, SlurmJobRecord], str]:
-        """The array's tasks (ONE squeue call); (tasks, "") or ({}, why squeue failed)."""
-        proc = _run(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-o", SQUEUE_ARRAY_FORMAT])
+    def _squeue(self, job_ids: list[str]) -> tuple[dict[str, dict[int, SlurmJobRecord]], str]:
+        """The arrays' tasks from ONE squeue call: (by array, "") or ({}, why squeue failed).
+        With several ids squeue skips the ones it has forgotten; with one it says so."""
+        argv = ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(job_ids)]
+        proc = _run([*argv, "-o", SQUEUE_ARRAY_FORMAT])
         if proc.returncode == 0:
-            return parse_array_squeue(proc.stdout, job_id), ""
+            return parse_array_squeue(proc.stdout), ""
         if "invalid job id" in proc.stderr.lower():  # slurmctld has forgotten the whole job
             return {}, ""
         return {}, f"squeue failed: {proc.stderr.strip()}"
@@ -200,9 +204,37 @@ class ArrayBackend(SweepBackend):
         if path is None:
             return None
         spec = sweep_store.load_spec(path)
+        recs, err = self._squeue([spec["job_id"]])
+        return self._status(sweep_id, path, spec, recs.get(spec["job_id"], {}), err)
+
+    def list(self) -> list[SweepStatus]:
+        """This session's sweeps, from ONE squeue call for all of them."""
+        found = []
+        for sweep_id in sweep_store.sweep_ids(self.backend):
+            path = sweep_store.find(self.backend, sweep_id)
+            spec = (
+                sweep_store.read_json(os.path.join(path, sweep_store.SPEC_FILE)) if path else None
+            )
+            if path and spec and spec.get("session", "default") == self.sched.session_name:
+                found.append((sweep_id, path, spec))
+        if not found:
+            return []
+        recs, err = self._squeue([spec["job_id"] for _, _, spec in found])
+        return [
+            self._status(sweep_id, path, spec, recs.get(spec["job_id"], {}), err)
+            for sweep_id, path, spec in found
+        ]
+
+    def _status(
+        self,
+        sweep_id: str,
+        path: str,
+        spec: dict[str, Any],
+        recs: dict[int, SlurmJobRecord],
+        err: str,
+    ) -> SweepStatus:
         plan, log_dir = spec["plan"], spec["log_dir"]
         roles = {str(k): int(v) for k, v in spec["roles"].items()}
-        recs, err = self._squeue(spec["job_id"])
         cancel_all, cancelled = sweep_store.cancel_requests(path)
         try:
             started = set(os.listdir(log_dir))

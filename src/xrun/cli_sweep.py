@@ -68,7 +68,7 @@ def cmd_run_sweep(ns: RunOptions, component: str | None, comp_args: list[str]) -
         if not ns.wait:
             return 0
         try:
-            st = backend.wait(AppHandle.parse(handle).app_id, on_change=_show_progress)
+            st = backend.wait(AppHandle.parse(handle).app_id, on_change=_Progress())
         except KeyboardInterrupt:
             _progress(f"interrupted: cancelling every trial of {handle}")
             runner.cancel_sweep(handle)
@@ -85,16 +85,30 @@ def _parallel(k: int | None, why: str) -> str:
     return describe_parallel(k, why)
 
 
-def _show_progress(st: SweepStatus) -> None:
-    counts = st.counts()
-    done = sum(n for s, n in counts.items() if s not in _LIVE_STATES)
-    failed = counts.get(AppState.FAILED, 0)
-    running = counts.get(AppState.RUNNING, 0)
-    waiting = sum(counts.get(s, 0) for s in (AppState.PENDING, AppState.SUBMITTED))
-    _progress(
-        f"sweep {st.handle}: {done}/{len(st.trials)} done ({failed} failed), "
-        f"{running} running, {waiting} pending"
-    )
+class _Progress:
+    """``--wait``'s progress line, when the counts change (at most one a second until the end:
+    a 1,000-trial sweep must not print 2,000 lines)."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self.every_s = every_s
+        self.last = 0.0
+
+    def __call__(self, st: SweepStatus) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - self.last < self.every_s and not st.is_terminal():
+            return
+        self.last = now
+        counts = st.counts()
+        done = sum(n for s, n in counts.items() if s not in _LIVE_STATES)
+        failed = counts.get(AppState.FAILED, 0)
+        running = counts.get(AppState.RUNNING, 0)
+        waiting = sum(counts.get(s, 0) for s in (AppState.PENDING, AppState.SUBMITTED))
+        _progress(
+            f"sweep {st.handle}: {done}/{len(st.trials)} done ({failed} failed), "
+            f"{running} running, {waiting} pending"
+        )
 
 
 _LIVE_STATES = (AppState.UNSUBMITTED, AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING)

@@ -226,6 +226,8 @@ def test_status_table() -> None:
         (["--sweep", "lr=1"], "unknown placeholder {{wd}}"),
         ([], "no sweep is given; add --sweep wd=V1,V2"),
         (["--sweep-file", "nope.yaml"], "cannot read --sweep-file 'nope.yaml'"),
+        (["--sweep", "wd=1", "--log"], "--log streams one app's replicas"),
+        (["--max-parallel", "2"], "a sweep needs at least one --sweep"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_before_anything_runs(

@@ -93,6 +93,8 @@ def test_four_trials_at_most_two_at_once(env: Env) -> None:
         assert cells[2:5] == ["SUCCEEDED", "0", "localhost"] and cells[5].endswith("s")
         log = env.run("log", f"{handle}/{i}/trial/0", "--streams", "stdout")
         assert f"trial {i} args --lr {cells[1]}" in log.stdout, log
+    desc = env.run("describe", handle).stdout
+    assert "trial.py out 1.5 --lr {{lr}}" in desc and "# Trials: 4 trials: 4 SUCCEEDED" in desc
     listed = env.run("list").stdout.splitlines()
     assert f"{handle}\tSUCCEEDED\ttrial (sweep: SUCCEEDED=4)" in listed
     assert not [ln for ln in listed if any(c[-1] in ln for c in rows.values())]  # no trial apps

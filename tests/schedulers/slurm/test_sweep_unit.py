@@ -2,7 +2,7 @@
 by a real bash), what one array cannot hold, and reading the array's squeue lines and files.
 
 ``squeue-array.txt`` was recorded from the real 22.05 cluster (a 6-task ``%2`` array, task 1
-failing) with ``squeue -h -r -t all -j ID -o '%K|%A|%T|%r|%N'``. ``XRUN_UPDATE_GOLDEN=1``
+failing) with ``squeue -h -r -t all -j ID -o '%F|%K|%A|%T|%r|%N'``. ``XRUN_UPDATE_GOLDEN=1``
 rewrites the goldens.
 """
 
@@ -162,11 +162,13 @@ def test_what_one_array_cannot_hold() -> None:
 # --------------------------------------------------------------------------- status
 def test_parse_recorded_array_squeue() -> None:
     text = (paths.FIXTURES / "slurm" / "22.05" / "squeue-array.txt").read_text()
-    recs = parse_array_squeue(text, "305")
+    arrays = parse_array_squeue(text + "77|N/A|77|RUNNING|None|c2\n")  # + a plain job
+    assert list(arrays) == ["359"]
+    recs = arrays["359"]
     assert sorted(recs) == [0, 1, 2, 3, 4, 5]
     assert recs[1].state == "FAILED" and recs[1].reason == "NonZeroExitCode"
-    assert recs[4].state == "PENDING" and recs[4].job_id == "305" and recs[4].app_id == "305_4"
-    assert recs[2].nodelist == "c1" and recs[0].job_id == "306"
+    assert recs[4].state == "PENDING" and recs[4].job_id == "359" and recs[4].app_id == "359_4"
+    assert recs[2].nodelist == "c1" and recs[0].job_id == "360"
 
 
 def _rec(state: str, reason: str = "None") -> SlurmJobRecord:
