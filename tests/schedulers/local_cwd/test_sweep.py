@@ -183,3 +183,17 @@ def test_python_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for w in "abc":
         assert (tmp_path / f"{w}.txt").read_text() == f"{w}-{w}\n"
     assert lines == ["b-b\n"]
+
+
+def test_log_follow_waits_for_a_trial_that_has_not_started(env: Env) -> None:
+    r = env.run(
+        "run", "--sweep", "n=1,2", "--max-parallel", "1", "utils.sh", "--cpu", "1",
+        "sleep 2; echo trial {{n}} done",
+    )  # fmt: skip
+    handle = r.stdout.strip()
+    now = env.run("log", f"{handle}/1")
+    assert now.returncode == 0 and now.stdout == ""
+    assert f"trial 1 of {handle} has not run (PENDING); -f waits for it" in now.stderr
+    followed = env.run("log", "-f", f"{handle}/1", timeout=60)
+    assert followed.returncode == 0 and followed.stdout == "trial 2 done\n", followed
+    wait_for(lambda: status(env, handle)[1][1][2] == "SUCCEEDED", 10, "trial 1 recorded")
