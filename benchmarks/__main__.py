@@ -1,8 +1,9 @@
 """``python -m benchmarks [--smoke] [--only 1,3] [--reps N] [--out FILE]``
 
-Runs the eight measures of issue #6 and the two of issue #18 (sweeps) in this one process tree, prints each table as it finishes
-and writes every figure to ``benchmarks/results/latest.json`` (rewritten after each measure, so
-an interrupted run keeps what it measured). Exit status: 0 when every contender that is
+Runs the eight measures of issue #6 and the two of issue #18 (sweeps) in this one process
+tree, prints each table as it finishes and writes every figure to
+``benchmarks/results/latest.json`` (rewritten after each measure, so an interrupted run keeps
+what it measured). Exit status: 0 when every contender that is
 installed did its job, 1 when an xrun contender failed (its row says why; a reference such as
 torchrun failing is reported but does not fail the run), 2 for a bad option.
 ``--smoke`` (CI): tiny sizes, one repetition, under two minutes.
