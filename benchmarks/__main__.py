@@ -1,8 +1,9 @@
 """``python -m benchmarks [--smoke] [--only 1,3] [--reps N] [--out FILE]``
 
-Runs the eight measures of issue #6 in this one process tree, prints each table as it finishes
-and writes every figure to ``benchmarks/results/latest.json`` (rewritten after each measure, so
-an interrupted run keeps what it measured). Exit status: 0 when every contender that is
+Runs the eight measures of issue #6 and the two of issue #18 (sweeps) in this one process
+tree, prints each table as it finishes and writes every figure to
+``benchmarks/results/latest.json`` (rewritten after each measure, so an interrupted run keeps
+what it measured). Exit status: 0 when every contender that is
 installed did its job, 1 when an xrun contender failed (its row says why; a reference such as
 torchrun failing is reported but does not fail the run), 2 for a bad option.
 ``--smoke`` (CI): tiny sizes, one repetition, under two minutes.
@@ -31,6 +32,8 @@ MEASURES: dict[str, tuple[str, str]] = {
     "6": ("rendezvous of N agents", "scale:measure_6"),
     "7": ("one worker failure + restart", "restart:measure_7"),
     "8": ("tee: -t 3 vs no tee", "tee:measure_8"),
+    "9": ("sweeps: --dryrun of a 10,000-trial grid", "sweeps:measure_9"),
+    "10": ("sweeps: status of a 1,000-trial slurm sweep (one squeue)", "sweeps:measure_10"),
 }
 
 

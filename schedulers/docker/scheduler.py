@@ -207,7 +207,11 @@ class DockerScheduler(Scheduler[DockerJob]):
     def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
         """Like every scheduler's, except that no ``workspace`` means the cwd (as the issue asks:
         the job runs the code as it is now); pass ``""`` to run the role images unchanged."""
-        return super().submit(app, cfg, os.getcwd() if workspace is None else workspace)
+        return super().submit(app, cfg, self.resolve_workspace(workspace))
+
+    def resolve_workspace(self, workspace: str | None) -> str:
+        """The workspace ``submit`` builds: None is the cwd (a sweep builds it once for all)."""
+        return os.getcwd() if workspace is None else workspace
 
     def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
         """Build ``<role image> + workspace + xrun`` and point the roles at it (see .workspace)."""

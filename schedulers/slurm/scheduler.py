@@ -92,6 +92,7 @@ from ..api import (
 from ..logs import iter_log_lines
 from .request import (
     LOG_SUBDIR,
+    ArrayJob,
     ClusterInfo,
     SlurmBatchRequest,
     build_request,
@@ -146,6 +147,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         self._info: dict[str, ClusterInfo] = {}
         self._json_ok: bool | None = None
         self._workspace: str | None = None
+        self._array: ArrayJob | None = None  # set by array_dryrun
 
     # ------------------------------------------------------------------ options
     def run_opts(self) -> runopts:
@@ -256,8 +258,26 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             info=info,
             path_prefix=str(python_path) or None,
             workspace=workspace,
+            array=self._array,
         )
         return AppDryRunInfo(req, lambda r: r.materialize())
+
+    # ------------------------------------------------------------------ sweeps
+    def sweep_backend(self) -> Any:
+        """A sweep is ONE job array here (see sweep.py), not one job per trial."""
+        from .sweep import ArrayBackend
+
+        return ArrayBackend(self)
+
+    def array_dryrun(
+        self, app: AppDef, cfg: Mapping[str, object], array: ArrayJob, workspace: str | None
+    ) -> AppDryRunInfo[SlurmBatchRequest]:
+        """The request for ``app`` as the job array ``array`` (one task per sweep trial)."""
+        self._workspace, self._array = workspace, array
+        try:
+            return self.submit_dryrun(app, cfg)
+        finally:
+            self._workspace, self._array = None, None
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
         req = dryrun_info.request

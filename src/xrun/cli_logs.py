@@ -96,3 +96,26 @@ class LogPrinter:
     def run(self) -> None:
         self.start()
         self.join()
+
+
+def log_targets(
+    what: str, roles: dict[str, int], role: str | None, replicas: list[int] | None
+) -> list[tuple[str, int]]:
+    """The ``(role, replica)`` pairs of ``xrun log WHAT[/ROLE[/REPLICA,...]]``, checked against
+    ``roles`` (name -> replica count); UsageError naming what does not exist."""
+    from xrun.errors import UsageError
+
+    if role is not None and role not in roles:
+        raise UsageError(f"{what} has no role {role!r}; roles: {', '.join(roles)}")
+    targets: list[tuple[str, int]] = []
+    for name, count in roles.items():
+        if role is not None and name != role:
+            continue
+        wanted = replicas if replicas is not None else list(range(count))
+        bad = [k for k in wanted if k >= count]
+        if bad:
+            raise UsageError(
+                f"role {name!r} of {what} has replicas 0..{count - 1}; no replica {bad[0]}"
+            )
+        targets += [(name, k) for k in wanted]
+    return targets

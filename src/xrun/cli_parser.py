@@ -49,15 +49,21 @@ def build_parser() -> Parser:
     )
 
     for name, helptext in (
-        ("status", "show an app's status"),
-        ("cancel", "stop an app (it ends CANCELLED)"),
+        ("status", "show an app's status (a sweep's: a table of its trials)"),
+        ("cancel", "stop an app (it ends CANCELLED); a sweep: every trial, or HANDLE/TRIAL"),
         ("describe", "show an app's roles (YAML) and status"),
     ):
         c = sub.add_parser(name, help=helptext)
-        c.add_argument("handle", metavar="HANDLE", help="SCHEDULER://SESSION/APP_ID")
+        c.add_argument(
+            "handle", metavar="HANDLE", help="SCHEDULER://SESSION/APP_ID (a sweep's: [/TRIAL])"
+        )
 
     lg = sub.add_parser("log", help="print an app's logs")
-    lg.add_argument("target", metavar="HANDLE[/ROLE[/REPLICA[,REPLICA...]]]")
+    lg.add_argument(
+        "target",
+        metavar="HANDLE[/ROLE[/REPLICA[,REPLICA...]]]",
+        help="a sweep's trial: HANDLE/TRIAL[/ROLE[/REPLICA[,REPLICA...]]]",
+    )
     lg.add_argument(
         "-f",
         "--follow",

@@ -47,6 +47,9 @@ _VALUE_OPTS = {
     "--workspace": "workspace",
     "--parent_run_id": "parent_run_id",
     "--parent-run-id": "parent_run_id",
+    "--sweep": "sweep",
+    "--sweep-file": "sweep_file",
+    "--max-parallel": "max_parallel",
 }
 _FLAGS = {"--dryrun": "dryrun", "--wait": "wait", "--log": "log"}
 _HELP = ("-h", "--help")
@@ -63,6 +66,9 @@ class RunOptions:
     log: bool = False
     workspace: str | None = None
     parent_run_id: str | None = None
+    sweep: list[str] = field(default_factory=list)  # NAME=V1,V2,...: a sweep (cli_sweep.py)
+    sweep_file: str | None = None
+    max_parallel: str | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> RunOptions:
@@ -113,8 +119,8 @@ def parse_run_options(own: Sequence[str]) -> RunOptions | None:
             if not eq:
                 i += 1
                 value = own[i]
-            if _VALUE_OPTS[name] == "cfg":
-                opts.cfg.append(value)
+            if _VALUE_OPTS[name] in ("cfg", "sweep"):
+                getattr(opts, _VALUE_OPTS[name]).append(value)
             else:
                 setattr(opts, _VALUE_OPTS[name], value)
         else:
@@ -155,6 +161,25 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--parent-run-id",
         metavar="ID",
         help="a parent run id for experiment tracking: TORCHX_PARENT_RUN_ID in every replica",
+    )
+    run.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="run one trial per value (repeat: the cartesian grid); {{NAME}} in the component's "
+        "arguments is the trial's value, XRUN_SWEEP_NAME in its env",
+    )
+    run.add_argument(
+        "--sweep-file",
+        metavar="FILE",
+        help="the trials as a YAML list of mappings, e.g. [{lr: 0.1}, {lr: 0.01}]",
+    )
+    run.add_argument(
+        "--max-parallel",
+        metavar="K",
+        help="a sweep runs at most K trials at once (default: local_cwd/docker what fits this "
+        "machine; slurm no limit)",
     )
 
 
@@ -200,20 +225,39 @@ def load_app(runner: Runner, component: str, comp_args: list[str]) -> AppDef:
     return runner.component_app(component, comp_args)
 
 
+def is_sweep(ns: RunOptions) -> bool:
+    """A run with --sweep/--sweep-file/--max-parallel: :func:`xrun.cli_sweep.cmd_run_sweep`."""
+    return bool(ns.sweep or ns.sweep_file or ns.max_parallel is not None)
+
+
+def resolve_component(runner: Runner, component: str | None, comp_args: list[str]) -> str:
+    """The component named on the command line, else ``[cli:run] component`` of .xrunconfig."""
+    component = component or runner.config.default_component()
+    if component is None:
+        raise _missing_component(comp_args)
+    return component
+
+
 def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
     from xrun.component import HelpRequested, format_help, get_component
     from xrun.runner import Runner
 
     cfg = parse_cfg(ns.cfg)
+    if "{{" in "".join(comp_args):
+        from xrun.sweep import reject_placeholders
+
+        reject_placeholders(comp_args, "component argument")
     with Runner() as runner:
-        component = component or runner.config.default_component()
-        if component is None:
-            raise _missing_component(comp_args)
+        component = resolve_component(runner, component, comp_args)
         try:
             app = load_app(runner, component, comp_args)
         except HelpRequested:
             print(format_help(get_component(component)), end="")
             return 0
+        if _is_spec_file(component):
+            from xrun.sweep import reject_app_placeholders
+
+            reject_app_placeholders(app, component)
         scheduler = ns.scheduler or runner.config.default_scheduler() or DEFAULT_SCHEDULER
         if ns.dryrun:
             info = runner.dryrun(app, scheduler, cfg, parent_run_id=ns.parent_run_id)

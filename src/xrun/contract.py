@@ -44,3 +44,9 @@ RESTARTS_IN_PLACE = "xrun.restarts_in_place"
 # for ``--log-dir``. The schedulers set it to a dir under the app's own logs, so an agent
 # never falls back to a temporary dir that outlives the job.
 AGENT_LOG_DIR_ENV = "PET_LOG_DIR"
+
+# Sweeps (``xrun run --sweep``): every worker of trial i gets its values as
+# ``XRUN_SWEEP_<NAME>`` (the parameter's name upper-cased), its index and the sweep's size.
+SWEEP_ENV_PREFIX = "XRUN_SWEEP_"
+TRIAL_INDEX_ENV = "XRUN_TRIAL_INDEX"
+SWEEP_SIZE_ENV = "XRUN_SWEEP_SIZE"

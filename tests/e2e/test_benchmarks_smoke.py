@@ -1,7 +1,7 @@
 """``python -m benchmarks --smoke`` runs every measure and writes well-formed JSON.
 
 No time is asserted here (the machine running the suite is busy): only that the harness runs
-each of the eight measures, that every contender has either figures or a stated reason, and that
+each of the ten measures, that every contender has either figures or a stated reason, and that
 no xrun contender failed to do the job.
 """
 
@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import REPO
+from tests.helpers.slurm import SlurmCluster
 
 
 @pytest.mark.timeout(420)
-def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
+def test_smoke_run_emits_every_measure(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:
     out = tmp_path / "latest.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
@@ -32,7 +33,7 @@ def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1
     assert doc["machine"]["cpus"] >= 1
-    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 9)]
+    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 11)]
     for key, measure in doc["measures"].items():
         assert measure["title"] and measure["rows"], key
         for row in measure["rows"]:
@@ -57,5 +58,9 @@ def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
                 res = row["contenders"].get(name, {"median": 0})
                 assert "median" in res, (key, row["label"], name, res)
     # Exactly the text table the lead copies figures from, one section per measure.
-    for i in range(1, 9):
+    # The sweep measures (9, 10: the Slurm cluster is up) have xrun's figures too.
+    for key, name in (("9", "xrun sweep"), ("10", "xrun")):
+        for row in doc["measures"][key]["rows"]:
+            assert "median" in row["contenders"][name], (key, row)
+    for i in range(1, 11):
         assert f"\n## {i}. " in proc.stdout
