@@ -37,7 +37,7 @@ def test_three_trial_sweep(docker_engine: str, tmp_path: Path) -> None:
     for i in range(3):
         assert rows[i][4].startswith(rows[i][6]), rows[i]  # the host: the trial's container
         log = env.run("log", f"{handle}/{i}")
-        assert log.stdout == f"x={i + 1} env={i + 1} trial={i}/3 from the workspace\n", log
+        assert log.stdout == f"sh/0 x={i + 1} env={i + 1} trial={i}/3 from the workspace\n", log
         desc = env.run("describe", f"docker://default/{rows[i][6]}")
         images |= {ln.split(":", 1)[1].strip() for ln in desc.stdout.splitlines() if "image:" in ln}
     assert len(images) == 1, images  # every trial ran the one workspace image

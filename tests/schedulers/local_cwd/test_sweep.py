@@ -195,5 +195,5 @@ def test_log_follow_waits_for_a_trial_that_has_not_started(env: Env) -> None:
     assert now.returncode == 0 and now.stdout == ""
     assert f"trial 1 of {handle} has not run (PENDING); -f waits for it" in now.stderr
     followed = env.run("log", "-f", f"{handle}/1", timeout=60)
-    assert followed.returncode == 0 and followed.stdout == "trial 2 done\n", followed
+    assert followed.returncode == 0 and followed.stdout == "sh/0 trial 2 done\n", followed
     wait_for(lambda: status(env, handle)[1][1][2] == "SUCCEEDED", 10, "trial 1 recorded")

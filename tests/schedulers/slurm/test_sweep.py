@@ -129,8 +129,8 @@ def test_six_trials_two_at_once_one_failing(shell: Shell) -> None:
 
     for i in (0, 3):  # each trial's own log, its values in its env
         log = shell.run("log", f"{handle}/{i}")
-        assert log.returncode == 0 and log.stdout == f"trial {i} {i}/6 x={i}\n", log
-    assert shell.run("log", f"{handle}/5/sh/0").stdout == "trial 5 5/6 x=5\n"
+        assert log.returncode == 0 and log.stdout == f"sh/0 trial {i} {i}/6 x={i}\n", log
+    assert shell.run("log", f"{handle}/5/sh/0").stdout == "sh/0 trial 5 5/6 x=5\n"
     assert (shell.cwd / "slurm-logs" / job / "4" / "sh" / "0.stdout").read_text() == (
         "trial 4 4/6 x=4\n"
     )
