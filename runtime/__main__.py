@@ -26,9 +26,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     from .agent import Agent
-    from .api import entrypoint_name
+    from .args import entrypoint_name
     from .errors import write_agent_error_file
-    from .eventlog import record_run
 
     name = entrypoint_name(entrypoint, args)
     try:
@@ -36,7 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:  # found late, e.g. an endpoint host that does not resolve
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    record_run(config.event_log_handler, result, name, config)
+    if config.event_log_handler != "null":
+        from .eventlog import record_run
+
+        record_run(config.event_log_handler, result, name, config)
     if result.exitcode != 0:
         print(
             result.message if result.failures else f"{PROG}: {result.message}",

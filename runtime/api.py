@@ -24,12 +24,11 @@ Same code path as the command line: ``python -m xrun.runtime`` only turns flags 
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .agent import Agent
+from .args import entrypoint_name
 from .config import LaunchConfig
 from .errors import AgentFailedError, ChildFailedError, SignalException
 
@@ -43,23 +42,6 @@ __all__ = [
     "launch",
     "launch_agent",
 ]
-
-
-def entrypoint_name(entrypoint: Callable[..., Any] | str | None, args: Sequence[Any]) -> str:
-    """What the failure summary calls the job (torch's ``_get_entrypoint_name``): a function's
-    name; for the Python interpreter, its first argument that is no option (the script or
-    ``-m``'s module); a binary's path; ``""`` for nothing. ``--run-path`` names its script."""
-    from .args import run_script_path
-
-    if entrypoint is run_script_path:
-        return str(args[0]) if args else ""
-    if callable(entrypoint):
-        return str(getattr(entrypoint, "__name__", entrypoint))
-    if isinstance(entrypoint, str):
-        if entrypoint in (sys.executable, os.environ.get("PYTHON_EXEC")):
-            return next((str(a) for a in args if not str(a).startswith("-")), "")
-        return entrypoint
-    return ""
 
 
 def launch_agent(

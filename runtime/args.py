@@ -30,6 +30,8 @@ from .rendezvous.endpoint import format_endpoint, parse_endpoint, unbracket
 PROG = "xrun-agent"
 # torchrun's entry-point group for --logs-specs classes.
 LOGS_SPECS_GROUP = "torchrun.logs_specs"
+# torchrun's registered event handlers (eventlog.py writes "console"; the others drop events).
+EVENT_HANDLERS = ("null", "console", "dynamic_rendezvous")
 
 
 class NnodesError(UsageError, RuntimeError):
@@ -318,6 +320,21 @@ def run_script_path(training_script: str, *training_script_args: str) -> None:
             raise
 
 
+def entrypoint_name(entrypoint: Callable[..., Any] | str | None, args: Sequence[Any]) -> str:
+    """What the failure summary calls the job (torch's ``_get_entrypoint_name``): a function's
+    name; for the Python interpreter, its first argument that is no option (the script or
+    ``-m``'s module); a binary's path; ``""`` for nothing. ``--run-path`` names its script."""
+    if entrypoint is run_script_path:
+        return str(args[0]) if args else ""
+    if callable(entrypoint):
+        return str(getattr(entrypoint, "__name__", entrypoint))
+    if isinstance(entrypoint, str):
+        if entrypoint in (sys.executable, os.environ.get("PYTHON_EXEC")):
+            return next((str(a) for a in args if not str(a).startswith("-")), "")
+        return entrypoint
+    return ""
+
+
 def parse(
     argv: Sequence[str] | None = None,
 ) -> tuple[LaunchConfig, Callable[..., Any] | str, tuple[str, ...]]:
@@ -361,7 +378,11 @@ def parse(
     except UsageError as e:
         raise UsageError(f"-r/--redirects or -t/--tee: {e}") from None
     ranks_filter = parse_local_ranks_filter(ns.local_ranks_filter, nproc)
-    from .eventlog import check_handler
+    if ns.event_log_handler not in EVENT_HANDLERS:
+        raise UsageError(
+            f"--event-log-handler {ns.event_log_handler!r} is not a registered handler: "
+            f"expected {', '.join(EVENT_HANDLERS)}"
+        )
 
     cfg = LaunchConfig(
         min_nodes=min_nodes,
@@ -385,7 +406,7 @@ def parse(
         signals_to_handle=ns.signals_to_handle,
         log_line_prefix_template=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
         logs_specs=load_logs_specs(ns.logs_specs, ns.log_dir, redirects, tee, ranks_filter, nproc),
-        event_log_handler=check_handler(ns.event_log_handler),
+        event_log_handler=ns.event_log_handler,
         numa_options=check_numa(ns.numa_binding, nproc),
         duplicate_stdout_filters=comma_list(ns.duplicate_stdout_filters) or None,
         duplicate_stderr_filters=comma_list(ns.duplicate_stderr_filters) or None,

@@ -8,16 +8,11 @@ per event on stderr) or ``dynamic_rendezvous`` (nothing, as torch's). The lines 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any, Protocol
 
-from xrun.errors import UsageError
-
-__all__ = ["HANDLERS", "check_handler", "record_run"]
-
-HANDLERS = ("null", "console", "dynamic_rendezvous")
+__all__ = ["record_run"]
 
 
 class _Result(Protocol):
@@ -26,16 +21,9 @@ class _Result(Protocol):
     failures: dict[int, Any]
 
 
-def check_handler(name: str) -> str:
-    if name not in HANDLERS:
-        raise UsageError(
-            f"--event-log-handler {name!r} is not a registered handler: expected "
-            f"{', '.join(HANDLERS)}"
-        )
-    return name
-
-
 def _event(name: str, source: str, metadata: dict[str, Any]) -> str:
+    import json
+
     doc = {
         "name": name,
         "source": source,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
 
 from xrun.errors import UsageError
 
@@ -36,18 +35,39 @@ class LogDirError(UsageError, NotADirectoryError):
     """The log dir is a file (torch raises NotADirectoryError; the CLI prints one line)."""
 
 
-@dataclass
 class LogsDest:
     """Per local rank: each stream's file (``""`` console, ``os.devnull`` nowhere), the tee'd
-    streams (the same file, copied to the console), the error file, the filtered copies."""
+    streams (the same file, copied to the console), the error file, the filtered copies.
+    torch's fields and order; a plain class, not a dataclass, because building a dataclass
+    costs the agent's start-up a millisecond."""
 
-    stdouts: dict[int, str] = field(default_factory=dict)
-    stderrs: dict[int, str] = field(default_factory=dict)
-    tee_stdouts: dict[int, str] = field(default_factory=dict)
-    tee_stderrs: dict[int, str] = field(default_factory=dict)
-    error_files: dict[int, str] = field(default_factory=dict)
-    filtered_stdout: str = ""
-    filtered_stderr: str = ""
+    __slots__ = (
+        "stdouts",
+        "stderrs",
+        "tee_stdouts",
+        "tee_stderrs",
+        "error_files",
+        "filtered_stdout",
+        "filtered_stderr",
+    )
+
+    def __init__(  # noqa: PLR0913 - torch's LogsDest fields
+        self,
+        stdouts: dict[int, str] | None = None,
+        stderrs: dict[int, str] | None = None,
+        tee_stdouts: dict[int, str] | None = None,
+        tee_stderrs: dict[int, str] | None = None,
+        error_files: dict[int, str] | None = None,
+        filtered_stdout: str = "",
+        filtered_stderr: str = "",
+    ) -> None:
+        self.stdouts = {} if stdouts is None else stdouts
+        self.stderrs = {} if stderrs is None else stderrs
+        self.tee_stdouts = {} if tee_stdouts is None else tee_stdouts
+        self.tee_stderrs = {} if tee_stderrs is None else tee_stderrs
+        self.error_files = {} if error_files is None else error_files
+        self.filtered_stdout = filtered_stdout
+        self.filtered_stderr = filtered_stderr
 
 
 class LogsSpecs:
