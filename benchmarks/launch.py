@@ -1,8 +1,8 @@
-"""Measures 1-3: a job end to end, launch overhead first, then a real gloo job.
+"""Measures 1-3 and 13: a job end to end, launch overhead first, then a real gloo job.
 
 1. ``-j 1x4`` of a do-nothing script;  2. the same with ``-j 2x2`` (two agents, a real
 rendezvous);  3. a gloo all_reduce job, 1x4 (four ``import torch`` dominate: the floor);
-11. a gloo all_reduce job of two agents x 8 workers (issue #14: the workers use the agent's
+13. a gloo all_reduce job of two agents x 8 workers (issue #14: the workers use the agent's
 store).
 """
 
@@ -74,7 +74,7 @@ def measure_3(reps: int, smoke: bool) -> list[Row]:
     return [row]
 
 
-def measure_11(reps: int, smoke: bool) -> list[Row]:
+def measure_13(reps: int, smoke: bool) -> list[Row]:
     # Two agents (c10d, one rendezvous) x 8 workers: 16 torch imports on 2 cores dominate, the
     # launchers differ in their start-up, rendezvous and store. Smoke: 2 x 1.
     nproc = 1 if smoke else 8

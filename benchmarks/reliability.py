@@ -1,4 +1,4 @@
-"""Measure 12: reliability, not speed. ``N`` consecutive 1x2 gloo all_reduce jobs under xrun's
+"""Measure 14: reliability, not speed. ``N`` consecutive 1x2 gloo all_reduce jobs under xrun's
 agent (``python -m xrun.runtime --nproc-per-node 2``) while a port thief
 (``benchmarks/port_thief.py``) keeps taking freed ports: every job must succeed and no worker
 may die of SIGABRT. Before issue #14, rank 0's worker hosted the workers' store on a port its
@@ -58,7 +58,7 @@ def run(n: int) -> dict[str, Any]:
     }
 
 
-def measure_12(reps: int, smoke: bool) -> list[Row]:
+def measure_14(reps: int, smoke: bool) -> list[Row]:
     n = SMOKE_RUNS if smoke else FULL_RUNS
     result = run(n)
     rows = []

@@ -1,10 +1,10 @@
-"""Measures 9 and 10: the agent's store at scale (issue #14).
+"""Measures 11 and 12: the agent's store at scale (issue #14).
 
-9.  Rendezvous of N agents (``benchmarks/rdzv_spread.py``): the store in one process, the agents
+11. Rendezvous of N agents (``benchmarks/rdzv_spread.py``): the store in one process, the agents
     spread over several (threads in each), N = 1,024 / 4,096 / 16,384; the figure is the time
     until every agent holds the world. Beside it: t(16,384)/t(1,024) (linear would be 16) and
     the store's connections per agent once they all have it.
-10. The workers' store under torch's own clients (``benchmarks/torch_store.py``): 1,024
+12. The workers' store under torch's own clients (``benchmarks/torch_store.py``): 1,024
     ``TCPStore(is_master=False)`` clients doing set/add/get/wait against xrun's store and
     against torch's own TCPStore server (libuv), interleaved; calls per second and the time
     to connect them all.
@@ -60,7 +60,7 @@ def _spread(n: int, cap: float, seen: dict[int, list[dict[str, Any]]]) -> Callab
     return once
 
 
-def measure_9(reps: int, smoke: bool) -> list[Row]:
+def measure_11(reps: int, smoke: bool) -> list[Row]:
     sizes = SMOKE_SCALE_SIZES if smoke else SCALE_SIZES
     cap = 30.0 if smoke else 120.0
     seen: dict[int, list[dict[str, Any]]] = {}
@@ -141,7 +141,7 @@ def _throughput(
     return once
 
 
-def measure_10(reps: int, smoke: bool) -> list[Row]:
+def measure_12(reps: int, smoke: bool) -> list[Row]:
     clients, procs, iters = (32, 2, 50) if smoke else (1024, 16, 20)
     seen: dict[str, list[dict[str, Any]]] = {}
     ops = Row(

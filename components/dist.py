@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from xrun.contract import MASTER_PORT_DEFAULT, RDZV_BACKENDS, RDZV_PORT_ENV
+from xrun.contract import MASTER_PORT_DEFAULT, RDZV_BACKENDS, RDZV_PORT_ENV, RESTARTS_IN_PLACE
 from xrun.errors import UsageError
 from xrun.jobspec import JobSize, parse_j, parse_nnodes
 from xrun.named_resources import get_named_resource
@@ -68,16 +68,16 @@ def ddp(
         script: the training script (a path, relative to the job's working directory)
         m: run this Python module instead of a script (like ``python -m``)
         image: container image (docker); local_cwd and slurm ignore it
-        name: APP/ROLE names; an empty part is derived from the script or module name
+        name: EXPERIMENT/RUN, EXPERIMENT/, /RUN or RUN: the app is named RUN (default: the script or module name), the experiment is exported as TORCHX_TRACKING_EXPERIMENT_NAME (default: default-experiment)
         h: a named resource (e.g. gpu.small, see named_resources); overrides cpu, gpu and memMB
         cpu: CPUs per replica
         gpu: GPUs per replica
         memMB: memory per replica in MB
         j: [[MIN:]NNODES x]NPROC, e.g. 4, 2x4 or 1:3x8 (elastic)
-        env: environment variables, k=v,k2=v2
-        max_retries: how many times the worker group restarts before the job fails
+        env: environment variables, k=v,k2=v2 or k=v;k2=v2 (LOGLEVEL defaults to $LOGLEVEL or WARNING)
+        max_retries: how many times the workers are restarted after a failure, in place by each replica's agent (--max-restarts) on every scheduler: max_retries + 1 attempts in all; slurm also requeues a preempted job up to max_retries times
         rdzv_port: the rendezvous port on the first replica (multi-node only; left at the default, local_cwd picks a free one per app)
-        rdzv_backend: c10d or static
+        rdzv_backend: c10d or static (static: a fixed node count; replica i is node rank i)
         rdzv_conf: extra rendezvous settings, e.g. join_timeout=600,last_call_timeout=30
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly] (several: repeat type=)
         debug: set torch/NCCL debug environment variables
@@ -123,26 +123,29 @@ def spmd(
 ) -> AppDef:
     """SPMD: one worker per GPU of the named resource, on [MIN:]NNODES nodes.
 
-    The processes per node are not given: they are the GPU count of ``h`` (gpu.small: 1,
-    gpu.xlarge: 8; a CPU-only resource runs 1).
+    Without ``xNPROC`` in ``-j`` the processes per node are the GPU count of ``h`` (gpu.small:
+    1, gpu.xlarge: 8; a CPU-only resource runs 1).
 
     Args:
         script_args: arguments passed to the script or module
         script: the training script
         m: run this Python module instead of a script
         image: container image (docker); local_cwd and slurm ignore it
-        name: APP/ROLE names; an empty part is derived from the script or module name
+        name: EXPERIMENT/RUN, EXPERIMENT/, /RUN or RUN (see dist.ddp)
         h: a named resource; its GPU count is the number of workers per node
-        j: [MIN:]NNODES, e.g. 2 or 1:4 (elastic)
-        env: environment variables, k=v,k2=v2
-        max_retries: how many times the worker group restarts before the job fails
+        j: [MIN:]NNODES[xNPROC], e.g. 2, 1:4 (elastic) or 2x4 (NPROC given, not the GPU count)
+        env: environment variables, k=v,k2=v2 or k=v;k2=v2
+        max_retries: how many times the workers are restarted after a failure (see dist.ddp): max_retries + 1 attempts in all
         rdzv_port: the rendezvous port on the first replica (multi-node only; left at the default, local_cwd picks a free one per app)
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly]
         debug: set torch/NCCL debug environment variables
     """
     resource = get_named_resource(h)
-    lo, hi = parse_nnodes(j)
-    size = JobSize(lo, hi, max(resource.gpu, 1))
+    if "x" in j:  # NPROC given: as TorchX, it wins over the GPU count
+        size = parse_j(j)
+    else:
+        lo, hi = parse_nnodes(j)
+        size = JobSize(lo, hi, max(resource.gpu, 1))
     return _app(
         DistJob(
             component="dist.spmd",
@@ -201,6 +204,12 @@ class DistJob:
             raise UsageError(f"{c}: --rdzv_port {self.rdzv_port} is invalid; expected 1..65535")
         if self.max_retries < 0:
             raise UsageError(f"{c}: --max_retries {self.max_retries} is invalid; expected >= 0")
+        if self.rdzv_backend == "static" and self.size.min_nnodes != self.size.max_nnodes:
+            raise UsageError(
+                f"{c}: --rdzv_backend static needs a fixed node count, but -j asks for "
+                f"{self.size.min_nnodes} to {self.size.max_nnodes} nodes; give -j NNODESxNPROC "
+                "or use --rdzv_backend c10d (elastic)"
+            )
 
     @property
     def multi_node(self) -> bool:
@@ -243,6 +252,10 @@ class DistJob:
             "--tee",
             str(self.tee),
         ]
+        if self.rdzv_backend == "static":
+            # Each replica is one node rank of a fixed world: replica 0 serves the store at the
+            # endpoint, the others connect to it (as TorchX's --node_rank ${replica_id}).
+            cmd += ["--node-rank", macros.replica_id]
         if self.rdzv_conf:
             cmd += ["--rdzv-conf", shlex.quote(self.rdzv_conf)]
         if self.script is not None:
@@ -253,23 +266,35 @@ class DistJob:
         return " ".join(cmd)
 
 
+# The experiment of a --name without one (TorchX's default).
+DEFAULT_EXPERIMENT = "default-experiment"
+# Where a dist component tells the workers their experiment (TorchX's tracking variable).
+EXPERIMENT_ENV = "TORCHX_TRACKING_EXPERIMENT_NAME"
+
+
 def _app(job: DistJob) -> AppDef:
     job.validate()
-    app_name, role_name = _names(job.name, job.script, job.module)
+    experiment, run = split_name(job.name, job.script, job.module)
+    env = {**(DEBUG_ENV if job.debug else {}), **job.env}
+    env[EXPERIMENT_ENV] = experiment
+    env.setdefault("LOGLEVEL", os.getenv("LOGLEVEL", "WARNING"))
     role = Role(
-        name=role_name,
+        name=_sanitize(_entry_name(job.script, job.module)),
         image=job.image,
         entrypoint="sh",
         args=["-c", job.runtime_command()],
-        env={**(DEBUG_ENV if job.debug else {}), **job.env},
+        env=env,
         num_replicas=job.size.max_nnodes,
         min_replicas=job.size.min_nnodes,
         max_retries=job.max_retries,
         resource=job.resource,
         port_map={"c10d": job.rdzv_port} if job.multi_node else {},
         mounts=list(parse_mounts(list(job.mounts))),
+        # The agents restart the workers in place (--max-restarts): the scheduler must not
+        # run a failed replica again on top of that (see xrun.contract).
+        metadata={RESTARTS_IN_PLACE: True},
     )
-    return AppDef(name=app_name, roles=[role])
+    return AppDef(name=run, roles=[role])
 
 
 def quote_arg(arg: str) -> str:
@@ -277,15 +302,21 @@ def quote_arg(arg: str) -> str:
     return shlex.quote(arg).replace("$$", "$$$$")
 
 
-def _names(name: str, script: str | None, m: str | None) -> tuple[str, str]:
-    """``APP/ROLE`` -> (app, role); an empty part (and a missing ROLE) comes from the entry."""
+def _entry_name(script: str | None, m: str | None) -> str:
+    """The script's file name without its extension, or the module's last part."""
     if script is not None:
-        base = os.path.splitext(os.path.basename(script.rstrip("/")))[0]
-    else:
-        base = str(m).rsplit(".", 1)[-1]
-    derived = _sanitize(base)
-    app, _, role = name.partition("/")
-    return app or derived, role or derived
+        return os.path.splitext(os.path.basename(script.rstrip("/")))[0]
+    return str(m).rsplit(".", 1)[-1]
+
+
+def split_name(name: str, script: str | None, m: str | None) -> tuple[str, str]:
+    """``--name`` -> (experiment, run), TorchX's rules: ``EXP/RUN``, ``EXP/``, ``/RUN`` or
+    ``RUN`` (no ``/``: all of it is the run). The first ``/`` splits; a missing run is the
+    script or module name, a missing experiment ``default-experiment``."""
+    experiment, slash, run = name.partition("/")
+    if not slash:
+        experiment, run = "", name
+    return experiment or DEFAULT_EXPERIMENT, run or _sanitize(_entry_name(script, m))
 
 
 def _sanitize(text: str) -> str:

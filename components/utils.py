@@ -6,6 +6,7 @@ so that only the replica imports fsspec, never the CLI.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from xrun.errors import UsageError
@@ -19,6 +20,12 @@ def _resource(h: str | None, cpu: int, gpu: int, memMB: int) -> Resource:
     return get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
 
 
+def _small() -> Resource:
+    """What TorchX's fixed-size utilities ask for (echo, touch, copy): 1 CPU, 1 GiB. A request,
+    so that Slurm passes --cpus-per-task/--mem and docker sets limits, as with TorchX."""
+    return Resource(cpu=1, gpu=0, memMB=1024)
+
+
 def echo(msg: str = "hello world", image: str = DEFAULT_IMAGE, num_replicas: int = 1) -> AppDef:
     """Print a message from every replica (a smoke test of a scheduler).
 
@@ -30,7 +37,14 @@ def echo(msg: str = "hello world", image: str = DEFAULT_IMAGE, num_replicas: int
     return AppDef(
         name="echo",
         roles=[
-            Role(name="echo", image=image, entrypoint="echo", args=[msg], num_replicas=num_replicas)
+            Role(
+                name="echo",
+                image=image,
+                entrypoint="echo",
+                args=[msg],
+                num_replicas=num_replicas,
+                resource=_small(),
+            )
         ],
     )
 
@@ -60,12 +74,14 @@ def sh(
         gpu: GPUs per replica
         memMB: memory per replica in MB
         h: a named resource; overrides cpu, gpu and memMB
-        env: environment variables, k=v,k2=v2
-        max_retries: how many times a failed replica is retried
+        env: environment variables, k=v,k2=v2 (LOGLEVEL defaults to $LOGLEVEL or WARNING)
+        max_retries: how many times the scheduler runs a failed replica again (total attempts: max_retries + 1; local_cwd runs it once)
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly]
     """
     if not args:
         raise UsageError("utils.sh: no command given; e.g. xrun run utils.sh 'echo hi && date'")
+    env = dict(env or {})
+    env.setdefault("LOGLEVEL", os.getenv("LOGLEVEL", "WARNING"))  # as TorchX's utils.sh
     return AppDef(
         name="sh",
         roles=[
@@ -74,7 +90,7 @@ def sh(
                 image=image,
                 entrypoint="sh",
                 args=["-c", " ".join(args)],
-                env=dict(env or {}),
+                env=env,
                 num_replicas=num_replicas,
                 max_retries=max_retries,
                 resource=_resource(h, cpu, gpu, memMB),
@@ -180,7 +196,7 @@ def touch(file: str, image: str = DEFAULT_IMAGE) -> AppDef:
     """
     return AppDef(
         name="touch",
-        roles=[Role(name="touch", image=image, entrypoint="touch", args=[file])],
+        roles=[Role(name="touch", image=image, entrypoint="touch", args=[file], resource=_small())],
     )
 
 
@@ -200,6 +216,7 @@ def copy(src: str, dst: str, image: str = DEFAULT_IMAGE) -> AppDef:
                 image=image,
                 entrypoint="python3",
                 args=["-m", "xrun.components.utils", "copy", src, dst],
+                resource=_small(),
             )
         ],
     )

@@ -80,7 +80,7 @@ def trainer(
         checkpoint_dir,
         *extra_args,
         script="examples/train_ddp.py",
-        name="trainer/",
+        name="trainer",  # the run (app) name; "EXP/RUN" also names an experiment
         j=j,
         h=h,
         env={"OMP_NUM_THREADS": "1", **(env or {})},

@@ -12,18 +12,32 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .agent import Agent, RunResult
-    from .api import launch
+    from .api import elastic_launch, launch, launch_agent
     from .config import LaunchConfig
-    from .errors import AgentFailedError, ChildFailedError, ProcessFailure, record
+    from .errors import (
+        AgentFailedError,
+        ChildFailedError,
+        ErrorHandler,
+        ProcessFailure,
+        SignalException,
+        record,
+    )
     from .workers.api import PContext, RunProcsResult, Std, start_processes
+    from .workers.logs_specs import DefaultLogsSpecs, LogsSpecs
 
 # public name -> the submodule that defines it
 _LAZY = {
     "Agent": "agent",
     "AgentFailedError": "errors",
     "ChildFailedError": "errors",
+    "DefaultLogsSpecs": "workers.logs_specs",
+    "ErrorHandler": "errors",
+    "LogsSpecs": "workers.logs_specs",
+    "SignalException": "errors",
     "RunResult": "agent",
+    "elastic_launch": "api",
     "launch": "api",
+    "launch_agent": "api",
     "LaunchConfig": "config",
     "ProcessFailure": "errors",
     "record": "errors",
@@ -37,13 +51,19 @@ __all__ = [  # spelled out (not sorted(_LAZY)) so linters see the re-exports
     "Agent",
     "AgentFailedError",
     "ChildFailedError",
+    "DefaultLogsSpecs",
+    "ErrorHandler",
     "LaunchConfig",
+    "LogsSpecs",
     "PContext",
     "ProcessFailure",
     "RunProcsResult",
     "RunResult",
+    "SignalException",
     "Std",
+    "elastic_launch",
     "launch",
+    "launch_agent",
     "record",
     "start_processes",
 ]

@@ -26,13 +26,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     from .agent import Agent
+    from .args import entrypoint_name
     from .errors import write_agent_error_file
 
+    name = entrypoint_name(entrypoint, args)
     try:
-        result = Agent(config, entrypoint, args, name=_job_name(entrypoint, args)).run()
+        result = Agent(config, entrypoint, args, name=name).run()
     except UsageError as e:  # found late, e.g. an endpoint host that does not resolve
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    if config.event_log_handler != "null":
+        from .eventlog import record_run
+
+        record_run(config.event_log_handler, result, name, config)
     if result.exitcode != 0:
         print(
             result.message if result.failures else f"{PROG}: {result.message}",
@@ -48,15 +54,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             except OSError as e:
                 print(f"{PROG}: could not write {own}: {e}", file=sys.stderr)
     return result.exitcode
-
-
-def _job_name(entrypoint: object, args: tuple[str, ...]) -> str:
-    """What the failure summary calls the job: the script, module or binary the user named."""
-    if not isinstance(entrypoint, str):  # --run-path: (script, *script args)
-        return args[0]
-    if args[:1] == ("-u",):  # python -u [-m] <script or module> ...
-        return args[2] if args[1:2] == ("-m",) else args[1]
-    return entrypoint  # --no-python
 
 
 if __name__ == "__main__":

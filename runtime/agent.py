@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from .config import (
     LaunchConfig,
     WorkerGroup,
+    launch_worker_env,
     log_line_prefix,
     parse_signals,
     substitute_local_rank,
@@ -239,10 +240,7 @@ class Agent:
         failures = {offset + r: f for r, f in result.failures.items()}
         pc.close(signal.SIGTERM, cfg.shutdown_timeout)
         root = failures[root_cause(failures)]
-        reason = (
-            f"local_rank {root.local_rank} on {self.host} failed: "
-            f"{root.message.splitlines()[-1] if root.message else root.exitcode}"
-        )
+        reason = f"local_rank {root.local_rank} on {self.host} failed: {root.reason()}"
         if self._restart_count < cfg.max_restarts:
             self._restart_count += 1
             _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
@@ -286,10 +284,8 @@ class Agent:
         from .workers.api import start_processes
 
         cfg = self.config
-        attempt_dir = self._logs.next()
         n = cfg.nproc_per_node
-        for lr in range(n):  # the workers write their error.json here, redirected or not
-            os.makedirs(os.path.join(attempt_dir, str(lr)), mode=0o700, exist_ok=True)
+        logs, error_file_of = self._logs_for_attempt(n)
         group = WorkerGroup(
             role=cfg.role,
             run_id=cfg.run_id,
@@ -304,7 +300,7 @@ class Agent:
             max_restarts=cfg.max_restarts,
         )
         envs = {
-            lr: worker_env(group, lr, os.path.join(attempt_dir, str(lr), "error.json"))
+            lr: {**worker_env(group, lr, error_file_of(lr)), **launch_worker_env(cfg, lr)}
             for lr in range(n)
         }
         prefixes = {
@@ -316,13 +312,37 @@ class Agent:
             entrypoint=self.entrypoint,
             args={lr: substitute_local_rank(self.args, lr) for lr in range(n)},
             envs=envs,
-            log_dir=attempt_dir,
-            redirects=cfg.redirects,
-            tee=cfg.tee,
             log_line_prefixes=prefixes,
             start_method=cfg.start_method,
-            local_ranks_filter=cfg.local_ranks_filter,
+            numa_options=cfg.numa_options,
+            duplicate_stdout_filters=cfg.duplicate_stdout_filters,
+            duplicate_stderr_filters=cfg.duplicate_stderr_filters,
+            stop_timeout=cfg.shutdown_timeout,
+            **logs,
         )
+
+    def _logs_for_attempt(self, n: int) -> tuple[dict[str, Any], Callable[[int], str]]:
+        """start_processes' log arguments for the next attempt, and each rank's error file
+        ("": the LogsSpecs sets it): the config's LogsSpecs, nothing for ``--log-dir
+        /dev/null`` (torchrun's), else xrun's attempt dirs."""
+        cfg = self.config
+        if cfg.logs_specs is not None or cfg.log_dir == os.devnull:
+            from .workers.logs_specs import DefaultLogsSpecs
+
+            specs = cfg.logs_specs or DefaultLogsSpecs(
+                os.devnull, cfg.redirects, cfg.tee, cfg.local_ranks_filter
+            )
+            return {"logs_specs": specs}, lambda lr: ""
+        attempt_dir = self._logs.next()
+        for lr in range(n):  # the workers write their error.json here, redirected or not
+            os.makedirs(os.path.join(attempt_dir, str(lr)), mode=0o700, exist_ok=True)
+        logs = {
+            "log_dir": attempt_dir,
+            "redirects": cfg.redirects,
+            "tee": cfg.tee,
+            "local_ranks_filter": cfg.local_ranks_filter,
+        }
+        return logs, lambda lr: os.path.join(attempt_dir, str(lr), "error.json")
 
     def _watch(self, pc: PContext, handler: RendezvousHandler) -> AgentEvent:
         """Block until the workers end, the rendezvous changes or a signal arrives."""

@@ -1,4 +1,6 @@
-"""``xrun.runtime.launch``: run xrun's agent from Python (a notebook, a test, another tool).
+"""``xrun.runtime.launch``: run xrun's agent from Python (a notebook, a test, another tool),
+with torch's ``torch.distributed.launcher.api`` names (``elastic_launch``, ``launch_agent``,
+``LaunchConfig``).
 
 ::
 
@@ -12,8 +14,9 @@
 
 The call blocks while this node's part of the job runs (rendezvous, workers, restarts) and
 returns the return values of this node's workers by global rank. When the job fails it raises
-``ChildFailedError`` (workers failed, restarts used up) or ``AgentFailedError`` (a peer closed
-the job, the rendezvous timed out, a signal); the message is the summary the command line prints.
+``ChildFailedError`` (workers failed, restarts used up), ``SignalException`` (the agent got a
+signal it handles) or ``AgentFailedError`` (a peer closed the job, the rendezvous timed out);
+the message is the summary the command line prints.
 
 Same code path as the command line: ``python -m xrun.runtime`` only turns flags into a
 ``LaunchConfig`` and calls the same ``Agent``.
@@ -21,14 +24,54 @@ Same code path as the command line: ``python -m xrun.runtime`` only turns flags 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .agent import Agent
+from .args import entrypoint_name
 from .config import LaunchConfig
-from .errors import AgentFailedError, ChildFailedError
+from .errors import AgentFailedError, ChildFailedError, SignalException
 
-__all__ = ["AgentFailedError", "ChildFailedError", "LaunchConfig", "launch"]
+__all__ = [
+    "AgentFailedError",
+    "ChildFailedError",
+    "LaunchConfig",
+    "SignalException",
+    "elastic_launch",
+    "entrypoint_name",
+    "launch",
+    "launch_agent",
+]
+
+
+def launch_agent(
+    config: LaunchConfig, entrypoint: Callable[..., Any] | str, args: Sequence[Any]
+) -> dict[int, Any]:
+    """Run this node's agent for ``config``; ``{global_rank: return value}`` (None for a
+    binary) or the exception the failure calls for (see the module doc)."""
+    from .eventlog import record_run
+
+    name = entrypoint_name(entrypoint, args)
+    result = Agent(config, entrypoint, tuple(args), name=name).run()
+    record_run(config.event_log_handler, result, name, config)
+    if result.exitcode == 0:
+        return result.return_values
+    if result.failures:
+        raise ChildFailedError(name, result.failures)
+    if result.exitcode > 128:
+        raise SignalException(result.message, result.exitcode - 128)
+    raise AgentFailedError(result.message, result.exitcode)
+
+
+class elastic_launch:  # noqa: N801 - torch's name
+    """``elastic_launch(config, fn)(*args)`` -> ``{global_rank: fn(*args)}`` (torch's class)."""
+
+    def __init__(self, config: LaunchConfig, entrypoint: Callable[..., Any] | str) -> None:
+        self._config = config
+        self._entrypoint = entrypoint
+
+    def __call__(self, *args: Any) -> dict[int, Any]:
+        return launch_agent(self._config, self._entrypoint, list(args))
 
 
 def launch(
@@ -41,17 +84,4 @@ def launch(
     cell) unless ``config.start_method == "fork"``. Script-style ``"${local_rank}"`` arguments
     are substituted as on the command line.
     """
-
-    def run(*args: Any) -> dict[int, Any]:
-        name = (
-            entrypoint
-            if isinstance(entrypoint, str)
-            else getattr(entrypoint, "__qualname__", repr(entrypoint))
-        )
-        result = Agent(config, entrypoint, tuple(args), name=name).run()
-        error = result.error(name)
-        if error is not None:
-            raise error
-        return result.return_values
-
-    return run
+    return elastic_launch(config, entrypoint)

@@ -1,9 +1,9 @@
 """torchrun's command line, parsed into a ``LaunchConfig`` plus the worker command.
 
-Every torchrun 2.13 flag is accepted in both ``--dash-form`` and ``--underscore_form``; a default
-can also come from ``PET_<NAME>`` (``PET_NNODES``, ``PET_NPROC_PER_NODE`` ...) as with torchrun.
-A torchrun flag that xrun does not implement is rejected by name rather than silently ignored.
-Bad values raise ``UsageError`` naming the value and the expected form.
+Every torchrun 2.13 flag is accepted in both ``--dash-form`` and ``--underscore_form``, with
+torchrun's meaning; a default can also come from ``PET_<NAME>`` (``PET_NNODES``,
+``PET_NPROC_PER_NODE`` ...) as with torchrun. Bad values raise ``UsageError`` (a ``ValueError``,
+as torchrun's) naming the value and the expected form.
 
 Standard library only (on the agent's start-up path).
 """
@@ -28,19 +28,14 @@ from .rendezvous.conf import parse_rdzv_conf
 from .rendezvous.endpoint import format_endpoint, parse_endpoint, unbracket
 
 PROG = "xrun-agent"
-# torchrun flags with no xrun equivalent: (flags, takes a value, why).
-_UNSUPPORTED: tuple[tuple[tuple[str, ...], bool, str], ...] = (
-    (("--event-log-handler", "--event_log_handler"), True, "xrun records no torch events"),
-    (("--duplicate-stdout-filters", "--duplicate_stdout_filters"), True, "use -t/--tee and grep"),
-    (("--duplicate-stderr-filters", "--duplicate_stderr_filters"), True, "use -t/--tee and grep"),
-    (("--logs-specs", "--logs_specs"), True, "logs go under --log-dir"),
-    (("--numa-binding", "--numa_binding"), True, "bind CPUs in the script (os.sched_setaffinity)"),
-    (
-        ("--virtual-local-rank", "--virtual_local_rank"),
-        False,
-        "set CUDA_VISIBLE_DEVICES in the script",
-    ),
-)
+# torchrun's entry-point group for --logs-specs classes.
+LOGS_SPECS_GROUP = "torchrun.logs_specs"
+# torchrun's registered event handlers (eventlog.py writes "console"; the others drop events).
+EVENT_HANDLERS = ("null", "console", "dynamic_rendezvous")
+
+
+class NnodesError(UsageError, RuntimeError):
+    """A bad --nnodes (torch's parse_min_max_nnodes raises RuntimeError)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,21 +45,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-class _Unsupported(argparse.Action):
-    def __init__(self, option_strings: Sequence[str], dest: str, why: str = "", **kw: Any) -> None:
-        self.why = why
-        super().__init__(option_strings, dest, **kw)
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        ns: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        raise UsageError(
-            f"torchrun flag {option_string} is not supported by xrun ({self.why}): remove it"
-        )
+def comma_list(value: str) -> list[str]:
+    """torchrun's filter list: ``"a,b"`` -> ["a", "b"]; ``,,`` is a literal comma."""
+    return [item.replace("\0", ",") for item in value.replace(",,", "\0").split(",") if item]
 
 
 def _env_default(dest: str, default: str | None) -> str | None:
@@ -150,14 +133,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between the forwarded signal "
         "and SIGKILL (default $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30).",
     )
-    for names, takes_value, why in _UNSUPPORTED:
-        p.add_argument(
-            *names,
-            action=_Unsupported,
-            why=why,
-            nargs=None if takes_value else 0,
-            help=argparse.SUPPRESS,
+    opt(
+        *both("event-log-handler"),
+        default="null",
+        help="where torchrun's event records go: null, console (JSON lines on stderr).",
+    )
+    for stream in ("stdout", "stderr"):
+        opt(
+            *both(f"duplicate-{stream}-filters"),
+            default="",
+            help=f"tee'd {stream} lines holding any of these comma-separated strings also go "
+            f"to <attempt dir>/filtered_{stream}.log (,, is a literal comma).",
         )
+    p.add_argument(
+        *both("logs-specs"),
+        dest="logs_specs",
+        default=None,
+        help=f"a LogsSpecs class from the {LOGS_SPECS_GROUP!r} entry-point group "
+        "(default: xrun's layout under --log-dir).",
+    )
+    p.add_argument(
+        *both("numa-binding"),
+        dest="numa_binding",
+        default=None,
+        help="bind each worker to the CPUs near its GPU: node, socket, exclusive or core-complex.",
+    )
+    flag(
+        *both("virtual-local-rank"),
+        help="LOCAL_RANK=0 for every worker and CUDA_VISIBLE_DEVICES naming its one GPU.",
+    )
     p.add_argument("training_script", help="script (or module with -m, binary with --no-python)")
     p.add_argument("training_script_args", nargs=argparse.REMAINDER)
     return p
@@ -184,13 +188,14 @@ def _float(flag: str, raw: str) -> float:
 
 
 def parse_nnodes(raw: str) -> tuple[int, int]:
+    """``"2"`` -> (2, 2); ``"1:4"`` -> (1, 4) (torch's ``parse_min_max_nnodes``)."""
     parts = raw.split(":")
     try:
         lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) <= 2 else (0, -1)
     except ValueError:
         lo, hi = 0, -1
     if not 0 < lo <= hi:
-        raise UsageError(
+        raise NnodesError(
             f"--nnodes {raw!r} is invalid: expected N or MIN:MAX with 0 < MIN <= MAX "
             "(e.g. --nnodes 2 or --nnodes 1:4)"
         )
@@ -261,6 +266,48 @@ def parse_local_ranks_filter(raw: str, nproc: int) -> set[int] | None:
     return ranks
 
 
+def check_numa(mode: str | None, nproc: int) -> str | None:
+    """``--numa-binding MODE``, checked against this host now (before any rendezvous)."""
+    if mode is None:
+        return None
+    from .workers.numa import NumaBinding
+
+    NumaBinding(mode, nproc)
+    return mode
+
+
+def load_logs_specs(  # noqa: PLR0913 - torchrun's LogsSpecs constructor arguments
+    name: str | None,
+    log_dir: str | None,
+    redirects: Any,
+    tee: Any,
+    ranks_filter: set[int] | None,
+    nproc: int,
+) -> Any:
+    """``--logs-specs NAME``: the class registered as ``NAME`` in torchrun's entry-point group,
+    built as torchrun builds it; None (xrun's own layout) without the flag or for ``default``.
+    The redirects and tee reach the class as per-rank maps, which torch's ``to_map`` takes."""
+    if name is None or name == "default":
+        return None
+    from importlib import metadata
+
+    from .workers.streams import to_map
+
+    found = metadata.entry_points(group=LOGS_SPECS_GROUP, name=name)
+    if not found:
+        raise UsageError(
+            f"--logs-specs {name!r}: no entry point {name!r} in group {LOGS_SPECS_GROUP!r}; "
+            "register your LogsSpecs class there (or drop the flag)"
+        )
+    cls = next(iter(found)).load()
+    return cls(
+        log_dir=log_dir,
+        redirects=to_map(redirects, nproc),
+        tee=to_map(tee, nproc),
+        local_ranks_filter=ranks_filter,
+    )
+
+
 def run_script_path(training_script: str, *training_script_args: str) -> None:
     """``--run-path``: run the script in this (worker) interpreter, as ``python script`` would."""
     import runpy
@@ -273,6 +320,21 @@ def run_script_path(training_script: str, *training_script_args: str) -> None:
             raise
 
 
+def entrypoint_name(entrypoint: Callable[..., Any] | str | None, args: Sequence[Any]) -> str:
+    """What the failure summary calls the job (torch's ``_get_entrypoint_name``): a function's
+    name; for the Python interpreter, its first argument that is no option (the script or
+    ``-m``'s module); a binary's path; ``""`` for nothing. ``--run-path`` names its script."""
+    if entrypoint is run_script_path:
+        return str(args[0]) if args else ""
+    if callable(entrypoint):
+        return str(getattr(entrypoint, "__name__", entrypoint))
+    if isinstance(entrypoint, str):
+        if entrypoint in (sys.executable, os.environ.get("PYTHON_EXEC")):
+            return next((str(a) for a in args if not str(a).startswith("-")), "")
+        return entrypoint
+    return ""
+
+
 def parse(
     argv: Sequence[str] | None = None,
 ) -> tuple[LaunchConfig, Callable[..., Any] | str, tuple[str, ...]]:
@@ -280,12 +342,6 @@ def parse(
     from .workers.streams import Std
 
     ns = build_parser().parse_args(argv)
-    for names, _, why in _UNSUPPORTED:  # torchrun would read these from the env too
-        var = "PET_" + names[-1].lstrip("-").upper()
-        if os.environ.get(var):
-            raise UsageError(
-                f"{var} (torchrun's {names[0]}) is not supported by xrun ({why}): unset it"
-            )
     min_nodes, max_nodes = parse_nnodes(ns.nnodes)
     nproc = parse_nproc(ns.nproc_per_node)
     backend = ns.rdzv_backend
@@ -321,6 +377,13 @@ def parse(
         tee = Std.parse(ns.tee, nproc)
     except UsageError as e:
         raise UsageError(f"-r/--redirects or -t/--tee: {e}") from None
+    ranks_filter = parse_local_ranks_filter(ns.local_ranks_filter, nproc)
+    if ns.event_log_handler not in EVENT_HANDLERS:
+        raise UsageError(
+            f"--event-log-handler {ns.event_log_handler!r} is not a registered handler: "
+            f"expected {', '.join(EVENT_HANDLERS)}"
+        )
+
     cfg = LaunchConfig(
         min_nodes=min_nodes,
         max_nodes=max_nodes,
@@ -336,12 +399,18 @@ def parse(
         log_dir=ns.log_dir,
         redirects=redirects,
         tee=tee,
-        local_ranks_filter=parse_local_ranks_filter(ns.local_ranks_filter, nproc),
+        local_ranks_filter=ranks_filter,
         node_rank=node_rank,
         local_addr=ns.local_addr,
         shutdown_timeout=_float("--shutdown-timeout", ns.shutdown_timeout),
         signals_to_handle=ns.signals_to_handle,
         log_line_prefix_template=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
+        logs_specs=load_logs_specs(ns.logs_specs, ns.log_dir, redirects, tee, ranks_filter, nproc),
+        event_log_handler=ns.event_log_handler,
+        numa_options=check_numa(ns.numa_binding, nproc),
+        duplicate_stdout_filters=comma_list(ns.duplicate_stdout_filters) or None,
+        duplicate_stderr_filters=comma_list(ns.duplicate_stderr_filters) or None,
+        virtual_local_rank=ns.virtual_local_rank,
     )
     entrypoint: Callable[..., Any] | str
     if ns.run_path:

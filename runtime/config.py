@@ -15,7 +15,7 @@ import signal
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xrun.contract import RDZV_BACKENDS
 from xrun.errors import UsageError
@@ -28,7 +28,8 @@ DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 # torchrun's default tee/redirect console prefix; overridable by this env var (same as torchrun).
 LOG_PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 DEFAULT_LOG_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
-# Variable name used in script arguments, replaced by each worker's local rank (torchrun's macro).
+# Variable name used in script arguments, replaced by each worker's local rank (torchrun's macro;
+# ``$local_rank`` works too and ``$$`` is a literal ``$``, as in torchrun's string.Template).
 LOCAL_RANK_MACRO = "${local_rank}"
 
 
@@ -67,13 +68,45 @@ class LaunchConfig:
     shutdown_timeout: float = 30.0
     signals_to_handle: str = DEFAULT_SIGNALS
     log_line_prefix_template: str | None = None
+    # torch's LaunchConfig fields, same names and meaning. ``logs_specs`` (a LogsSpecs) replaces
+    # log_dir/redirects/tee/local_ranks_filter; ``rdzv_configs`` is merged into rdzv_conf (its
+    # ``rank`` is the static rendezvous' node rank, ``timeout`` its join timeout, as
+    # ``rdzv_timeout``); ``metrics_cfg`` is accepted and unused (xrun has no torch metrics).
+    logs_specs: Any = None
+    rdzv_configs: Mapping[str, Any] = field(default_factory=dict)
+    rdzv_timeout: int = -1
+    metrics_cfg: Mapping[str, str] = field(default_factory=dict)
+    event_log_handler: str = "null"
+    numa_options: Any = None
+    duplicate_stdout_filters: list[str] | None = None
+    duplicate_stderr_filters: list[str] | None = None
+    virtual_local_rank: bool = False
 
     def __post_init__(self) -> None:
+        _merge_torch_fields(self)
         validate(self)
 
     @property
     def standalone(self) -> bool:
         return not self.rdzv_endpoint
+
+
+def _merge_torch_fields(cfg: LaunchConfig) -> None:
+    """Fold torch's spellings into xrun's fields; a multi-node config without a run id gets a
+    random one, as torch's ``launch_agent`` makes."""
+    conf = {k: str(v) for k, v in cfg.rdzv_configs.items() if k != "rank"}
+    if "rank" in cfg.rdzv_configs and cfg.node_rank < 0:
+        cfg.node_rank = int(cfg.rdzv_configs["rank"])
+    if cfg.rdzv_timeout != -1:
+        conf["timeout"] = str(cfg.rdzv_timeout)
+    if conf:
+        from .rendezvous.conf import parse_rdzv_conf
+
+        merged = {**cfg.rdzv_conf, **conf}
+        parse_rdzv_conf(",".join(f"{k}={v}" for k, v in merged.items()))  # check each key
+        cfg.rdzv_conf = merged
+    if not cfg.run_id and not cfg.standalone:
+        cfg.run_id = str(int.from_bytes(os.urandom(16), "big"))  # torch: uuid4().int
 
 
 def validate(cfg: LaunchConfig) -> None:
@@ -115,11 +148,6 @@ def validate(cfg: LaunchConfig) -> None:
             f"nnodes {cfg.min_nodes}:{cfg.max_nodes} needs a rendezvous every node can reach: "
             "pass --rdzv-endpoint host:port (and the same --rdzv-id on every node)"
         )
-    if not cfg.standalone and not cfg.run_id:
-        raise UsageError(
-            f"a job with rendezvous endpoint {cfg.rdzv_endpoint!r} needs a run id shared by "
-            "every node: set run_id (--rdzv-id)"
-        )
     if cfg.start_method not in ("spawn", "fork", "forkserver"):
         raise UsageError(
             f"start_method {cfg.start_method!r} is invalid: expected spawn, fork or forkserver"
@@ -156,9 +184,11 @@ def log_line_prefix(template: str | None, role: str, local_rank: int, rank: int)
 
 
 def substitute_local_rank(args: tuple[object, ...], local_rank: int) -> tuple[object, ...]:
-    """Replace ``${local_rank}`` inside string arguments (torchrun's macro), leave others as is."""
+    """Replace ``${local_rank}``/``$local_rank`` inside string arguments and ``$$`` by ``$``
+    (torchrun's macro, a ``string.Template``), leave others as is."""
     return tuple(
-        a.replace(LOCAL_RANK_MACRO, str(local_rank)) if isinstance(a, str) else a for a in args
+        string.Template(a).safe_substitute(local_rank=local_rank) if isinstance(a, str) else a
+        for a in args
     )
 
 
@@ -222,4 +252,28 @@ def worker_env(
     elif group.local_world_size > 1:
         # torchrun's default: N workers each spawning one OpenMP thread per core overload a node.
         out["OMP_NUM_THREADS"] = "1"
+    return out
+
+
+def launch_worker_env(
+    cfg: LaunchConfig, local_rank: int, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """What torchrun's launcher adds to a worker's env beyond ``worker_env``:
+    ``TORCHELASTIC_SIGNALS_TO_HANDLE``, and with ``virtual_local_rank`` ``LOCAL_RANK=0`` plus
+    ``CUDA_VISIBLE_DEVICES`` naming the worker's one device (through the agent's own list)."""
+    env = os.environ if environ is None else environ
+    out = {"TORCHELASTIC_SIGNALS_TO_HANDLE": cfg.signals_to_handle}
+    if cfg.virtual_local_rank:
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        devices = [d.strip() for d in visible.split(",")] if visible is not None else None
+        if devices is not None and local_rank >= len(devices):
+            raise UsageError(
+                f"--virtual-local-rank: local rank {local_rank} has no device in "
+                f"CUDA_VISIBLE_DEVICES={visible!r}: list one device per worker or lower "
+                "--nproc-per-node"
+            )
+        out["LOCAL_RANK"] = "0"
+        out["CUDA_VISIBLE_DEVICES"] = (
+            devices[local_rank] if devices is not None else str(local_rank)
+        )
     return out

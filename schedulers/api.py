@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from xrun.contract import RESTARTS_IN_PLACE
 from xrun.errors import UsageError
 from xrun.specs import AppDef, AppState, Role, RoleStatus
 
@@ -45,6 +46,7 @@ class runopt:  # noqa: N801 - TorchX's name
     help: str
     default: CfgVal = None
     required: bool = False
+    aliases: tuple[str, ...] = ()  # other spellings accepted (TorchX's, e.g. mail-user)
 
 
 _TYPE_NAMES: dict[type, str] = {
@@ -55,6 +57,13 @@ _TYPE_NAMES: dict[type, str] = {
     list: "list[str]",
     dict: "dict[str, str]",
 }
+
+
+def type_name(type_: type) -> str:
+    """How a run option's type is shown (``xrun runopts``, ``xrun configure``)."""
+    return _TYPE_NAMES.get(type_, type_.__name__)
+
+
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
 
@@ -154,6 +163,7 @@ class runopts:  # noqa: N801 - TorchX's name
 
     def __init__(self) -> None:
         self._opts: dict[str, runopt] = {}
+        self._aliases: dict[str, str] = {}
 
     def add(
         self,
@@ -162,28 +172,44 @@ class runopts:  # noqa: N801 - TorchX's name
         help: str,
         default: CfgVal = None,
         required: bool = False,
+        aliases: tuple[str, ...] = (),
     ) -> None:
-        self._opts[name] = runopt(name, type_, help, default, required)
+        self._opts[name] = runopt(name, type_, help, default, required, aliases)
+        self._aliases.update(dict.fromkeys(aliases, name))
 
     def __iter__(self) -> Iterator[runopt]:
         return iter(self._opts.values())
 
     def __contains__(self, name: object) -> bool:
-        return name in self._opts
+        return name in self._opts or name in self._aliases
 
     def get(self, name: str) -> runopt | None:
-        return self._opts.get(name)
+        """The option called ``name`` or one of its aliases."""
+        return self._opts.get(self._aliases.get(name, name))
 
-    def resolve(self, cfg: Mapping[str, object], scheduler: str = "") -> dict[str, CfgVal]:
-        """Fill defaults, convert values to their types, reject unknown or missing keys."""
-        for key in cfg:
-            if key not in self._opts:
-                close = difflib.get_close_matches(key, list(self._opts), n=1)
+    def canonical(self, cfg: Mapping[str, object], scheduler: str = "") -> dict[str, object]:
+        """``cfg`` with aliases replaced by the option's name; UsageError for an unknown key or
+        an option given under two spellings."""
+        out: dict[str, object] = {}
+        for key, value in cfg.items():
+            opt = self.get(key)
+            if opt is None:
+                close = difflib.get_close_matches(key, [*self._opts, *self._aliases], n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 valid = ", ".join(self._opts) or "none"
                 raise UsageError(
                     f"unknown run option {key!r} for scheduler {scheduler or '?'}{hint}; valid: {valid}"
                 )
+            if opt.name in out:
+                raise UsageError(
+                    f"run option {opt.name!r} is given twice (also as {key!r}); give it once"
+                )
+            out[opt.name] = value
+        return out
+
+    def resolve(self, cfg: Mapping[str, object], scheduler: str = "") -> dict[str, CfgVal]:
+        """Fill defaults, convert values to their types, reject unknown or missing keys."""
+        cfg = self.canonical(cfg, scheduler)
         out: dict[str, CfgVal] = {}
         for opt in self._opts.values():
             if opt.name in cfg and cfg[opt.name] is not None:
@@ -200,9 +226,10 @@ class runopts:  # noqa: N801 - TorchX's name
     def __str__(self) -> str:
         lines = []
         for o in self._opts.values():
-            tname = _TYPE_NAMES.get(o.type_, o.type_.__name__)
+            tname = type_name(o.type_)
             req = "required" if o.required else f"default: {o.default!r}"
-            lines.append(f"    {o.name} ({tname}, {req})\n        {o.help}")
+            also = f", also {', '.join(o.aliases)}" if o.aliases else ""
+            lines.append(f"    {o.name} ({tname}, {req}{also})\n        {o.help}")
         return "\n".join(lines)
 
 
@@ -333,6 +360,17 @@ def replicas_role_may_lose(role: Role) -> int:
     for elastic roles): down to ``max(min_replicas, 1)`` survivors; 0 for a fixed-size role."""
     floor = role.min_replicas if role.min_replicas is not None else role.num_replicas
     return role.num_replicas - max(floor, 1)
+
+
+def scheduler_retries(role: Role) -> int:
+    """How many times a scheduler itself runs a failed replica of ``role`` again.
+
+    ``max_retries`` counts the retries of the *job*, whoever makes them: total attempts
+    ``max_retries + 1``. A role whose runtime agents restart the workers in place (the dist
+    components mark it, see :data:`xrun.contract.RESTARTS_IN_PLACE`) already spends them, so
+    the scheduler adds none; any other role's retries are the scheduler's (TorchX's meaning).
+    """
+    return 0 if role.metadata.get(RESTARTS_IN_PLACE) else role.max_retries
 
 
 def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""Worker error files: the ``@record`` decorator and the helpers that write and read the file.
+"""Worker error files: write, read and parse torchelastic's error-file document.
 
 A worker that dies of an exception leaves its traceback in ``$TORCHELASTIC_ERROR_FILE`` so the
 agent can report the root cause. The file uses torchelastic's JSON schema, so a file written by
@@ -13,24 +13,20 @@ worker imports it before the user's code runs.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 __all__ = [
     "ERROR_FILE_ENV",
     "error_data",
     "error_file_message",
+    "parse_error_file",
     "read_error_file",
-    "record",
     "write_error_file",
 ]
 
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
-
-_R = TypeVar("_R")
 
 
 def error_data(exc: BaseException) -> dict[str, Any]:
@@ -102,47 +98,23 @@ def error_file_message(data: dict[str, Any] | None) -> tuple[str, int | None]:
     return str(text), stamp
 
 
-def record(fn: Callable[..., _R]) -> Callable[..., _R | None]:
-    """Decorate a worker's main function: an uncaught exception is written to
-    ``$TORCHELASTIC_ERROR_FILE`` (when set) and re-raised, so the process still fails.
+def parse_error_file(path: str | None) -> tuple[dict[str, Any], str, int | None] | None:
+    """``(document, message, timestamp)`` of the error file at ``path``, None when there is no
+    such file. Strict, as torch's ``ProcessFailure``: a file that is not JSON, or lacks
+    ``message`` (or, in the nested shape, ``extraInfo.timestamp``), raises ``ValueError``."""
+    if not path or not os.path.isfile(path):
+        return None
+    import json
 
-    Like torch's ``@record``: ``SystemExit(0)`` returns None (``runpy``-style mains end that
-    way); other ``SystemExit`` codes pass through unrecorded, their exit code says it all.
-    Example::
-
-        from xrun.runtime import record
-
-        @record
-        def main() -> None:
-            ...
-
-        if __name__ == "__main__":
-            main()
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> _R | None:
-        _enable_faulthandler()
-        try:
-            return fn(*args, **kwargs)
-        except SystemExit as exc:
-            if exc.code == 0:
-                return None
-            raise
-        except Exception as exc:
-            path = os.environ.get(ERROR_FILE_ENV)
-            if path:
-                write_error_file(path, exc)
-            raise
-
-    return wrapper
-
-
-def _enable_faulthandler() -> None:
-    # A segfault or a hang dumped by SIGABRT then shows every thread's Python stack on stderr.
-    import faulthandler
-
-    try:
-        faulthandler.enable(all_threads=True)
-    except (OSError, ValueError, RuntimeError):  # stderr closed or not a real file
-        pass
+    with open(path, encoding="utf-8", errors="replace") as fp:
+        data = json.load(fp)
+    msg = data.get("message") if isinstance(data, dict) else None
+    if msg is None:
+        raise ValueError(f"error file {path} has no 'message': not a torchelastic error file")
+    if isinstance(msg, dict):
+        extra = msg.get("extraInfo")
+        if not isinstance(extra, dict) or "timestamp" not in extra:
+            raise ValueError(f"error file {path} has no message.extraInfo.timestamp")
+        return data, str(msg.get("message", "")), int(extra["timestamp"])
+    stamp = data.get("timestamp")
+    return data, str(msg), int(stamp) if stamp is not None else None

@@ -21,12 +21,13 @@ from .failure import ProcessFailure
 __all__ = [
     "AgentFailedError",
     "ChildFailedError",
+    "SignalException",
     "format_failures",
     "root_cause",
     "write_agent_error_file",
 ]
 
-_NA = "<N/A>"
+from .failure import NOT_AVAILABLE as _NA
 
 
 class AgentFailedError(Exception):
@@ -37,13 +38,36 @@ class AgentFailedError(Exception):
         self.exitcode = exitcode
 
 
+class SignalException(AgentFailedError):
+    """The agent was ended by a signal it handles (torch's ``SignalException``: ``sigval``);
+    its workers got the signal first."""
+
+    def __init__(self, msg: str, sigval: int) -> None:
+        import signal
+
+        super().__init__(msg, exitcode=128 + int(sigval))
+        self.sigval = signal.Signals(sigval)
+
+
 class ChildFailedError(AgentFailedError):
-    """Workers failed and the restarts are used up; ``failures`` maps global rank -> failure."""
+    """Workers failed and the restarts are used up; ``failures`` maps global rank -> failure
+    (torch's ``ChildFailedError``: same constructor, ``get_first_failure`` and ``format_msg``)."""
 
     def __init__(self, name: str, failures: Mapping[int, ProcessFailure]) -> None:
+        if not failures:
+            raise ValueError("ChildFailedError needs at least one failure")
         self.name = name
         self.failures = dict(failures)
         super().__init__(format_failures(name, self.failures), exitcode=1)
+
+    def get_first_failure(self) -> tuple[int, ProcessFailure]:
+        """``(global rank, failure)`` of the root cause: the first observed failure."""
+        rank = root_cause(self.failures)
+        return rank, self.failures[rank]
+
+    def format_msg(self) -> str:
+        """The failure summary (what ``str(e)`` is)."""
+        return format_failures(self.name, self.failures)
 
 
 def root_cause(failures: Mapping[int, ProcessFailure]) -> int:

@@ -1,8 +1,12 @@
 """``--rdzv-conf``: its keys, their one parser (the command line uses it too) and the job's secret.
 
-``parse_rdzv_conf`` checks every key and value up front, so a value the rendezvous would reject
-later (unknown key, ``is_host=maybe``, ``token_file=``, heartbeat_interval >= timeout) fails as a
-one-line usage error before the agent binds or waits for anything.
+``parse_rdzv_conf`` checks every value xrun uses up front, so a value the rendezvous would
+reject later (``is_host=maybe``, ``token_file=``, heartbeat_interval >= timeout) fails as a
+one-line usage error before the agent binds or waits for anything. Every key torchrun's
+backends read is accepted: ``keep_alive_interval``/``keep_alive_max_attempt`` set the
+heartbeat (a node is dropped after interval x attempts), the rest (``store_type``,
+``use_libuv``, etcd's TLS keys...) mean nothing to xrun's store. A key no backend knows is
+ignored with a one-line warning, as torchrun ignores it (silently).
 """
 
 from __future__ import annotations
@@ -56,6 +60,22 @@ _SECONDS_KEYS = (
     "read_timeout",
 )
 CONF_KEYS = (*_SECONDS_KEYS, "timeout", "token_file", "is_host")
+# torchrun's heartbeat keys (c10d): a node is dropped after interval x max_attempt seconds.
+_KEEP_ALIVE_KEYS = ("keep_alive_interval", "keep_alive_max_attempt")
+# Keys torchrun's backends read that have no meaning for xrun's store (c10d's store flavour,
+# etcd's endpoint options).
+TORCH_ONLY_KEYS = (
+    "store_type",
+    "use_libuv",
+    "protocol",
+    "cacert",
+    "cert",
+    "key",
+    "ssl_cert",
+    "ssl_cert_key",
+    "ca_cert",
+    "etcd_prefix",
+)
 _BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
@@ -66,7 +86,10 @@ def parse_rdzv_conf(s: str) -> dict[str, str]:
     every key and value, so the agent can reject a typo before it starts anything.
     """
     out: dict[str, str] = {}
-    for item in (p.strip() for p in s.split(",")):
+    text = s.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]  # shell quotes passed through literally (as in PyTorch's own tests)
+    for item in (p.strip() for p in text.split(",")):
         if not item:
             continue
         key, sep, value = item.partition("=")
@@ -90,8 +113,14 @@ def config_from_conf(conf: Mapping[str, str]) -> RdzvConfig:
                 "--rdzv-conf token=... would put the job's secret on the command line; set "
                 f"${TOKEN_ENV}, ${TOKEN_FILE_ENV} or --rdzv-conf token_file=PATH instead"
             )
+        if key in _KEEP_ALIVE_KEYS:
+            values[key] = _positive(key, raw)
+            continue
+        if key in TORCH_ONLY_KEYS:
+            continue
         if key not in CONF_KEYS:
-            raise UsageError(f"unknown --rdzv-conf key {key!r}; valid keys: {', '.join(CONF_KEYS)}")
+            _warn_unknown(key)
+            continue
         if key in _SECONDS_KEYS or key == "timeout":
             try:
                 v = float(raw)
@@ -116,6 +145,11 @@ def config_from_conf(conf: Mapping[str, str]) -> RdzvConfig:
                     "--rdzv-conf token_file= is empty; give the path of a file holding the job's secret"
                 )
             values[key] = raw
+    interval = values.pop("keep_alive_interval", None)
+    attempts = values.pop("keep_alive_max_attempt", None)
+    if interval is not None or attempts is not None:
+        values.setdefault("heartbeat_interval", interval or RdzvConfig.heartbeat_interval)
+        values.setdefault("heartbeat_timeout", values["heartbeat_interval"] * (attempts or 3))
     cfg = RdzvConfig(**values)
     if cfg.heartbeat_interval >= cfg.heartbeat_timeout:
         raise UsageError(
@@ -124,6 +158,35 @@ def config_from_conf(conf: Mapping[str, str]) -> RdzvConfig:
             f"heartbeats); e.g. heartbeat_interval=5,heartbeat_timeout=15"
         )
     return cfg
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_unknown(key: str) -> None:
+    """One line per unknown key and process: torchrun's backends ignore such a key silently,
+    which hides a typo; xrun says so and carries on."""
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    import sys
+
+    known = ", ".join((*CONF_KEYS, *_KEEP_ALIVE_KEYS))
+    print(
+        f"xrun-agent: warning: --rdzv-conf key {key!r} is not known to any rendezvous "
+        f"backend and is ignored (xrun's keys: {known})",
+        file=sys.stderr,
+    )
+
+
+def _positive(key: str, raw: str) -> float:
+    try:
+        v = float(raw)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        raise UsageError(f"--rdzv-conf {key}={raw!r} is not a positive number; write e.g. {key}=5")
+    return v
 
 
 def load_token(cfg: RdzvConfig, env: Mapping[str, str] | None = None) -> bytes | None:

@@ -1,14 +1,20 @@
-"""Start and watch the local workers: ``start_processes`` -> ``PContext``.
+"""Start and watch the local workers: ``start_processes`` -> ``PContext`` (torch 2.13's API).
 
 A worker is either a Python function (multiprocessing: spawn, forkserver or fork) or a binary
 (subprocess). Each one
 
-* runs in its own process group, so ``signal``/``close`` reach the worker's children too;
+* runs in its own session (``setsid``, as torchrun's), so ``signal``/``close`` reach the
+  worker's children too and a worker reading a terminal is never stopped by SIGTTIN;
 * dies with the agent (``PR_SET_PDEATHSIG=SIGKILL``, see ``child.py``);
 * is watched through a pidfd (or the forkserver's status pipe): ``fds()`` become readable the
-  moment a worker exits, and ``wait`` sleeps in ``select`` on them, never in a polling loop;
-* writes ``<log_dir>/<local_rank>/{stdout.log,stderr.log,error.json}`` (dirs 0700, files 0600)
-  when redirected or tee'd; tee goes through ``tee.Tee``.
+  moment a worker exits, and ``wait`` sleeps in ``poll`` on them, never in a polling loop;
+* writes its output where the ``LogsSpecs`` says (``logs_specs.py``); tee'd streams are
+  copied to ``sys.stdout``/``sys.stderr`` by ``tee.Tee``.
+
+When one worker fails, ``wait`` stops the others as torch does (SIGTERM to their groups, then
+SIGKILL after ``stop_timeout``), reaps them and flushes the tee before it returns: binaries'
+stopped siblings appear among the failures (exit code -15), as in torch's
+``SubprocessContext``; a function context reports the workers that failed on their own.
 
 This module is the watching half; ``launch.py`` starts the processes and ``worker.py`` is the
 handle the two share. Standard library only, and imports stay lazy: a binary launch never
@@ -17,6 +23,7 @@ imports multiprocessing or pickle.
 
 from __future__ import annotations
 
+import math
 import os
 import signal as _signal
 import time
@@ -27,21 +34,36 @@ from typing import TYPE_CHECKING, Any
 from xrun.errors import UsageError
 
 from ..errors import ProcessFailure
+from .logs_specs import DefaultLogsSpecs, LogsDest, LogsSpecs, RankDirLogsSpecs
 from .streams import Std
 from .worker import Worker
 
 if TYPE_CHECKING:
     from .tee import Tee
 
-__all__ = ["PContext", "RunProcsResult", "Std", "start_processes"]
+__all__ = [
+    "DefaultLogsSpecs",
+    "LogsSpecs",
+    "PContext",
+    "RankMismatchError",
+    "RunProcsResult",
+    "Std",
+    "check_full_rank",
+    "start_processes",
+]
 
 _START_METHODS = ("spawn", "forkserver", "fork")
 
 
+class RankMismatchError(UsageError, RuntimeError):
+    """A per-rank mapping misses or adds local ranks (torch raises RuntimeError here)."""
+
+
 @dataclass
 class RunProcsResult:
-    """What ``PContext.wait`` saw. Failed ranks are in ``failures``; ranks that finished well
-    (function entrypoints) have their return value in ``return_values``."""
+    """What ``PContext.wait`` saw, by local rank. Failed ranks are in ``failures``; on success
+    ``return_values`` has every rank (a function's return value, None for a binary);
+    ``stdouts``/``stderrs`` are the log files ("" where a stream was not redirected)."""
 
     return_values: dict[int, Any] = field(default_factory=dict)
     failures: dict[int, ProcessFailure] = field(default_factory=dict)
@@ -53,25 +75,41 @@ class RunProcsResult:
 
 
 class PContext:
-    """The running local workers (returned by ``start_processes``)."""
+    """The running local workers (returned by ``start_processes``), with torch's attributes:
+    ``name``, ``entrypoint``, ``args``, ``envs``, ``nprocs``, ``stdouts``, ``stderrs``,
+    ``error_files``, ``filtered_stdout``/``filtered_stderr`` (paths, or None)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the launch's parts, all kept as torch's attributes
         self,
         name: str,
+        entrypoint: Callable[..., Any] | str,
+        args: Mapping[int, tuple[Any, ...]],
+        envs: Mapping[int, Mapping[str, str]],
+        dest: LogsDest,
         workers: list[Worker],
-        tee: Tee | None,
-        stdouts: dict[int, str],
-        stderrs: dict[int, str],
+        tee: Tee,
         result_dir: str | None,
+        stop_timeout: float,
     ) -> None:
         self.name = name
+        self.entrypoint = entrypoint
+        self.args = dict(args)
+        self.envs = dict(envs)
+        self.nprocs = len(workers)
+        # The log files; "" where a stream has none (the console, or discarded).
+        self.stdouts = {r: _file(p) for r, p in dest.stdouts.items()}
+        self.stderrs = {r: _file(p) for r, p in dest.stderrs.items()}
+        self.error_files = dest.error_files
+        self.filtered_stdout: str | None = None
+        self.filtered_stderr: str | None = None
+        self.tee = tee
+        self.stop_timeout = stop_timeout
         self._workers = workers
-        self._tee = tee
-        self._stdouts = stdouts
-        self._stderrs = stderrs
         self._result_dir = result_dir
+        self._is_binary = isinstance(entrypoint, str)
         self._return_values: dict[int, Any] = {}
         self._failures: dict[int, ProcessFailure] = {}  # read each error file once
+        self._result: RunProcsResult | None = None
         self._closed = False
 
     def __enter__(self) -> PContext:
@@ -87,16 +125,27 @@ class PContext:
         """Fds that turn readable when a still-running worker exits (for the agent's select)."""
         return [w.fd for w in self._workers if w.exitcode is None and w.fd is not None]
 
-    def wait(self, timeout: float = -1) -> RunProcsResult | None:
+    def wait(self, timeout: float = -1, period: float = 1) -> RunProcsResult | None:
         """The result once every rank succeeded or any rank failed, else None after
-        ``timeout`` s (0: just look; -1: no limit). Ranks still running when one fails are
-        left running: the caller decides (usually ``close``)."""
-        deadline = None if timeout < 0 else time.monotonic() + timeout
+        ``timeout`` s (0: just look; -1: no limit). Either way the workers are reaped, the
+        survivors of a failure stopped and the tee flushed before it returns.
+
+        Exits wake it at once; ``period`` only matters after a failure while others still
+        run: they get until the next multiple of ``period`` since the call to end on their
+        own (what torch's poll every ``period`` s would see) before they are stopped.
+        """
+        if self._result is not None:
+            return self._result
+        start = time.monotonic()
+        deadline = None if timeout < 0 else start + timeout
         while True:
-            self._reap()
-            done = self._result_if_done()
-            if done is not None:
-                return done
+            running = self._reap()
+            if self._own_failures():
+                if running and timeout != 0 and period > 0:
+                    self._settle(start, period)
+                return self._finish()
+            if not running:
+                return self._finish()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None
@@ -108,12 +157,23 @@ class PContext:
             if w.poll() is None:
                 w.killpg(sig)
 
-    def close(self, death_sig: int = _signal.SIGTERM, timeout: float = 30) -> None:
-        """``death_sig`` to every worker's group, up to ``timeout`` s for them to exit, SIGKILL
-        for the rest; reap all, flush the tee. Idempotent."""
+    def close(self, death_sig: int | None = None, timeout: float | None = None) -> None:
+        """``death_sig`` (SIGTERM) to every worker's group, up to ``timeout`` s
+        (``stop_timeout``) for them to exit, SIGKILL for the rest; reap all, flush the tee.
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
+        self._stop(death_sig or _signal.SIGTERM, self.stop_timeout if timeout is None else timeout)
+        self.tee.close()
+        if self._result_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._result_dir, ignore_errors=True)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _stop(self, death_sig: int, timeout: float) -> None:
         # Exited workers' groups too: a worker's own children (data loaders...) outlive it.
         for w in self._workers:
             w.killpg(death_sig)
@@ -125,14 +185,39 @@ class PContext:
         for w in self._workers:
             if w.poll() is None:
                 _join(w)
-        if self._tee is not None:
-            self._tee.close()
-        if self._result_dir is not None:
-            import shutil
+        self._reap()
 
-            shutil.rmtree(self._result_dir, ignore_errors=True)
+    def _settle(self, start: float, period: float) -> None:
+        elapsed = time.monotonic() - start
+        tick = start + max(1, math.ceil(elapsed / period)) * period
+        while self._reap() and time.monotonic() < tick:
+            self._sleep(tick - time.monotonic())
 
-    # -- internals -------------------------------------------------------------------------
+    def _own_failures(self) -> dict[int, ProcessFailure]:
+        """Record every worker that exited non-zero so far (once each)."""
+        for w in self._workers:
+            if w.exitcode not in (None, 0) and w.local_rank not in self._failures:
+                self._failures[w.local_rank] = ProcessFailure.from_exit(
+                    w.local_rank, w.pid, w.exitcode, w.error_file, w.exit_time
+                )
+        return self._failures
+
+    def _finish(self) -> RunProcsResult:
+        own = dict(self._own_failures())
+        self.close()
+        if own:
+            # Binaries: the siblings stopped above count as failures too (torch's
+            # SubprocessContext); functions: only the ranks that failed on their own.
+            failures = dict(self._own_failures()) if self._is_binary else own
+            result = RunProcsResult(failures=failures)
+        elif self._is_binary:
+            result = RunProcsResult(return_values=dict.fromkeys(range(self.nprocs)))
+        else:
+            result = RunProcsResult(return_values=dict(self._return_values))
+        result.stdouts = dict(self.stdouts)
+        result.stderrs = dict(self.stderrs)
+        self._result = result
+        return result
 
     def _sleep(self, timeout: float | None) -> None:
         """Block until a worker may have exited, or ``timeout`` s (None: no limit)."""
@@ -169,21 +254,9 @@ class PContext:
         except FileNotFoundError:  # the function called sys.exit(0)
             return None
 
-    def _result_if_done(self) -> RunProcsResult | None:
-        failures = self._failures
-        for w in self._workers:
-            if w.exitcode not in (None, 0) and w.local_rank not in failures:
-                failures[w.local_rank] = ProcessFailure.from_exit(
-                    w.local_rank, w.pid, w.exitcode, w.error_file, w.exit_time
-                )
-        if not failures and any(w.exitcode is None for w in self._workers):
-            return None
-        return RunProcsResult(
-            return_values=dict(self._return_values),
-            failures=dict(failures),
-            stdouts=dict(self._stdouts),
-            stderrs=dict(self._stderrs),
-        )
+
+def _file(path: str) -> str:
+    return "" if path == os.devnull else path
 
 
 def _join(w: Worker) -> None:
@@ -195,93 +268,109 @@ def _join(w: Worker) -> None:
     w.poll()
 
 
-def _check_ranks(what: str, keys: Any, n: int) -> None:
-    got = set(keys)
-    want = set(range(n))
+def check_full_rank(d: Mapping[int, Any], nprocs: int, what: str) -> None:
+    """``d`` must have exactly the local ranks ``0..nprocs-1`` (torch's ``_validate_full_rank``;
+    raises ``RankMismatchError``, a ``RuntimeError`` as torch's)."""
+    got = set(d)
+    want = set(range(nprocs))
     if got != want:
-        missing = sorted(want - got)
-        extra = sorted(got - want)
         parts = []
-        if missing:
-            parts.append(f"missing local ranks {missing}")
-        if extra:
-            parts.append(f"unexpected local ranks {extra}")
-        raise UsageError(
-            f"{what} must have one entry per local rank 0..{n - 1}: {', '.join(parts)}"
+        if want - got:
+            parts.append(f"missing local ranks {sorted(want - got)}")
+        if got - want:
+            parts.append(f"unexpected local ranks {sorted(got - want)}")
+        raise RankMismatchError(
+            f"{what} must have one entry per local rank 0..{nprocs - 1}: {', '.join(parts)}"
         )
 
 
-def _per_rank(value: Std | Mapping[int, Std], what: str, n: int) -> dict[int, Std]:
+def _check_extra(value: Std | Mapping[int, Std], what: str, n: int) -> None:
     if isinstance(value, Mapping):
         extra = sorted(set(value) - set(range(n)))
         if extra:
             raise UsageError(
                 f"{what} names local ranks {extra} but there are {n} workers (ranks 0..{n - 1})"
             )
-        return {r: Std(value.get(r, Std.NONE)) for r in range(n)}
-    return dict.fromkeys(range(n), Std(value))
 
 
-def start_processes(  # noqa: PLR0913 - mirrors torch's start_processes signature
+def start_processes(  # noqa: PLR0913 - torch 2.13's signature, plus xrun's keyword-only short forms
     name: str,
     entrypoint: Callable[..., Any] | str,
     args: Mapping[int, tuple[Any, ...]],
     envs: Mapping[int, Mapping[str, str]],
+    logs_specs: LogsSpecs | None = None,
+    log_line_prefixes: Mapping[int, str] | None = None,
+    start_method: str = "spawn",
+    numa_options: Any = None,
+    duplicate_stdout_filters: list[str] | None = None,
+    duplicate_stderr_filters: list[str] | None = None,
+    *,
     log_dir: str | None = None,
     redirects: Std | Mapping[int, Std] = Std.NONE,
     tee: Std | Mapping[int, Std] = Std.NONE,
-    log_line_prefixes: Mapping[int, str] | None = None,
-    start_method: str = "spawn",
     local_ranks_filter: set[int] | None = None,
+    stop_timeout: float = 30,
 ) -> PContext:
     """Start ``len(args)`` workers of ``entrypoint`` and return their ``PContext``.
 
     ``entrypoint`` is a function (run with multiprocessing ``start_method``; it and its args
     must pickle unless ``fork``) or a binary (``args`` are its command-line arguments).
     ``envs[r]`` is added to ``os.environ`` for local rank ``r`` (minus the rendezvous secret,
-    ``$XRUN_RDZV_TOKEN``/``$XRUN_RDZV_TOKEN_FILE``, unless ``envs`` sets it). Per stream, ``tee`` sends the
-    output to ``<log_dir>/<r>/std{out,err}.log`` and to the console with the rank's prefix;
-    ``redirects`` to the file only; neither leaves the console. ``local_ranks_filter`` limits
-    console output to those ranks. With a ``log_dir`` each worker's
-    ``$TORCHELASTIC_ERROR_FILE`` is ``<log_dir>/<r>/error.json`` unless ``envs`` sets it.
+    ``$XRUN_RDZV_TOKEN``/``$XRUN_RDZV_TOKEN_FILE``, unless ``envs`` sets it).
+
+    Where the output goes: torch's ``logs_specs`` (e.g. ``DefaultLogsSpecs(log_dir, redirects,
+    tee)``), or xrun's short form ``log_dir=``/``redirects=``/``tee=``/``local_ranks_filter=``
+    (``<log_dir>/<r>/std{out,err}.log`` and ``error.json``). Per stream, ``tee`` sends the
+    output to the log file and to ``sys.stdout``/``sys.stderr`` with the rank's prefix
+    (``log_line_prefixes[r]``, default ``[<name><r>]:``); ``redirects`` to the file only.
+    ``duplicate_std{out,err}_filters``: tee'd lines containing any of the strings also go to
+    ``filtered_std{out,err}.log``. ``numa_options`` (torch's ``NumaOptions`` or anything with an
+    ``affinity_mode``) binds each worker to the CPUs near GPU ``r``. ``stop_timeout``: how long
+    stopped workers get between SIGTERM and SIGKILL.
 
     Call it from the main (or another long-lived) thread: the kernel's parent-death signal,
     which takes the workers down with the agent, fires when the *thread* that forked them ends.
     Example::
 
         ctx = start_processes("trainer", sys.executable, {0: ("-u", "train.py")},
-                              {0: {"RANK": "0"}}, log_dir="/tmp/logs", tee=Std.ALL,
-                              log_line_prefixes={0: "[trainer0]:"})
+                              {0: {"RANK": "0"}}, log_dir="/tmp/logs", tee=Std.ALL)
         result = ctx.wait()
-        ctx.close()
     """
     n = len(args)
     if n == 0:
         raise UsageError("start_processes needs at least one worker: args is empty")
-    _check_ranks("args", args.keys(), n)
-    _check_ranks("envs", envs.keys(), n)
-    is_fn = not isinstance(entrypoint, str)
-    if is_fn and start_method not in _START_METHODS:
+    check_full_rank(args, n, "args")
+    check_full_rank(envs, n, "envs")
+    if not isinstance(entrypoint, str) and start_method not in _START_METHODS:
         raise UsageError(
             f"bad start method {start_method!r}: expected one of {', '.join(_START_METHODS)}"
         )
-    redirect_of = _per_rank(redirects, "redirects", n)
-    tee_of = _per_rank(tee, "tee", n)
-    if log_dir is None and any(redirect_of[r] & ~tee_of[r] for r in range(n)):
+    if logs_specs is None:
+        _check_extra(redirects, "redirects", n)
+        _check_extra(tee, "tee", n)
+        logs_specs = RankDirLogsSpecs(log_dir, redirects, tee, local_ranks_filter)
+    elif log_dir is not None or redirects or tee or local_ranks_filter:
         raise UsageError(
-            "redirects need a log_dir to write <log_dir>/<local_rank>/stdout.log: "
-            "pass log_dir or drop the redirects"
+            "pass either logs_specs or log_dir/redirects/tee/local_ranks_filter, not both"
         )
+    worker_envs = {r: dict(envs[r]) for r in range(n)}
+    dest = logs_specs.reify(worker_envs)
 
-    from .launch import Launcher
+    from .launch import Launcher, OutputPlan
 
-    launcher = Launcher(name, entrypoint, start_method, log_dir, local_ranks_filter)
+    plan = OutputPlan.build(dest, name, n, log_line_prefixes)
+    launcher = Launcher(name, entrypoint, start_method, plan, numa_options)
     try:
+        launcher.add_filters(dest, duplicate_stdout_filters, duplicate_stderr_filters)
         for r in range(n):
-            prefix = (log_line_prefixes or {}).get(r, "")
-            launcher.start(r, args[r], envs[r], redirect_of[r], tee_of[r], prefix)
+            launcher.start(r, args[r], worker_envs[r])
     except BaseException:
         launcher.abort()
         raise
     workers, tee_obj, result_dir = launcher.finish()
-    return PContext(name, workers, tee_obj, launcher.stdouts, launcher.stderrs, result_dir)
+    pc = PContext(
+        name, entrypoint, args, worker_envs, dest, workers, tee_obj, result_dir, stop_timeout
+    )
+    pc.filtered_stdout = launcher.filtered.get(Std.OUT)
+    pc.filtered_stderr = launcher.filtered.get(Std.ERR)
+    return pc

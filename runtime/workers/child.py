@@ -2,8 +2,10 @@
 
 Two jobs, both done before any user code runs:
 
-* tie the worker to the agent: its own process group (so the agent can signal the worker *and*
-  its children at once) and ``PR_SET_PDEATHSIG=SIGKILL`` (so the worker dies with the agent);
+* tie the worker to the agent: its own session, hence its own process group (so the agent can
+  signal the worker *and* its children at once, and a worker reading the agent's terminal, a
+  pdb prompt say, is not a background job that SIGTTIN stops), and ``PR_SET_PDEATHSIG=SIGKILL``
+  (so the worker dies with the agent); ``--numa-binding``'s CPU set;
 * for function entrypoints: set the rank's environment and output streams, call the function,
   hand its return value back through a file and record an uncaught exception in the error file.
 
@@ -59,14 +61,28 @@ def die_with_parent(pdeathsig: Callable[[], object] | None, parent_pid: int | No
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def make_preexec(parent_pid: int) -> Callable[[], None]:
+def new_session() -> None:
+    """``setsid`` as torchrun's workers (``start_new_session``); a process that leads a
+    group already (the parent's setpgid won a race) keeps that group."""
+    try:
+        os.setsid()
+    except OSError:
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+
+
+def make_preexec(parent_pid: int, cpus: set[int] | None = None) -> Callable[[], None]:
     """The ``preexec_fn`` for a binary worker: runs in the child after fork, before exec.
-    PDEATHSIG survives exec (it is only cleared for set-uid binaries)."""
+    PDEATHSIG and the CPU affinity survive exec (PDEATHSIG is cleared for set-uid binaries)."""
     pdeathsig = _pdeathsig_call()
 
     def preexec() -> None:
-        os.setpgid(0, 0)
+        new_session()
         die_with_parent(pdeathsig, parent_pid)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
 
     return preexec
 
@@ -105,6 +121,7 @@ def function_main(
     result_path: str,
     parent_pid: int | None,
     unset: tuple[str, ...] = (),
+    cpus: set[int] | None = None,
 ) -> None:
     """The multiprocessing target of a function worker.
 
@@ -112,13 +129,13 @@ def function_main(
     *after* the environment is set, means a module imported by the unpickling (torch, say) sees
     the rank's ``OMP_NUM_THREADS``/``CUDA_VISIBLE_DEVICES``. Under fork it is the pair itself.
     ``unset``: variables of the agent's environment the worker must not see (the rendezvous
-    secret); a spawned or forked child inherits them before this function runs.
+    secret); a spawned or forked child inherits them before this function runs. ``cpus``:
+    the ``--numa-binding`` CPU set, applied before any user code starts a thread.
     """
-    try:
-        os.setpgid(0, 0)
-    except OSError:  # the parent's setpgid won the race: same result
-        pass
+    new_session()
     die_with_parent(_pdeathsig_call(), parent_pid)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     if _redirect(1, sys.stdout, _fd(stdout)):
         sys.stdout = open(1, "w", closefd=False)  # lives as long as the process
     if _redirect(2, sys.stderr, _fd(stderr)):

@@ -1,13 +1,16 @@
 """The starting half of ``start_processes``: log files, pipes and the fork of each worker.
 
-Kept apart from ``api.py`` (the watching half) so that each stays small; ``worker.py`` holds
-the handle both use. ``subprocess`` is imported for binaries only,
+``OutputPlan`` turns the ``LogsDest`` of a ``LogsSpecs`` into what each worker's two streams
+get (a log file, ``/dev/null``, the agent's console) and which are copied to the console by the
+tee. Kept apart from ``api.py`` (the watching half) so that each stays small; ``worker.py``
+holds the handle both use. ``subprocess`` is imported for binaries only,
 ``multiprocessing``/``pickle``/``tempfile`` for functions only.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -16,23 +19,59 @@ from xrun.errors import UsageError
 
 from ..errors import ERROR_FILE_ENV
 from .child import InheritFd, function_main, make_preexec
+from .logs_specs import LogsDest
 from .streams import Std
-from .tee import Tee, make_pipe
+from .tee import Console, Tee, make_pipe
 from .worker import Worker
 
-_STREAMS = ((Std.OUT, 1, "stdout"), (Std.ERR, 2, "stderr"))
+__all__ = ["EntrypointNotFoundError", "Launcher", "OutputPlan"]
+
+_STREAMS = ((Std.OUT, 1), (Std.ERR, 2))
 
 
-class _RankOutput(NamedTuple):
-    """Where one local rank's output goes: what to redirect or tee, the console prefix and its
-    log directory (None without a log_dir). A NamedTuple: cheaper to create at import than a
-    dataclass, on every agent's start-up path."""
+class EntrypointNotFoundError(UsageError, FileNotFoundError):
+    """The worker binary does not exist (torch raises FileNotFoundError)."""
 
-    rank: int
-    redirect: Std
-    tee: Std
-    prefix: str
-    rank_dir: str | None
+
+class EntrypointPermissionError(UsageError, PermissionError):
+    """The worker binary is not executable (torch raises PermissionError)."""
+
+
+class StreamPlan(NamedTuple):
+    """One stream of one rank: its file (``""``: the console, ``os.devnull``: nowhere) and
+    whether the tee copies it to the console (with no file: through a pipe)."""
+
+    path: str
+    teed: bool
+
+
+class OutputPlan(NamedTuple):
+    """Every rank's two streams, error file and console prefix."""
+
+    streams: dict[int, dict[Std, StreamPlan]]
+    error_files: dict[int, str]
+    prefixes: dict[int, str]
+
+    @classmethod
+    def build(
+        cls, dest: LogsDest, name: str, n: int, prefixes: Mapping[int, str] | None
+    ) -> OutputPlan:
+        streams: dict[int, dict[Std, StreamPlan]] = {}
+        for r in range(n):
+            streams[r] = {}
+            for bit, files, tees in (
+                (Std.OUT, dest.stdouts, dest.tee_stdouts),
+                (Std.ERR, dest.stderrs, dest.tee_stderrs),
+            ):
+                path = files.get(r, "")
+                teed = r in tees and tees[r] == path and path != os.devnull
+                streams[r][bit] = StreamPlan(path, teed)
+        return cls(
+            streams,
+            {r: dest.error_files.get(r, "") for r in range(n)},
+            # torch's default console prefix: [<name><local_rank>]:
+            {r: (prefixes or {}).get(r, f"[{name}{r}]:") for r in range(n)},
+        )
 
 
 def _pidfd(pid: int) -> int | None:
@@ -49,6 +88,15 @@ def _open_log(path: str) -> int:
     return fd
 
 
+def _console(stream: Any, original: Any, fd: int) -> Console:
+    """Where tee'd lines of fd ``fd``'s stream go: the fd itself while ``sys.stdout`` (or
+    ``sys.stderr``) is the process's own, else that Python object (pytest's capture, Jupyter,
+    ``contextlib.redirect_stdout``), as torch's tee writes to ``sys.stdout``."""
+    if stream is None or stream is original:
+        return Console(fd)
+    return Console(fd, stream)
+
+
 class Launcher:
     """Starts the workers of one ``start_processes`` call, one ``start`` per local rank."""
 
@@ -57,60 +105,63 @@ class Launcher:
         name: str,
         entrypoint: Callable[..., Any] | str,
         start_method: str,
-        log_dir: str | None,
-        local_ranks_filter: set[int] | None,
+        plan: OutputPlan,
+        numa_options: Any = None,
     ) -> None:
         self.name = name
         self.entrypoint = entrypoint
         self.start_method = start_method
-        self.log_dir = log_dir
-        self.ranks_filter = local_ranks_filter
+        self.plan = plan
         self.parent_pid = os.getpid()
         self.workers: list[Worker] = []
-        self.stdouts: dict[int, str] = {}
-        self.stderrs: dict[int, str] = {}
         self.tee = Tee(f"{name}-tee")
+        self.filtered: dict[Std, str] = {}
         self.result_dir: str | None = None
+        self._consoles = {
+            Std.OUT: _console(sys.stdout, sys.__stdout__, 1),
+            Std.ERR: _console(sys.stderr, sys.__stderr__, 2),
+        }
+        self._filters: dict[Std, tuple[int, tuple[bytes, ...]]] = {}
+        self._numa = None
+        if numa_options is not None:
+            from .numa import NumaBinding
+
+            self._numa = NumaBinding.from_options(numa_options, len(plan.streams))
         self._mp: Any = None
-        self._preexec: Callable[[], None] | None = None
-        if isinstance(entrypoint, str):
-            self._preexec = make_preexec(self.parent_pid)
-        else:
+        if not isinstance(entrypoint, str):
             import multiprocessing
             import tempfile
 
             self._mp = multiprocessing.get_context(start_method)
             self.result_dir = tempfile.mkdtemp(prefix=f"xrun-{name}-")
-        if log_dir is not None:
-            os.makedirs(log_dir, mode=0o700, exist_ok=True)
 
-    def start(
-        self,
-        rank: int,
-        args: tuple[Any, ...],
-        env: Mapping[str, str],
-        redirect: Std,
-        tee: Std,
-        prefix: str,
-    ) -> None:
-        rank_dir = self._rank_dir(rank)
-        error_file = env.get(ERROR_FILE_ENV) or (
-            os.path.join(rank_dir, "error.json") if rank_dir else None
-        )
+    def add_filters(self, dest: LogsDest, out: list[str] | None, err: list[str] | None) -> None:
+        """Tee'd lines containing any of ``out``/``err`` also go to the filtered log files."""
+        for bit, needles, path in (
+            (Std.OUT, out, dest.filtered_stdout),
+            (Std.ERR, err, dest.filtered_stderr),
+        ):
+            if needles and path and path != os.devnull:
+                self._filters[bit] = (_open_log(path), tuple(n.encode() for n in needles))
+                self.tee.own(self._filters[bit][0])
+                self.filtered[bit] = path
+
+    def start(self, rank: int, args: tuple[Any, ...], env: Mapping[str, str]) -> None:
+        error_file: str | None = self.plan.error_files.get(rank) or None
+        if error_file == os.devnull:
+            error_file = None
+        child_env = dict(env)
         if error_file is None and self.result_dir is not None:
             # Function workers always record their exception somewhere, log_dir or not.
             error_file = os.path.join(self.result_dir, f"{rank}.error.json")
-        child_env = dict(env)
+            child_env[ERROR_FILE_ENV] = error_file
         if error_file:
-            child_env.setdefault(ERROR_FILE_ENV, error_file)
             _remove(error_file)  # a file there now is a previous run's, not this worker's
 
-        output = _RankOutput(rank, redirect, tee, prefix, rank_dir)
         to_close: list[int] = []
         try:
             targets = [
-                self._stream_target(output, bit, console, log, to_close)
-                for bit, console, log in _STREAMS
+                self._stream_target(rank, bit, console, to_close) for bit, console in _STREAMS
             ]
             if self._mp is None:
                 self._start_binary(rank, args, child_env, targets[0], targets[1], error_file)
@@ -121,12 +172,9 @@ class Launcher:
             for fd in to_close:
                 os.close(fd)
 
-    def finish(self) -> tuple[list[Worker], Tee | None, str | None]:
-        if len(self.tee):
-            self.tee.start()  # only now: no thread of ours runs while workers fork
-            return self.workers, self.tee, self.result_dir
-        self.tee.close()
-        return self.workers, None, self.result_dir
+    def finish(self) -> tuple[list[Worker], Tee, str | None]:
+        self.tee.start()  # only now: no thread of ours runs while workers fork
+        return self.workers, self.tee, self.result_dir
 
     def abort(self) -> None:
         """A later rank failed to start: take down the ones already running."""
@@ -148,57 +196,30 @@ class Launcher:
 
     # -- per rank ----------------------------------------------------------------------------
 
-    def _rank_dir(self, rank: int) -> str | None:
-        if self.log_dir is None:
-            return None
-        path = os.path.join(self.log_dir, str(rank))
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        os.chmod(path, 0o700)  # logs and tracebacks are for the user alone
-        return path
-
-    def _stream_target(
-        self, output: _RankOutput, bit: Std, console: int, log: str, to_close: list[int]
-    ) -> int | None:
+    def _stream_target(self, rank: int, bit: Std, console: int, to_close: list[int]) -> int | None:
         """The fd the worker's stream ``bit`` goes to; None: inherit the agent's console.
         Fds the child gets a copy of are added to ``to_close``."""
-        rank, prefix = output.rank, output.prefix
-        shown = self.ranks_filter is None or rank in self.ranks_filter
-        to_file = output.redirect | output.tee
-        paths = self.stdouts if bit is Std.OUT else self.stderrs
-        file_fd = None
-        if to_file & bit and output.rank_dir is not None:
-            path = os.path.join(output.rank_dir, f"{log}.log")
-            file_fd = _open_log(path)
-            paths[rank] = path
-        else:
-            paths[rank] = ""
-        if output.tee & bit and shown and file_fd is not None:
-            # The worker writes its log file itself and the tee tails it (see tee.py).
-            try:
-                self.tee.add_file(paths[rank], console, prefix)
-            except OSError:
-                os.close(file_fd)
-                raise
+        stream = self.plan.streams[rank][bit]
+        prefix = self.plan.prefixes[rank]
+        target = self._consoles[bit]
+        filt = self._filters.get(bit)
+        if stream.path == os.devnull:
+            fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            to_close.append(fd)
+            return fd
+        if stream.path:
+            file_fd = _open_log(stream.path)
             to_close.append(file_fd)
+            if stream.teed:
+                # The worker writes its log file itself and the tee tails it (see tee.py).
+                self.tee.add_file(stream.path, target, prefix, filt)
             return file_fd
-        if output.tee & bit and shown:
-            try:
-                r, w = make_pipe()
-            except OSError:  # out of fds: do not leak the log file on the way out
-                if file_fd is not None:
-                    os.close(file_fd)
-                raise
-            self.tee.add(r, file_fd, console, prefix)  # the tee owns r and file_fd now
-            to_close.append(w)
-            return w
-        if file_fd is not None:
-            to_close.append(file_fd)
-            return file_fd
-        if shown and not to_file & bit:
+        if not stream.teed:
             return None
-        devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-        to_close.append(devnull)
-        return devnull
+        r, w = make_pipe()
+        self.tee.add(r, None, target, prefix, filt)  # the tee owns r now
+        to_close.append(w)
+        return w
 
     def _start_binary(
         self,
@@ -213,19 +234,25 @@ class Launcher:
 
         assert isinstance(self.entrypoint, str)
         cmd = [self.entrypoint, *map(str, args)]
+        cpus = self._numa.cpus(rank) if self._numa is not None else None
         try:
             proc = subprocess.Popen(
                 cmd,
                 env={**_inherited_env(), **env},
                 stdout=out,
                 stderr=err,
-                preexec_fn=self._preexec,
+                preexec_fn=make_preexec(self.parent_pid, cpus),
                 close_fds=True,
             )
-        except (FileNotFoundError, PermissionError) as exc:
-            raise UsageError(
+        except FileNotFoundError as exc:
+            raise EntrypointNotFoundError(
                 f"cannot run worker binary {self.entrypoint!r} for local rank {rank}: "
                 f"{exc.strerror}; give an executable path or a name on $PATH"
+            ) from exc
+        except PermissionError as exc:
+            raise EntrypointPermissionError(
+                f"cannot run worker binary {self.entrypoint!r} for local rank {rank}: "
+                f"{exc.strerror}; make it executable (chmod +x) or run it through its interpreter"
             ) from exc
         fd = _pidfd(proc.pid)
         self.workers.append(Worker(rank, proc.pid, proc, error_file, fd, owns_fd=True))
@@ -266,14 +293,13 @@ class Launcher:
                 result_path,
                 parent,
                 tuple(k for k in AGENT_ONLY_ENV if k not in env),
+                self._numa.cpus(rank) if self._numa is not None else None,
             ),
             name=f"{self.name}-{rank}",
         )
         proc.start()
-        try:
-            os.setpgid(proc.pid, proc.pid)  # the child does it too; whoever is first wins
-        except OSError:
-            pass
+        # The child makes its own session first thing (setsid); until then a signal to its
+        # group reaches the pid alone (Worker.killpg).
         fd: int | None = None if self.start_method == "forkserver" else _pidfd(proc.pid)
         if fd is None:
             # The fork server reports the exit status through the sentinel pipe; a pidfd

@@ -7,10 +7,11 @@ parses ``-r``/``-t`` with it, ``start_processes`` takes it and the launcher read
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 from xrun.errors import UsageError
 
-__all__ = ["Std"]
+__all__ = ["Std", "to_map"]
 
 
 class Std(enum.IntFlag):
@@ -56,6 +57,12 @@ class Std(enum.IntFlag):
         return out
 
     @classmethod
+    def from_str(cls, s: str) -> Std | dict[int, Std]:
+        """torch's name for ``parse`` (``Std.from_str("0:1,1:2")``); a bad value raises a
+        ``UsageError``, which is a ``ValueError`` as torch's is."""
+        return cls.parse(s)
+
+    @classmethod
     def _value(cls, v: str, whole: str) -> Std:
         v = v.strip()
         if v.isdigit() and int(v) <= 3:
@@ -64,3 +71,11 @@ class Std(enum.IntFlag):
             f"bad redirect/tee value {v!r} in {whole!r}: expected 0 (none), 1 (stdout), "
             f"2 (stderr) or 3 (both), or a per-local-rank map like '0:3,1:1'"
         )
+
+
+def to_map(val_or_map: Std | Mapping[int, Std], local_world_size: int) -> dict[int, Std]:
+    """One ``Std`` per local rank: a single value for all, or a map whose missing ranks get
+    ``Std.NONE`` (torch's ``to_map``)."""
+    if isinstance(val_or_map, Mapping):
+        return {r: Std(val_or_map.get(r, Std.NONE)) for r in range(local_world_size)}
+    return dict.fromkeys(range(local_world_size), Std(val_or_map))

@@ -11,7 +11,10 @@ Two kinds of stream, both served by one thread through a selector, as data arriv
   writes the log file (if any) with the bytes unchanged.
 
 The console gets whole lines only, each with the rank's prefix (``[default0]:``), so lines
-of concurrent workers never interleave mid-line. Prefixing works on whole chunks
+of concurrent workers never interleave mid-line. The console is the agent's fd 1/2 while
+``sys.stdout``/``sys.stderr`` are the process's own, else those Python objects (``Console``):
+pytest's capture, Jupyter and ``redirect_stdout`` see a library call's tee as torch's.
+Lines matching a ``--duplicate-std*-filters`` string also go, prefixed, to a filtered log. Prefixing works on whole chunks
 (``bytes.replace``) and cuts at the chunk's last newline: the per-line cost stays in C.
 A partial last line is held until its newline arrives, or written (newline added) when the
 stream ends or the tee closes.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import os
 import selectors
 import threading
+from typing import Any, NamedTuple
 
 from .inotify import Inotify
 
@@ -73,15 +77,41 @@ def writev_all(fd: int, parts: tuple[bytes | memoryview, ...]) -> None:
         write_all(fd, memoryview(b"".join(parts))[n:])
 
 
-class _Stream:
-    __slots__ = ("fd", "file_fd", "console_fd", "prefix", "partial", "owned", "path")
+class Console(NamedTuple):
+    """Where tee'd lines go: the fd, or (when set) the Python text stream that replaced it."""
 
-    def __init__(self, fd: int, file_fd: int | None, console_fd: int | None, prefix: bytes):
+    fd: int
+    stream: Any = None
+
+    def write(self, parts: tuple[bytes | memoryview, ...]) -> None:
+        if self.stream is None:
+            writev_all(self.fd, parts)
+        else:
+            self.stream.write(b"".join(parts).decode(errors="replace"))
+            self.stream.flush()
+
+
+# A filtered copy: the file it goes to (shared by the ranks) and the strings a line must hold.
+Filter = tuple[int, tuple[bytes, ...]]
+
+
+class _Stream:
+    __slots__ = ("fd", "file_fd", "console", "prefix", "partial", "owned", "path", "filt")
+
+    def __init__(
+        self,
+        fd: int,
+        file_fd: int | None,
+        console: Console | int | None,
+        prefix: bytes,
+        filt: Filter | None = None,
+    ):
         self.fd = fd
         self.file_fd = file_fd
-        self.console_fd = console_fd
+        self.console = Console(console) if isinstance(console, int) else console
         self.prefix = prefix
         self.partial = b""
+        self.filt = filt
         # What close() must close, even after a failed target was dropped from the fields.
         self.owned = [fd] if file_fd is None else [fd, file_fd]
         self.path: str | None = None  # a tailed log file (``fd`` reads it); None: a pipe
@@ -89,15 +119,21 @@ class _Stream:
     def feed(self, data: bytes) -> None:
         if self.file_fd is not None:
             self._write(self.file_fd, (data,), is_console=False)
-        if self.console_fd is None:
+        if self.console is None and self.filt is None:
             return
         end = data.rfind(b"\n") + 1
         if end == 0:  # no line ends here
             if len(self.partial) + len(data) < _MAX_PARTIAL:
                 self.partial += data
             else:  # a "line" this long goes out anyway, ended here: memory stays bounded
-                self._write(self.console_fd, (self.prefix, self.partial, data, b"\n"), True)
+                self._out((self.prefix, self.partial, data, b"\n"))
+                self._filter(self.partial + data + b"\n")
                 self.partial = b""
+            return
+        if self.filt is not None:
+            self._filter(self.partial + data[:end])
+        if self.console is None:
+            self.partial = data[end:]
             return
         # The lines in data[:end], each prefixed, with the held partial line in front. One
         # copy in all (the replace): the prefix in front and the held line go out as separate
@@ -107,27 +143,50 @@ class _Stream:
         if self.prefix:
             body = data.replace(b"\n", b"\n" + self.prefix)
             lines = memoryview(body)[: len(body) - (len(data) - end) - len(self.prefix)]
-            self._write(self.console_fd, (self.prefix, *head, lines), True)
+            self._out((self.prefix, *head, lines))
         else:
-            self._write(self.console_fd, (*head, memoryview(data)[:end]), True)
+            self._out((*head, memoryview(data)[:end]))
         self.partial = data[end:]
 
     def finish(self) -> None:
         """The stream ended: write the held partial line, newline-terminated."""
-        if self.partial and self.console_fd is not None:
-            self._write(self.console_fd, (self.prefix, self.partial, b"\n"), True)
+        if self.partial:
+            self._out((self.prefix, self.partial, b"\n"))
+            self._filter(self.partial + b"\n")
         self.partial = b""
+
+    def _filter(self, lines: bytes) -> None:
+        """Whole lines (each ending in a newline) that hold a filter string, prefixed."""
+        if self.filt is None:
+            return
+        fd, needles = self.filt
+        keep = [
+            self.prefix + line + b"\n"
+            for line in lines.split(b"\n")[:-1]
+            if any(n in line for n in needles)
+        ]
+        if keep:
+            try:
+                write_all(fd, b"".join(keep))
+            except OSError:
+                self.filt = None
+
+    def _out(self, parts: tuple[bytes | memoryview, ...]) -> None:
+        if self.console is None:
+            return
+        try:
+            self.console.write(parts)
+        except (OSError, ValueError):
+            # A closed console (``| head``, a closed StringIO) must not stop the log file,
+            # nor stall the worker on a pipe nobody drains: drop this target, keep reading.
+            self.console = None
 
     def _write(self, fd: int, parts: tuple[bytes | memoryview, ...], is_console: bool) -> None:
         try:
             writev_all(fd, parts)
         except OSError:
-            # A closed console (``| head``) or a full disk must not stop the other copy, nor
-            # stall the worker on a pipe nobody drains: drop this target, keep reading.
-            if is_console:
-                self.console_fd = None
-            else:
-                self.file_fd = None
+            # A full disk must not stop the console copy: drop this target, keep reading.
+            self.file_fd = None
 
 
 class Tee:
@@ -141,6 +200,8 @@ class Tee:
 
     def __init__(self, name: str = "xrun-tee") -> None:
         self._streams: list[_Stream] = []
+        self._owned: list[int] = []  # filtered-log fds, shared by streams
+        self._stopped = False
         self._name = name
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
@@ -149,21 +210,40 @@ class Tee:
         self._inotify: Inotify | None = None
         self._watched: dict[int, _Stream] = {}
 
-    def add(self, fd: int, file_fd: int | None, console_fd: int | None, prefix: str = "") -> None:
-        """A pipe's read end: copied to ``file_fd`` unchanged and to ``console_fd`` prefixed."""
+    def add(
+        self,
+        fd: int,
+        file_fd: int | None,
+        console: Console | int | None,
+        prefix: str = "",
+        filt: Filter | None = None,
+    ) -> None:
+        """A pipe's read end: copied to ``file_fd`` unchanged and to ``console`` prefixed."""
         os.set_blocking(fd, False)
-        self._streams.append(_Stream(fd, file_fd, console_fd, prefix.encode()))
+        self._streams.append(_Stream(fd, file_fd, console, prefix.encode(), filt))
 
-    def add_file(self, path: str, console_fd: int, prefix: str = "") -> None:
-        """A log file a worker writes: its lines go to ``console_fd`` prefixed, as they come."""
-        s = _Stream(os.open(path, os.O_RDONLY | os.O_CLOEXEC), None, console_fd, prefix.encode())
+    def add_file(
+        self, path: str, console: Console | int, prefix: str = "", filt: Filter | None = None
+    ) -> None:
+        """A log file a worker writes: its lines go to ``console`` prefixed, as they come."""
+        s = _Stream(os.open(path, os.O_RDONLY | os.O_CLOEXEC), None, console, prefix.encode(), filt)
         s.path = path
         self._streams.append(s)
+
+    def own(self, fd: int) -> None:
+        """Close ``fd`` (a filtered log) when the tee closes."""
+        self._owned.append(fd)
 
     def __len__(self) -> int:
         return len(self._streams)
 
+    def stopped(self) -> bool:
+        """True once ``close`` copied everything and stopped (torch's ``TailLog.stopped``)."""
+        return self._stopped
+
     def start(self) -> None:
+        if not self._streams:
+            return  # nothing to copy: no thread
         files = [s for s in self._streams if s.path is not None]
         if files:
             try:
@@ -186,7 +266,10 @@ class Tee:
         Everything the workers wrote is in the pipes by now and the drain reads it all, so the
         wait is only a grace for a process that escaped the workers' groups (a daemon started
         with setsid) and still holds a pipe: short, so such a daemon cannot stall every exit.
+        Idempotent.
         """
+        if self._stopped:
+            return
         if self._thread is not None:
             self._closing = True
             os.write(self._wake_w, b"x")
@@ -202,7 +285,11 @@ class Tee:
             s.finish()
             for fd in s.owned:
                 os.close(fd)
+        for fd in self._owned:
+            os.close(fd)
         self._streams = []
+        self._owned = []
+        self._stopped = True
         if self._inotify is not None:
             self._inotify.close()
             self._inotify = None
@@ -308,9 +395,9 @@ def _report(s: _Stream, exc: Exception) -> None:
     read (and its data discarded), so the worker never blocks on a full pipe."""
     import sys
 
-    if s.file_fd is None and s.console_fd is None:
+    if s.file_fd is None and s.console is None:
         return  # said already (or nothing left to stop)
-    s.file_fd = s.console_fd = None
+    s.file_fd = s.console = None
     s.partial = b""
     try:
         sys.stderr.write(f"xrun: tee of fd {s.fd} stopped copying: {type(exc).__name__}: {exc}\n")

@@ -55,7 +55,7 @@ class Worker:
 
     def killpg(self, sig: int) -> None:
         """``sig`` to the worker's process group; to the pid alone if the group is not made
-        yet (a spawn child sets its group as its first act)."""
+        yet (a function worker makes its own session as its first act)."""
         try:
             os.killpg(self.pid, sig)
         except ProcessLookupError:

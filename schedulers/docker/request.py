@@ -29,7 +29,7 @@ from xrun.specs import (
     macros,
 )
 
-from ..api import replicas_role_may_lose
+from ..api import replicas_role_may_lose, scheduler_retries
 
 # The env var every replica gets, holding its role's replica-0 hostname; `${rank0_env}` in a
 # role's args/env becomes this *name* (the dist.ddp component writes `${${rank0_env}}`, which
@@ -264,7 +264,9 @@ def _container(
         shm_size=str(cfg["shm_size"]) if cfg.get("shm_size") else None,
         gpus=res.gpu if res.gpu > 0 else 0,
         privileged=bool(cfg.get("privileged")),
-        max_retries=role.max_retries,
+        # The engine restarts a failed container only for a role whose agents do not restart
+        # its workers in place (dist.ddp's do): one owner of the retries, max_retries+1 runs.
+        max_retries=scheduler_retries(role),
         stop_timeout=_stop_timeout(cfg.get("stop_timeout")),
     )
 

@@ -20,6 +20,11 @@ the terminal status there, and removes the containers and the network. Logs and 
 readable after that from the state dir. So that this happens with nobody watching too,
 ``schedule()`` starts a detached watcher per app (:mod:`xrun.schedulers.docker.watch`).
 
+Retries: a role's ``max_retries`` N means N+1 attempts in all, with one owner. A ``dist.*``
+role's runtime agent restarts its workers in place (``--max-restarts N``) and the container
+gets no restart policy; any other role (``utils.sh``, a TorchX torchrun AppDef) gets the
+engine's ``--restart on-failure:N``, as with TorchX.
+
 Signals, the grace period and exit codes (tests/schedulers/docker/test_signals.py): every container runs
 with ``--init``, so tini (PID 1) forwards a SIGTERM to the replica's command. For ``dist.ddp``
 that is the runtime agent, which forwards it to its workers' process groups, SIGKILLs those
@@ -202,7 +207,11 @@ class DockerScheduler(Scheduler[DockerJob]):
     def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
         """Like every scheduler's, except that no ``workspace`` means the cwd (as the issue asks:
         the job runs the code as it is now); pass ``""`` to run the role images unchanged."""
-        return super().submit(app, cfg, os.getcwd() if workspace is None else workspace)
+        return super().submit(app, cfg, self.resolve_workspace(workspace))
+
+    def resolve_workspace(self, workspace: str | None) -> str:
+        """The workspace ``submit`` builds: None is the cwd (a sweep builds it once for all)."""
+        return os.getcwd() if workspace is None else workspace
 
     def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
         """Build ``<role image> + workspace + xrun`` and point the roles at it (see .workspace)."""

@@ -14,7 +14,13 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from xrun.contract import RANK0_HOST_ENV, RDZV_PORT_ENV, TOKEN_ENV
+from xrun.contract import (
+    AGENT_LOG_DIR_ENV,
+    MASTER_PORT_DEFAULT,
+    RANK0_HOST_ENV,
+    RDZV_PORT_ENV,
+    TOKEN_ENV,
+)
 from xrun.errors import UsageError
 from xrun.specs import AppDef, Role, appdef_to_dict, macros
 
@@ -165,6 +171,9 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
                 "PYTHONUNBUFFERED": "1",
                 RANK0_HOST_ENV: "localhost",
                 "TORCHELASTIC_ERROR_FILE": paths.error_file(role.name, i),
+                # A runtime agent's per-attempt worker logs, under the app's dir (not a
+                # temporary dir nobody removes): <role>/<i>/workers/<run_id>/attempt_<n>/.
+                AGENT_LOG_DIR_ENV: os.path.join(paths.replica_dir(role.name, i), "workers"),
             }
             if (role.name, i) in gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
@@ -209,6 +218,33 @@ def with_rdzv_env(req: LocalRequest) -> LocalRequest:
         if r.role in ports:
             r.env.setdefault(RDZV_PORT_ENV, ports[r.role])
     return out
+
+
+def check_ports_free(req: LocalRequest) -> None:
+    """UsageError (exit 2) naming the port when a port the app asked for is taken on this host.
+
+    Every local replica runs here, so a fixed ``--rdzv_port`` that another job's store holds
+    would otherwise fail as an app, with an agent told by that job's store that its token is
+    wrong. The components' default port is not checked: a multi-node dist job defers it to the
+    free ``XRUN_RDZV_PORT`` this scheduler picks per app, a one-node one uses none.
+    """
+    import socket
+
+    for role in req.app.get("roles", []):
+        for name, port in sorted((role.get("port_map") or {}).items()):
+            if port == MASTER_PORT_DEFAULT:
+                continue
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("", port))
+                except OSError as e:
+                    raise UsageError(
+                        f"role {role['name']!r}: port {port} ({name}) is not free on this host "
+                        f"({e.strerror}), probably another job's rendezvous; pick a free port "
+                        f"(dist.ddp --rdzv_port N) or leave --rdzv_port at its default "
+                        f"{MASTER_PORT_DEFAULT}, for which local_cwd picks a free port per app"
+                    ) from None
 
 
 def _free_port() -> int:

@@ -30,8 +30,13 @@ A detached supervisor process owns the replicas, so the app survives its launche
   and ``log_iter`` -> :class:`~xrun.errors.AppNotFoundError`.
 * Exit codes: a negative one means killed by that signal. ``log_iter`` yields lines with their
   ``\\n`` and ignores ``since``/``until`` (lines carry no timestamps).
-* ``Role.max_retries`` is not applied here: restarts belong to the runtime agent
-  (``dist.ddp --max_retries`` becomes the agent's ``--max-restarts``).
+* Retries: this scheduler never runs a replica again. ``dist.* --max_retries N`` is the
+  runtime agent's ``--max-restarts N`` (the workers restart in place: N+1 attempts, the one
+  owner of retries here as on docker and slurm); another role's ``max_retries`` (utils.sh's)
+  is not applied on local_cwd (TorchX's local scheduler does not retry either).
+* A port the app asks for (``port_map``, e.g. ``dist.ddp --rdzv_port``) that is taken on this
+  host is refused at submit (exit 2), except the components' default rendezvous port, for
+  which each multi-node app gets a free port of its own (``XRUN_RDZV_PORT``).
 
 One file per step, in this package: ``request`` (the dry-run value), ``launch`` (dirs + starting
 the supervisor), ``supervisor`` (the detached process), ``status`` (reading the state), ``store``
@@ -64,7 +69,13 @@ from ..api import (
 from ..logs import POLL_S, iter_log_lines
 from . import store
 from .launch import Child, launch
-from .request import LocalRequest, build_request, format_request, with_rdzv_env
+from .request import (
+    LocalRequest,
+    build_request,
+    check_ports_free,
+    format_request,
+    with_rdzv_env,
+)
 from .status import describe_app, stop_orphans, supervisor_pidfd
 from .supervisor import TERMINAL, is_alive
 
@@ -115,6 +126,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     # ---- schedule: make the dirs, start the supervisor
     def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
+        check_ports_free(dryrun_info.request)
         req = with_rdzv_env(dryrun_info.request)
         self._children[req.app_id] = launch(req)
         return req.app_id
@@ -149,7 +161,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
                 app_id=app_id,
                 state=resp.state,
                 name=str(req.get("app", {}).get("name", "")),
-                app_handle=make_app_handle(app_id, self.backend, self.session_name),
+                app_handle=make_app_handle(self.backend, self.session_name, app_id),
             )
             found.append((os.stat(paths.request).st_mtime, item))
         return [item for _, item in sorted(found, key=lambda f: f[0])]

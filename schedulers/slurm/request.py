@@ -29,9 +29,11 @@ import shlex
 import signal
 from dataclasses import dataclass, field
 
-from xrun.contract import RANK0_HOST_ENV
+from xrun.contract import AGENT_LOG_DIR_ENV, RANK0_HOST_ENV
 from xrun.errors import UsageError
 from xrun.specs import AppDef, BindMount, Role, macros
+
+from ..api import scheduler_retries
 
 COMMENT_PREFIX = "xrun:"
 LOG_SUBDIR = "slurm-logs"
@@ -39,7 +41,11 @@ LOG_SUBDIR = "slurm-logs"
 # Sentinels for the macros whose value is only known inside a task: substituted first, then
 # turned into double-quoted variable references after the rest of the word is single-quoted.
 _TASK_VARS = {"@@XRUN_APP_ID@@": "SLURM_JOB_ID", "@@XRUN_REPLICA_ID@@": "XRUN_REPLICA_ID"}
-_SENTINEL_RE = re.compile("(" + "|".join(map(re.escape, _TASK_VARS)) + ")")
+# task_env(NAME): any other variable of the task's environment (a sweep trial's values).
+_ENV_SENTINEL = "@@XRUN_ENV:"
+_SENTINEL_RE = re.compile(
+    "(" + "|".join(map(re.escape, _TASK_VARS)) + r"|@@XRUN_ENV:[A-Za-z_][A-Za-z0-9_]*@@)"
+)
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -53,6 +59,20 @@ class ClusterInfo:
 
     version: tuple[int, int] = (22, 5)
     node_mem_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class ArrayJob:
+    """What makes the script a job array's, one sweep trial per array task (see array.py)."""
+
+    spec: str  # the --array value, e.g. 0-5%2
+    setup: str  # shell code run before srun: this task's trial values, from its index
+    trials: int  # how many
+
+
+def task_env(name: str) -> str:
+    """A word part that :func:`shell_word` turns into ``"${NAME}"``: expanded by the task."""
+    return f"{_ENV_SENTINEL}{name}@@"
 
 
 @dataclass
@@ -98,6 +118,8 @@ def shell_word(text: str, img_root: str) -> str:
     for part in _SENTINEL_RE.split(values.substitute(text)):
         if part in _TASK_VARS:
             out.append(f'"${{{_TASK_VARS[part]}}}"')
+        elif part.startswith(_ENV_SENTINEL) and part.endswith("@@"):
+            out.append(f'"${{{part[len(_ENV_SENTINEL) : -2]}}}"')
         elif part:
             out.append(_squote(part))
     return "".join(out) or "''"
@@ -208,16 +230,35 @@ def parse_comment(comment: str) -> tuple[str, dict[str, int]] | None:
     return name, roles
 
 
-def _job_sbatch_opts(app: AppDef, cfg: dict[str, object], log_root: str, chdir: str) -> list[str]:
-    """Options for the whole job (first component): name, marker comment, output, requeue."""
-    max_retries = max(r.max_retries for r in app.roles)
+def requeue_limits(app: AppDef) -> tuple[int, int]:
+    """(after a preemption, after a failure): how often the batch script may requeue the job.
+
+    As TorchX, a job of several roles takes the smallest of their ``max_retries``: no role
+    runs more often than it asked for. A failure is requeued only for roles whose retries are
+    the scheduler's: dist.* agents restart their workers in place (``--max-restarts``), and
+    requeueing on top of that would make (N+1)^2 attempts (see ``api.scheduler_retries``).
+    """
+    return (
+        min(r.max_retries for r in app.roles),
+        min(scheduler_retries(r) for r in app.roles),
+    )
+
+
+def _job_sbatch_opts(
+    app: AppDef, cfg: dict[str, object], log_root: str, chdir: str, array: ArrayJob | None = None
+) -> list[str]:
+    """Options for the whole job (first component): name, output, requeue (and the array). The
+    comment goes on sbatch's command line instead (see :func:`build_request`): it may contain
+    spaces."""
+    max_retries = requeue_limits(app)[0]
     opts = [
         f"--job-name={cfg.get('job_name') or app.name}",
-        f"--comment={format_comment(app, str(cfg.get('comment') or ''))}",
         f"--chdir={chdir}",
-        f"--output={log_root}/slurm-%j.out",
+        f"--output={log_root}/slurm-{'%A_%a' if array else '%j'}.out",
         "--open-mode=append",
     ]
+    if array:
+        opts.append(f"--array={array.spec}")
     sig = signal_name(cfg)
     if sig:
         # B: the batch shell gets it and passes it on (srun would not see it otherwise).
@@ -251,6 +292,9 @@ def _role_command(role: Role, offset: int, img_root: str) -> str:
     lines = [
         f"export XRUN_ROLE={shlex.quote(role.name)}",
         f"export XRUN_REPLICA_ID=$((SLURM_PROCID - {offset}))",
+        # A runtime agent's per-attempt worker logs: beside the replica's own, not in a
+        # temporary dir on the node that nobody removes (the role's env may say otherwise).
+        f'export {AGENT_LOG_DIR_ENV}="$XRUN_LOG_DIR/$XRUN_ROLE/$XRUN_REPLICA_ID.workers"',
     ]
     for k, v in role.env.items():
         lines.append(f"export {k}={shell_word(v, img_root)}")
@@ -320,10 +364,17 @@ while kill -0 "$XRUN_SRUN" 2>/dev/null; do
     XRUN_RC=$?
 done
 
-# Requeue on failure or preemption while retries are left (max_retries={max_retries}); the job
-# keeps its id and SLURM_RESTART_COUNT counts the attempts.
-if [ "$XRUN_RC" -ne 0 ] || [ "$XRUN_PREEMPTED" -eq 1 ]; then
-    if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_retries} ]; then
+# Requeue while retries are left: after a preemption up to {max_retries} times (the roles'
+# smallest max_retries), after a failure up to {fail_retries} (0 when the runtime agents
+# restart the workers in place instead). The job keeps its id; SLURM_RESTART_COUNT counts.
+XRUN_RETRIES=0
+if [ "$XRUN_PREEMPTED" -eq 1 ]; then
+    XRUN_RETRIES={max_retries}
+elif [ "$XRUN_RC" -ne 0 ]; then
+    XRUN_RETRIES={fail_retries}
+fi
+if [ "$XRUN_RETRIES" -gt 0 ]; then
+    if [ "${{SLURM_RESTART_COUNT:-0}}" -lt "$XRUN_RETRIES" ]; then
         echo "xrun: attempt ${{SLURM_RESTART_COUNT:-0}} ended with exit code $XRUN_RC; requeueing" >&2
         # Until Slurm shows it PENDING again, the job looks FAILED: this file says otherwise.
         echo "${{SLURM_RESTART_COUNT:-0}}" >"$XRUN_LOG_DIR/requeued"
@@ -341,20 +392,28 @@ def build_request(
     info: ClusterInfo,
     path_prefix: str | None,
     workspace: str | None = None,
+    array: ArrayJob | None = None,
 ) -> SlurmBatchRequest:
-    """The sbatch script for ``app`` (pure: no Slurm command runs)."""
+    """The sbatch script for ``app`` (pure: no Slurm command runs); with ``array``, a job
+    array whose task i runs sweep trial i (logs under ``<jobid>/<i>/``)."""
     for role in app.roles:
         _check_role(role)
     log_root = f"{chdir.rstrip('/')}/{LOG_SUBDIR}"
     log_dir = shlex.quote(log_root) + '/"$SLURM_JOB_ID"'
-    max_retries = max(r.max_retries for r in app.roles)
+    trial_dir = ""
+    if array:
+        log_dir = shlex.quote(log_root) + '/"$SLURM_ARRAY_JOB_ID/$SLURM_ARRAY_TASK_ID"'
+        trial_dir = "<trial>/"
+    max_retries, fail_retries = requeue_limits(app)
 
     lines = [
         "#!/bin/bash",
         f"# xrun app {app.name!r}: {len(app.roles)} role(s), generated by xrun's slurm scheduler.",
-        f"# Logs: {log_root}/<jobid>/<role>/<replica>.stdout|.stderr",
+        f"# Logs: {log_root}/<jobid>/{trial_dir}<role>/<replica>.stdout|.stderr",
     ]
-    job_opts = _job_sbatch_opts(app, cfg, log_root, chdir)
+    if array:
+        lines.append(f"# A job array: task i runs sweep trial i ({array.trials} trials).")
+    job_opts = _job_sbatch_opts(app, cfg, log_root, chdir, array)
     for i, role in enumerate(app.roles):
         if i > 0:
             lines.append("#SBATCH hetjob")
@@ -394,6 +453,8 @@ def build_request(
         )
     )
 
+    if array:
+        lines.append(array.setup)
     groups = []
     offset = 0
     for i, role in enumerate(app.roles):
@@ -422,9 +483,17 @@ def build_request(
         lines.append("# One step for all replicas; one replica failing stops the others.")
         srun = "srun --kill-on-bad-exit=1 "
     lines.append(srun + " \\\n    : ".join(groups) + " &")
-    lines.append(_EPILOGUE.format(max_retries=max_retries, batch_trap=batch_trap))
+    lines.append(
+        _EPILOGUE.format(max_retries=max_retries, fail_retries=fail_retries, batch_trap=batch_trap)
+    )
 
-    argv = ["sbatch", "--parsable"]
+    # On the command line, not an #SBATCH line: those cannot quote, and a user's comment may
+    # contain spaces (TorchX passes it the same way). The xrun: marker leads it (for `list`).
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--comment={format_comment(app, str(cfg.get('comment') or ''))}",
+    ]
     return SlurmBatchRequest(
         app_name=app.name,
         script="\n".join(lines),

@@ -13,11 +13,15 @@ batch script; see that module for the layout of a job), ``schedule`` pipes it to
 - list: the jobs whose comment starts with ``xrun:`` (``xrun:APP;ROLE=N;...``: the roles and
   replica counts, so that any shell finds each replica's logs).
 
-Retries and preemption: ``max_retries`` (the largest of the roles') bounds how often the batch
-script requeues the job (``scontrol requeue``: same job id, ``SLURM_RESTART_COUNT`` counts
-attempts), after a failure or after the ``signal`` warning (default ``USR2@90``: passed to
-srun, to each replica's agent, to its workers). Slurm holds a requeued job ~120 s (Reason
-BeginTime) before it runs again; status says PENDING with that reason meanwhile.
+Retries and preemption: a role's ``max_retries`` N means N+1 attempts in all, with one owner.
+A ``dist.*`` role's runtime agents restart its workers in place (``--max-restarts N``, the fast
+path torchrun users expect), so the batch script does not requeue it after a failure; any
+other role (``utils.sh``, a TorchX torchrun AppDef) is requeued after a failure up to N times.
+After the ``signal`` warning (preemption or time limit; default ``USR2@90``: passed to srun, to
+each replica's agent, to its workers) every job is requeued up to N times. As TorchX, a job of
+several roles takes the *smallest* of their ``max_retries``. A requeue is ``scontrol requeue``:
+same job id, ``SLURM_RESTART_COUNT`` counts attempts. Slurm holds a requeued job ~120 s
+(Reason BeginTime) before it runs again; status says PENDING with that reason meanwhile.
 
 Signals, the grace period and exit codes (tests/schedulers/slurm/test_signals.py): ``cancel`` is
 ``scancel JOBID``. slurmd sends SIGCONT and SIGTERM to every process of the job's steps (its
@@ -88,6 +92,7 @@ from ..api import (
 from ..logs import iter_log_lines
 from .request import (
     LOG_SUBDIR,
+    ArrayJob,
     ClusterInfo,
     SlurmBatchRequest,
     build_request,
@@ -142,6 +147,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         self._info: dict[str, ClusterInfo] = {}
         self._json_ok: bool | None = None
         self._workspace: str | None = None
+        self._array: ArrayJob | None = None  # set by array_dryrun
 
     # ------------------------------------------------------------------ options
     def run_opts(self) -> runopts:
@@ -151,9 +157,23 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         o.add("account", str, "account to charge (--account)")
         o.add("qos", str, "quality of service (--qos)")
         o.add("constraint", str, "node features (--constraint), e.g. a100")
-        o.add("comment", str, "added to the job comment, which is xrun:APP[,COMMENT] (no spaces)")
-        o.add("mail_user", str, "where Slurm mails job events (--mail-user)")
-        o.add("mail_type", str, "which events are mailed (--mail-type), e.g. END,FAIL")
+        o.add(
+            "comment",
+            str,
+            "added to the job comment, which is xrun:APP;ROLE=N[,COMMENT] (spaces are fine)",
+        )
+        o.add(
+            "mail_user",
+            str,
+            "where Slurm mails job events (--mail-user)",
+            aliases=("mail-user",),
+        )
+        o.add(
+            "mail_type",
+            str,
+            "which events are mailed (--mail-type), e.g. END,FAIL",
+            aliases=("mail-type",),
+        )
         o.add("job_name", str, "job name (--job-name); default: the app name")
         o.add(
             "job_dir",
@@ -166,7 +186,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             "signal",
             str,
             "preemption/time-limit warning signal to the batch shell, SIG@SECONDS; it is passed "
-            "to the replicas and the job requeues while max_retries allow; '' for none",
+            "to the replicas and the job requeues up to max_retries times (the roles' smallest; "
+            "after a failure only roles without in-place agent restarts); '' for none",
             default="USR2@90",
         )
         o.add(
@@ -237,8 +258,26 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             info=info,
             path_prefix=str(python_path) or None,
             workspace=workspace,
+            array=self._array,
         )
         return AppDryRunInfo(req, lambda r: r.materialize())
+
+    # ------------------------------------------------------------------ sweeps
+    def sweep_backend(self) -> Any:
+        """A sweep is ONE job array here (see sweep.py), not one job per trial."""
+        from .sweep import ArrayBackend
+
+        return ArrayBackend(self)
+
+    def array_dryrun(
+        self, app: AppDef, cfg: Mapping[str, object], array: ArrayJob, workspace: str | None
+    ) -> AppDryRunInfo[SlurmBatchRequest]:
+        """The request for ``app`` as the job array ``array`` (one task per sweep trial)."""
+        self._workspace, self._array = workspace, array
+        try:
+            return self.submit_dryrun(app, cfg)
+        finally:
+            self._workspace, self._array = None, None
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
         req = dryrun_info.request

@@ -175,12 +175,15 @@ def parse_squeue_json(text: str) -> list[SlurmJobRecord]:
     for j in data.get("jobs", []):
         job_id = str(_num(j.get("job_id")))
         het = _num(j.get("het_job_id")) or 0
+        # A job array's task is JOBID_INDEX (as squeue's text form and scancel write it).
+        array, task = _num(j.get("array_job_id")) or 0, _num(j.get("array_task_id"))
+        shown = f"{array}_{task}" if array and task is not None else str(het or job_id)
         state, flags = _json_state(j.get("job_state"))
         code, sig = _json_exit(j.get("exit_code"))
         out.append(
             SlurmJobRecord(
                 job_id=job_id,
-                app_id=str(het) if het else job_id,
+                app_id=shown,
                 het_offset=_num(j.get("het_job_offset")) or 0,
                 name=str(j.get("name", "")),
                 state=state,

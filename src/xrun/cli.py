@@ -2,9 +2,9 @@
 
 Exit codes: 0 success; 1 the job failed or the handle is unknown; 2 a usage or validation
 error, printed as ONE line ``xrun: error: <message>`` without a traceback. This module only maps
-a command to the module that owns it: ``cli_run.py`` (``run``, with its options) or
-``cli_cmds.py`` (the others), imported only when that command runs, so ``xrun run --dryrun``
-does not pay for what ``xrun log`` needs.
+a command to the module that owns it: ``cli_run.py`` (``run``, with its options;
+``cli_sweep.py`` for a run with ``--sweep``) or ``cli_cmds.py`` (the others), imported only
+when that command runs, so ``xrun run --dryrun`` does not pay for what ``xrun log`` needs.
 """
 
 from __future__ import annotations
@@ -59,6 +59,10 @@ def _dispatch(args: list[str]) -> int:
             from xrun.cli_parser import build_parser
 
             opts = cli_run.RunOptions.from_namespace(build_parser().parse_args(["run", *own]))
+        if cli_run.is_sweep(opts):
+            from xrun import cli_sweep
+
+            return cli_sweep.cmd_run_sweep(opts, component, comp_args)
         return cli_run.cmd_run(opts, component, comp_args)
     from xrun.cli_parser import build_parser
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from xrun import cli_sweep
 from xrun.errors import AppNotFoundError, UsageError
 from xrun.runner import Runner
 from xrun.specs import AppHandle
@@ -58,6 +59,9 @@ def _not_found(handle: str) -> AppNotFoundError:
 
 
 def cmd_status(ns: argparse.Namespace) -> int:
+    sweep = cli_sweep.find_sweep(ns.handle)
+    if sweep is not None:
+        return cli_sweep.cmd_status(ns, *sweep)
     with Runner() as runner:
         status = runner.status(ns.handle)
         if status is None:
@@ -68,6 +72,9 @@ def cmd_status(ns: argparse.Namespace) -> int:
 
 
 def cmd_cancel(ns: argparse.Namespace) -> int:
+    sweep = cli_sweep.find_sweep(ns.handle)
+    if sweep is not None:
+        return cli_sweep.cmd_cancel(ns, *sweep)
     with Runner() as runner:
         runner.cancel(ns.handle)
     print(f"xrun: cancelled {ns.handle}", file=sys.stderr)
@@ -77,6 +84,9 @@ def cmd_cancel(ns: argparse.Namespace) -> int:
 def cmd_describe(ns: argparse.Namespace) -> int:
     from xrun.specs import appdef_to_yaml
 
+    sweep = cli_sweep.find_sweep(ns.handle)
+    if sweep is not None:
+        return cli_sweep.cmd_describe(ns, *sweep)
     with Runner() as runner:
         app = runner.describe(ns.handle)
         status = runner.status(ns.handle)
@@ -95,9 +105,14 @@ def cmd_list(ns: argparse.Namespace) -> int:
     with Runner() as runner:
         scheduler = ns.scheduler or runner.config.default_scheduler() or "local_cwd"
         apps = runner.list(scheduler)
+        sweeps, owned = cli_sweep.list_sweeps(runner, scheduler)
         for a in apps:
-            handle = a.app_handle or make_app_handle(a.app_id, scheduler, runner.session_name)
+            if cli_sweep.is_trial(a, owned):
+                continue  # shown as part of its sweep's line
+            handle = a.app_handle or make_app_handle(scheduler, runner.session_name, a.app_id)
             print(f"{handle}\t{a.state.name}\t{a.name}")
+        for line in sweeps:
+            print(line)
     return 0
 
 
@@ -143,28 +158,19 @@ def parse_log_target(target: str) -> tuple[str, str | None, list[int] | None]:
 
 
 def cmd_log(ns: argparse.Namespace) -> int:
-    from xrun.cli_logs import LogPrinter
+    from xrun.cli_logs import LogPrinter, log_targets
     from xrun.schedulers.api import Stream
 
+    sweep = cli_sweep.find_sweep(ns.target)
+    if sweep is not None:
+        return cli_sweep.cmd_log(ns, *sweep)
     handle, role, replicas = parse_log_target(ns.target)
     with Runner() as runner:
         app = runner.describe(handle)
         if app is None:
             raise _not_found(handle)
         roles = {r.name: r.num_replicas for r in app.roles}
-        if role is not None and role not in roles:
-            raise UsageError(f"app {handle} has no role {role!r}; roles: {', '.join(roles)}")
-        targets: list[tuple[str, int]] = []
-        for name, count in roles.items():
-            if role is not None and name != role:
-                continue
-            wanted = replicas if replicas is not None else list(range(count))
-            bad = [k for k in wanted if k >= count]
-            if bad:
-                raise UsageError(
-                    f"role {name!r} of {handle} has replicas 0..{count - 1}; no replica {bad[0]}"
-                )
-            targets += [(name, k) for k in wanted]
+        targets = log_targets(f"app {handle}", roles, role, replicas)
         printer = LogPrinter(
             runner,
             handle,
@@ -175,4 +181,37 @@ def cmd_log(ns: argparse.Namespace) -> int:
             streams=Stream(ns.streams) if ns.streams else None,
         )
         printer.run()
+    return 0
+
+
+# --------------------------------------------------------------------------- configure
+def cmd_configure(ns: argparse.Namespace) -> int:
+    from xrun.config import FILENAME, render_template
+    from xrun.schedulers.api import get_scheduler, scheduler_names
+
+    names = [n.strip() for n in ns.schedulers.split(",") if n.strip()] if ns.schedulers else []
+    found = []
+    for name in names or scheduler_names():
+        try:
+            found.append((name, get_scheduler(name).run_opts()))
+        except UsageError as e:
+            if names:  # asked for by name: say why not
+                raise
+            print(f"xrun: warning: {name} left out: {e}", file=sys.stderr)
+    text = render_template(found)
+    if ns.print:
+        sys.stdout.write(text)
+        return 0
+    import os
+
+    if os.path.exists(FILENAME) and not ns.force:
+        raise UsageError(
+            f"{os.path.abspath(FILENAME)} exists already; pass --force to replace it, or "
+            "--print to see the template"
+        )
+    tmp = f"{FILENAME}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, FILENAME)  # whole or not at all: an existing file is never half-written
+    print(f"xrun: wrote {os.path.abspath(FILENAME)}", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""Printing several replicas' logs at once, each line prefixed ``role/replica``.
+"""Printing several replicas' logs at once, each line prefixed ``role/replica`` (also a single
+replica's, unless the output is a terminal).
 
 One thread per replica reads :meth:`Runner.log_lines`; a lock keeps lines whole. Colour (one per
 replica) only on a terminal and only when NO_COLOR is unset (https://no-color.org).
@@ -45,8 +46,11 @@ class LogPrinter:
         self._follow = follow
         self._regex = regex
         self._streams = streams
-        self._prefix = always_prefix or len(targets) > 1
         self._colour = colour_enabled(out)
+        # A lone replica's lines are bare only on a terminal; anything read by a program (a
+        # file, a pipe) gets `role/replica` on every line, as TorchX prints them.
+        isatty = getattr(out, "isatty", None)
+        self._prefix = always_prefix or len(targets) > 1 or not (isatty and isatty())
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
@@ -92,3 +96,26 @@ class LogPrinter:
     def run(self) -> None:
         self.start()
         self.join()
+
+
+def log_targets(
+    what: str, roles: dict[str, int], role: str | None, replicas: list[int] | None
+) -> list[tuple[str, int]]:
+    """The ``(role, replica)`` pairs of ``xrun log WHAT[/ROLE[/REPLICA,...]]``, checked against
+    ``roles`` (name -> replica count); UsageError naming what does not exist."""
+    from xrun.errors import UsageError
+
+    if role is not None and role not in roles:
+        raise UsageError(f"{what} has no role {role!r}; roles: {', '.join(roles)}")
+    targets: list[tuple[str, int]] = []
+    for name, count in roles.items():
+        if role is not None and name != role:
+            continue
+        wanted = replicas if replicas is not None else list(range(count))
+        bad = [k for k in wanted if k >= count]
+        if bad:
+            raise UsageError(
+                f"role {name!r} of {what} has replicas 0..{count - 1}; no replica {bad[0]}"
+            )
+        targets += [(name, k) for k in wanted]
+    return targets

@@ -33,9 +33,10 @@ def build_parser() -> Parser:
         help="run a component or a saved AppDef YAML",
         allow_abbrev=False,
         usage="xrun run [-s SCHEDULER] [-cfg K=V,...] [--dryrun] [--wait] [--log] "
-        "[--workspace DIR] COMPONENT|SPEC.yaml [component args ...]",
+        "[--workspace DIR] [--parent_run_id ID] [COMPONENT|SPEC.yaml] [component args ...]",
         description="COMPONENT is a builtin (dist.ddp; see `xrun builtins`), FILE.py:FUNCTION "
-        "or a plugin; its own options follow it (`xrun run dist.ddp --help`).",
+        "(TorchX component files too) or a plugin; its own options follow it (`xrun run "
+        "dist.ddp --help`). Without one, [cli:run] component in .xrunconfig is run.",
     )
     add_run_arguments(run)
 
@@ -48,16 +49,30 @@ def build_parser() -> Parser:
     )
 
     for name, helptext in (
-        ("status", "show an app's status"),
-        ("cancel", "stop an app (it ends CANCELLED)"),
+        ("status", "show an app's status (a sweep's: a table of its trials)"),
+        ("cancel", "stop an app (it ends CANCELLED); a sweep: every trial, or HANDLE/TRIAL"),
         ("describe", "show an app's roles (YAML) and status"),
     ):
         c = sub.add_parser(name, help=helptext)
-        c.add_argument("handle", metavar="HANDLE", help="SCHEDULER://SESSION/APP_ID")
+        c.add_argument(
+            "handle", metavar="HANDLE", help="SCHEDULER://SESSION/APP_ID (a sweep's: [/TRIAL])"
+        )
 
     lg = sub.add_parser("log", help="print an app's logs")
-    lg.add_argument("target", metavar="HANDLE[/ROLE[/REPLICA[,REPLICA...]]]")
-    lg.add_argument("-f", "--follow", action="store_true", help="follow until the app ends")
+    lg.add_argument(
+        "target",
+        metavar="HANDLE[/ROLE[/REPLICA[,REPLICA...]]]",
+        help="a sweep's trial: HANDLE/TRIAL[/ROLE[/REPLICA[,REPLICA...]]]",
+    )
+    lg.add_argument(
+        "-f",
+        "--follow",
+        "-t",
+        "--tail",
+        dest="follow",
+        action="store_true",
+        help="follow until the app ends (-t/--tail: TorchX's spelling)",
+    )
     lg.add_argument("--regex", help="only lines matching this regular expression")
     lg.add_argument(
         "--streams",
@@ -70,6 +85,22 @@ def build_parser() -> Parser:
 
     ro = sub.add_parser("runopts", help="show the run options of the schedulers")
     ro.add_argument("scheduler", nargs="?", help="only this scheduler")
+
+    cf = sub.add_parser(
+        "configure",
+        help="write a .xrunconfig listing every scheduler's run options (commented out)",
+        description="Writes ./.xrunconfig: a section per scheduler with each run option, its "
+        "help and its default, commented out; uncomment what you want to change. An existing "
+        "file is left alone unless --force.",
+    )
+    cf.add_argument(
+        "-s",
+        "--schedulers",
+        metavar="S1,S2",
+        help="only these schedulers (comma-separated); default: all",
+    )
+    cf.add_argument("--print", action="store_true", help="print it to stdout instead")
+    cf.add_argument("--force", action="store_true", help="replace an existing .xrunconfig")
     return p
 
 

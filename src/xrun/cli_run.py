@@ -14,7 +14,6 @@ messages stay argparse's.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from xrun.errors import UsageError
 from xrun.specs import AppDef, AppState
 
 if TYPE_CHECKING:
+    import argparse  # importing it costs start-up time; only --help and mistakes need it
+
     from xrun.runner import Runner
 
 DEFAULT_SCHEDULER = "local_cwd"
@@ -44,8 +45,14 @@ _VALUE_OPTS = {
     "-cfg": "cfg",
     "--cfg": "cfg",
     "--workspace": "workspace",
+    "--parent_run_id": "parent_run_id",
+    "--parent-run-id": "parent_run_id",
+    "--sweep": "sweep",
+    "--sweep-file": "sweep_file",
+    "--max-parallel": "max_parallel",
 }
 _FLAGS = {"--dryrun": "dryrun", "--wait": "wait", "--log": "log"}
+_HELP = ("-h", "--help")
 
 
 @dataclass
@@ -58,6 +65,10 @@ class RunOptions:
     wait: bool = False
     log: bool = False
     workspace: str | None = None
+    parent_run_id: str | None = None
+    sweep: list[str] = field(default_factory=list)  # NAME=V1,V2,...: a sweep (cli_sweep.py)
+    sweep_file: str | None = None
+    max_parallel: str | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> RunOptions:
@@ -66,16 +77,28 @@ class RunOptions:
         return cls(**{k: v for k, v in vars(ns).items() if k in known})
 
 
+def _is_own_option(tok: str) -> bool:
+    return tok in _FLAGS or tok in _HELP or tok.partition("=")[0] in _VALUE_OPTS
+
+
 def split_run_argv(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
-    """``run``'s argv -> (xrun's own options, the component, the component's arguments)."""
+    """``run``'s argv -> (xrun's own options, the component, the component's arguments).
+
+    The component is None when none is named: the arguments then start at the first token
+    that is not one of ``run``'s options (or follow ``--``), for ``[cli:run] component``.
+    """
     i = 0
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
             rest = list(argv[i + 1 :])
+            if rest and rest[0].startswith("-"):  # TorchX's `run -- --msg hi` (default component)
+                return list(argv[:i]), None, rest
             return list(argv[:i]), (rest[0] if rest else None), rest[1:]
         if not tok.startswith("-") or tok == "-":
             return list(argv[:i]), tok, list(argv[i + 1 :])
+        if not _is_own_option(tok):
+            return list(argv[:i]), None, list(argv[i:])
         if tok in _VALUE_OPTS:
             i += 1  # skip its value
         i += 1
@@ -96,8 +119,8 @@ def parse_run_options(own: Sequence[str]) -> RunOptions | None:
             if not eq:
                 i += 1
                 value = own[i]
-            if _VALUE_OPTS[name] == "cfg":
-                opts.cfg.append(value)
+            if _VALUE_OPTS[name] in ("cfg", "sweep"):
+                getattr(opts, _VALUE_OPTS[name]).append(value)
             else:
                 setattr(opts, _VALUE_OPTS[name], value)
         else:
@@ -132,6 +155,31 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--workspace",
         metavar="DIR",
         help="a local directory the scheduler makes available (docker: image)",
+    )
+    run.add_argument(
+        "--parent_run_id",
+        "--parent-run-id",
+        metavar="ID",
+        help="a parent run id for experiment tracking: TORCHX_PARENT_RUN_ID in every replica",
+    )
+    run.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="run one trial per value (repeat: the cartesian grid); {{NAME}} in the component's "
+        "arguments is the trial's value, XRUN_SWEEP_NAME in its env",
+    )
+    run.add_argument(
+        "--sweep-file",
+        metavar="FILE",
+        help="the trials as a YAML list of mappings, e.g. [{lr: 0.1}, {lr: 0.01}]",
+    )
+    run.add_argument(
+        "--max-parallel",
+        metavar="K",
+        help="a sweep runs at most K trials at once (default: local_cwd/docker what fits this "
+        "machine; slurm no limit)",
     )
 
 
@@ -177,28 +225,47 @@ def load_app(runner: Runner, component: str, comp_args: list[str]) -> AppDef:
     return runner.component_app(component, comp_args)
 
 
+def is_sweep(ns: RunOptions) -> bool:
+    """A run with --sweep/--sweep-file/--max-parallel: :func:`xrun.cli_sweep.cmd_run_sweep`."""
+    return bool(ns.sweep or ns.sweep_file or ns.max_parallel is not None)
+
+
+def resolve_component(runner: Runner, component: str | None, comp_args: list[str]) -> str:
+    """The component named on the command line, else ``[cli:run] component`` of .xrunconfig."""
+    component = component or runner.config.default_component()
+    if component is None:
+        raise _missing_component(comp_args)
+    return component
+
+
 def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
     from xrun.component import HelpRequested, format_help, get_component
     from xrun.runner import Runner
 
-    if component is None:
-        raise UsageError(
-            "xrun run: missing COMPONENT; e.g. xrun run dist.ddp -j 1x2 --script train.py "
-            "(`xrun builtins` lists the components)"
-        )
     cfg = parse_cfg(ns.cfg)
+    if "{{" in "".join(comp_args):
+        from xrun.sweep import reject_placeholders
+
+        reject_placeholders(comp_args, "component argument")
     with Runner() as runner:
+        component = resolve_component(runner, component, comp_args)
         try:
             app = load_app(runner, component, comp_args)
         except HelpRequested:
             print(format_help(get_component(component)), end="")
             return 0
+        if _is_spec_file(component):
+            from xrun.sweep import reject_app_placeholders
+
+            reject_app_placeholders(app, component)
         scheduler = ns.scheduler or runner.config.default_scheduler() or DEFAULT_SCHEDULER
         if ns.dryrun:
-            info = runner.dryrun(app, scheduler, cfg)
+            info = runner.dryrun(app, scheduler, cfg, parent_run_id=ns.parent_run_id)
             _print_dryrun(app, scheduler, str(info))
             return 0
-        handle = runner.run(app, scheduler, cfg, workspace=ns.workspace)
+        handle = runner.run(
+            app, scheduler, cfg, workspace=ns.workspace, parent_run_id=ns.parent_run_id
+        )
         print(handle, flush=True)
         _progress(f"submitted {handle}")
         stream = ns.log or scheduler in _WAITING_SCHEDULERS
@@ -212,6 +279,17 @@ def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
             return 130
         _progress(f"{handle} ended {state.name if state else 'UNKNOWN'}")
         return 0 if state == AppState.SUCCEEDED else 1
+
+
+def _missing_component(comp_args: list[str]) -> UsageError:
+    fix = "name one, e.g. xrun run dist.ddp -j 1x2 --script train.py (`xrun builtins` lists them)"
+    fix += ", or set a default: [cli:run] component = NAME in .xrunconfig"
+    if comp_args:
+        return UsageError(
+            f"xrun run: {comp_args[0]!r} is not an option of xrun run and no COMPONENT is "
+            f"named before it; {fix}"
+        )
+    return UsageError(f"xrun run: missing COMPONENT; {fix}")
 
 
 def _print_dryrun(app: AppDef, scheduler: str, request: str) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import sys
 import types
 import typing
@@ -80,17 +81,21 @@ def _scalar(type_: type, text: str) -> Any:
 
 
 def _parse_dict(text: str) -> dict[str, str]:
+    """``k=v,k2=v2`` or ``k=v;k2=v2`` (TorchX splits on both). An item without ``=`` continues
+    the previous value, delimiter included, so ``CUDA_VISIBLE_DEVICES=0,1`` stays one value."""
     out: dict[str, str] = {}
     last: str | None = None
-    for item in text.split(","):
+    parts = re.split(r"([,;])", text)  # items at even indexes, their delimiters between
+    for i in range(0, len(parts), 2):
+        item = parts[i]
         key, sep, value = item.partition("=")
         if sep and key.strip():
             last = key.strip()
             out[last] = value
         elif last is not None:
-            out[last] += "," + item  # a value that itself contains commas
+            out[last] += parts[i - 1] + item  # a value that itself contains , or ;
         elif item.strip():
-            raise UsageError(f"{item!r} is not KEY=VALUE; expected k=v,k2=v2")
+            raise UsageError(f"{item!r} is not KEY=VALUE; expected k=v,k2=v2 (or k=v;k2=v2)")
     return out
 
 
@@ -297,14 +302,19 @@ def _from_file(ref: str) -> Component:
         )
     if not os.path.isfile(path):
         raise UsageError(f"component file {path!r} does not exist (in {os.getcwd()})")
-    module = _load_file(path)
+    from xrun.torchx_compat import scoped, torchx_imports
+
+    # A TorchX component file runs unchanged: its `import torchx...` get xrun's stand-ins while
+    # it loads and while its function runs, and nowhere else (see xrun.torchx_compat).
+    with torchx_imports():
+        module = _load_file(path)
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         defined = ", ".join(sorted(_functions(module))) or "none"
         raise UsageError(
             f"component file {path!r} has no function {fn_name!r}; functions defined: {defined}"
         )
-    return analyze(ref, fn)
+    return analyze(ref, scoped(fn))
 
 
 def _load_file(path: str) -> ModuleType:
@@ -391,7 +401,7 @@ def parse_argv(comp: Component, argv: Sequence[str]) -> ParsedArgs:
             else:
                 value = nxt
                 i += 1
-        out.options[param.name] = value
+        _store(comp, out, param, flag, value)
         i += 1
     if out.varargs and comp.varargs is None:
         raise UsageError(
@@ -399,6 +409,21 @@ def parse_argv(comp: Component, argv: Sequence[str]) -> ParsedArgs:
             "arguments (options only, see --help)"
         )
     return out
+
+
+def _store(comp: Component, out: ParsedArgs, param: Param, flag: str, value: str) -> None:
+    """Record one option's raw value. A list option may repeat (the values add up); any other
+    given twice is a mistake TorchX refuses too, not "the last one wins"."""
+    if param.name not in out.options:
+        out.options[param.name] = value
+    elif param.type.container == "list":
+        out.options[param.name] += "," + value
+    else:
+        first = out.options[param.name]
+        raise UsageError(
+            f"{comp.name}: option {flag} is given twice ({first!r}, then {value!r}); give it "
+            "once (only list options may repeat)"
+        )
 
 
 def _is_option(tok: str, table: dict[str, Param], help_flags: set[str]) -> bool:
@@ -454,7 +479,14 @@ def call_component(
     var = comp.varargs
     if var is not None:
         args = [convert_value(comp, var, a, f"*{var.name}") for a in parsed.varargs]
-    app = comp.fn(*args, **kwargs)
+    try:
+        app = comp.fn(*args, **kwargs)
+    except ValueError as e:  # TorchX's components report a bad argument so: one line, exit 2
+        raise UsageError(f"{comp.name}: {e}") from None
+    if not isinstance(app, AppDef) and type(app).__module__.startswith("torchx."):
+        from xrun.torchx_compat import from_torchx  # a TorchX file, with TorchX installed
+
+        app = from_torchx(app)
     if not isinstance(app, AppDef):
         raise UsageError(f"component {comp.name} returned {type(app).__name__}, expected AppDef")
     return app

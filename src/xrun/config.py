@@ -15,9 +15,16 @@ An INI file (Python's configparser; ``#`` or ``;`` start comments)::
     j = 2x2
     env = NCCL_DEBUG=INFO,OMP_NUM_THREADS=1
 
-    # defaults for `xrun run` itself
+    # defaults for `xrun run` itself: the scheduler, and the component run when none is named
     [cli:run]
     scheduler = local_cwd
+    component = dist.ddp
+
+    # experiment tracking (TorchX's sections): the trackers' names, and each one's config
+    [torchx:tracker]
+    fsspec =
+    [tracker:fsspec]
+    config = /tmp/tracker.conf
 
 Two files are read: ``~/.xrunconfig`` and ``./.xrunconfig`` (the current directory). Precedence,
 highest first: the command line > the cwd file > the home file > the component's own defaults
@@ -42,7 +49,11 @@ if TYPE_CHECKING:
 FILENAME = ".xrunconfig"
 COMPONENT_PREFIX = "component:"
 CLI_RUN = "cli:run"
-_CLI_RUN_KEYS = ("scheduler",)
+_CLI_RUN_KEYS = ("scheduler", "component")
+# Experiment tracking, TorchX's sections (see xrun.tracking): [torchx:tracker] lists the
+# trackers, [tracker:NAME] holds one's config.
+TRACKERS = "torchx:tracker"
+TRACKER_PREFIX = "tracker:"
 # Schedulers known without scanning entry points (the scan costs ~30 ms on every start).
 _BUILTIN_SCHEDULERS = ("local_cwd", "slurm", "docker")
 
@@ -71,6 +82,11 @@ class Config:
     def default_scheduler(self) -> str | None:
         entry = self.sections.get(CLI_RUN, {}).get("scheduler")
         return entry[0].strip() if entry else None
+
+    def default_component(self) -> str | None:
+        """``[cli:run] component``: what ``xrun run`` runs when no component is named."""
+        entry = self.sections.get(CLI_RUN, {}).get("component")
+        return entry[0].strip() or None if entry else None
 
 
 def config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> list[str]:
@@ -117,6 +133,10 @@ def _check_section(path: str, section: str, items: dict[str, str]) -> None:
         if not section[len(COMPONENT_PREFIX) :].strip():
             raise UsageError(f"{path} [{section}]: name the component, e.g. [component:dist.ddp]")
         return
+    if section == TRACKERS or (
+        section.startswith(TRACKER_PREFIX) and section[len(TRACKER_PREFIX) :].strip()
+    ):
+        return
     if section == CLI_RUN:
         for key in items:
             if key not in _CLI_RUN_KEYS:
@@ -131,7 +151,7 @@ def _check_section(path: str, section: str, items: dict[str, str]) -> None:
     known = scheduler_names()
     if section in known:
         return
-    valid = [*known, CLI_RUN, COMPONENT_PREFIX + "NAME"]
+    valid = [*known, CLI_RUN, COMPONENT_PREFIX + "NAME", TRACKERS, TRACKER_PREFIX + "NAME"]
     import difflib  # lazy: only error paths need it
 
     close = difflib.get_close_matches(section, valid, n=1)
@@ -166,8 +186,54 @@ def resolve_run_options(
             )
         single = RunOpts()
         single.add(opt.name, opt.type_, opt.help)
-        try:
-            out[key] = single.resolve({key: raw}, scheduler)[key]
+        try:  # under the option's own name: an alias (mail-user) is the same option
+            out[opt.name] = single.resolve({opt.name: raw}, scheduler)[opt.name]
         except UsageError as e:
             raise UsageError(f"{source}: {e}") from None
     return out
+
+
+# --------------------------------------------------------------------------- xrun configure
+def _shown(value: CfgVal) -> str:
+    """A run option's default as written in the file (lists with ';', dicts as K:V;K2:V2)."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ";".join(value)
+    if isinstance(value, dict):
+        return ";".join(f"{k}:{v}" for k, v in value.items())
+    return str(value)
+
+
+def render_template(schedulers: list[tuple[str, runopts]]) -> str:
+    """The ``.xrunconfig`` that ``xrun configure`` writes: per scheduler, every run option with
+    its help and default, commented out (uncomment a line to set it)."""
+    import textwrap
+
+    from xrun.schedulers.api import type_name
+
+    out = [
+        "# .xrunconfig (written by `xrun configure`): every run option with its default,",
+        "# commented out. Uncomment a line and change its value to make it your default; the",
+        "# command line (-cfg k=v) still wins. Lists use ';' (a;b), dicts K:V;K2:V2.",
+        "",
+        f"[{CLI_RUN}]",
+        "# the scheduler of `xrun run` without -s",
+        "# scheduler = local_cwd",
+        "# the component of `xrun run` without one, e.g. dist.ddp",
+        "# component =",
+    ]
+    for name, opts in schedulers:
+        out += ["", f"[{name}]"]
+        for o in opts:
+            tname = type_name(o.type_)
+            also = f"; also spelled {', '.join(o.aliases)}" if o.aliases else ""
+            need = "REQUIRED, " if o.required else ""
+            out += textwrap.wrap(
+                f"{o.help} ({need}{tname}{also})",
+                width=96,
+                initial_indent="# ",
+                subsequent_indent="#   ",
+            )
+            out.append(f"# {o.name} = {_shown(o.default)}".rstrip())
+    return "\n".join(out) + "\n"

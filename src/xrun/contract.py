@@ -32,3 +32,21 @@ RDZV_PORT_ENV = "XRUN_RDZV_PORT"
 # The host of the role's first replica. ``${rank0_env}`` in a role's args or env becomes this
 # *name* (see ``specs.macros``), and every replica's environment sets it.
 RANK0_HOST_ENV = "XRUN_RANK0_HOST"
+
+# A role's metadata key (value True) set by the dist components: the runtime agent in each of
+# its replicas restarts the workers in place, up to the role's ``max_retries``
+# (``--max-restarts``). A scheduler therefore does not run a failed replica of such a role
+# again (that would make (N+1)^2 attempts); it only brings the job back after a preemption.
+# A role without it (utils.*, a torchrun command) is re-run by the scheduler, as in TorchX.
+RESTARTS_IN_PLACE = "xrun.restarts_in_place"
+
+# Where a replica's runtime agent keeps its workers' per-attempt logs: torchrun's env default
+# for ``--log-dir``. The schedulers set it to a dir under the app's own logs, so an agent
+# never falls back to a temporary dir that outlives the job.
+AGENT_LOG_DIR_ENV = "PET_LOG_DIR"
+
+# Sweeps (``xrun run --sweep``): every worker of trial i gets its values as
+# ``XRUN_SWEEP_<NAME>`` (the parameter's name upper-cased), its index and the sweep's size.
+SWEEP_ENV_PREFIX = "XRUN_SWEEP_"
+TRIAL_INDEX_ENV = "XRUN_TRIAL_INDEX"
+SWEEP_SIZE_ENV = "XRUN_SWEEP_SIZE"

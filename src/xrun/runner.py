@@ -26,10 +26,13 @@ from typing import TYPE_CHECKING, Any
 from xrun.config import Config
 from xrun.config import load as load_config
 from xrun.errors import UsageError
-from xrun.specs import AppDef, AppHandle, AppStatus, make_app_handle
+from xrun.specs import AppDef, AppHandle, AppStatus, macros, make_app_handle
 
 if TYPE_CHECKING:
     from xrun.schedulers.api import AppDryRunInfo, ListAppResponse, Scheduler, Stream
+    from xrun.schedulers.sweeps import SweepBackend
+    from xrun.sweep import Sweep, SweepPlan
+    from xrun.sweep_status import SweepStatus
 
 
 class Runner:
@@ -74,8 +77,9 @@ class Runner:
 
         sched = self.scheduler(scheduler)
         defaults = self.config.scheduler_defaults(scheduler)
-        merged: dict[str, object] = dict(resolve_run_options(sched.run_opts(), defaults, scheduler))
-        merged.update(cfg or {})
+        opts = sched.run_opts()
+        merged: dict[str, object] = dict(resolve_run_options(opts, defaults, scheduler))
+        merged.update(opts.canonical(cfg or {}, scheduler))  # mail-user and mail_user: one key
         return merged
 
     # ------------------------------------------------------------------ submitting
@@ -86,11 +90,32 @@ class Runner:
         comp = get_component(component)
         return call_component(comp, args, self.config.component_defaults(comp.name))
 
+    def with_job_env(self, app: AppDef, scheduler: str, parent_run_id: str | None = None) -> AppDef:
+        """A copy of ``app`` whose roles' env tells the replicas their job (``TORCHX_JOB_ID``,
+        the tracking variables: see :mod:`xrun.tracking`); ``app`` itself is untouched, so the
+        YAML ``--dryrun`` prints runs again on any scheduler."""
+        import copy
+
+        from xrun.tracking import job_env
+
+        out = copy.deepcopy(app)
+        env = job_env(
+            make_app_handle(scheduler, self.session_name, macros.app_id), parent_run_id, self.config
+        )
+        for role in out.roles:
+            role.env.update(env)
+        return out
+
     def dryrun(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, object] | None = None
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Mapping[str, object] | None = None,
+        parent_run_id: str | None = None,
     ) -> AppDryRunInfo[Any]:
         """The scheduler's request for ``app``, not executed (print it to see what would run)."""
-        return self.scheduler(scheduler).submit_dryrun(app, self.run_cfg(scheduler, cfg))
+        job = self.with_job_env(app, scheduler, parent_run_id)
+        return self.scheduler(scheduler).submit_dryrun(job, self.run_cfg(scheduler, cfg))
 
     def dryrun_component(
         self,
@@ -106,7 +131,7 @@ class Runner:
         if not dryrun_info.scheduler:
             raise UsageError("this AppDryRunInfo has no scheduler; get it from Runner.dryrun")
         app_id = self.scheduler(dryrun_info.scheduler).schedule(dryrun_info)
-        return make_app_handle(app_id, dryrun_info.scheduler, self.session_name)
+        return make_app_handle(dryrun_info.scheduler, self.session_name, app_id)
 
     def run(
         self,
@@ -114,11 +139,13 @@ class Runner:
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
         workspace: str | None = None,
+        parent_run_id: str | None = None,
     ) -> str:
         """Submit ``app``; returns its handle ``scheduler://session/app_id`` at once."""
         sched = self.scheduler(scheduler)
-        app_id = sched.submit(app, self.run_cfg(scheduler, cfg), workspace=workspace)
-        return make_app_handle(app_id, scheduler, self.session_name)
+        job = self.with_job_env(app, scheduler, parent_run_id)
+        app_id = sched.submit(job, self.run_cfg(scheduler, cfg), workspace=workspace)
+        return make_app_handle(scheduler, self.session_name, app_id)
 
     def run_component(
         self,
@@ -170,6 +197,97 @@ class Runner:
     def list(self, scheduler: str) -> list[ListAppResponse]:
         """The apps ``scheduler`` knows in this session."""
         return self.scheduler(scheduler).list()
+
+    # ------------------------------------------------------------------ sweeps
+    def sweep_backend(self, scheduler: str, session: str | None = None) -> SweepBackend:
+        """How ``scheduler`` runs sweeps: its own way (``sweep_backend()``: Slurm's one job
+        array), else each trial a normal app (:class:`~xrun.schedulers.trials.TrialsBackend`)."""
+        sched = self.scheduler(scheduler, session)
+        own = getattr(sched, "sweep_backend", None)
+        if own is not None:
+            backend: SweepBackend = own()
+            return backend
+        from xrun.schedulers.trials import TrialsBackend
+
+        return TrialsBackend(sched)
+
+    def sweep_plan(self, component: str, args: Sequence[str], sweep: Sweep) -> SweepPlan:
+        """The trials of ``component`` called with ``args`` (``{{name}}`` placeholders)."""
+        from xrun.component import call_component, get_component
+        from xrun.sweep import plan_from_args
+
+        comp = get_component(component)
+        defaults = self.config.component_defaults(comp.name)
+        return plan_from_args(lambda a: call_component(comp, a, defaults), args, sweep)
+
+    def run_sweep(
+        self,
+        app: AppDef | SweepPlan,
+        sweep: Sweep | None,
+        scheduler: str,
+        cfg: Mapping[str, object] | None = None,
+        workspace: str | None = None,
+    ) -> str:
+        """Submit a sweep; returns its handle at once. ``app``: an AppDef whose strings hold
+        ``{{name}}`` placeholders, each trial of ``sweep`` filling in its values (or a plan
+        from :meth:`sweep_plan`, ``sweep`` None)."""
+        from xrun.sweep import SweepPlan, plan_from_app
+
+        if isinstance(app, SweepPlan):
+            plan = app
+        elif sweep is None:
+            raise UsageError("run_sweep: give the Sweep (the trials) for this AppDef")
+        else:
+            plan = plan_from_app(app, sweep)
+        backend = self.sweep_backend(scheduler)
+        sweep_id = backend.submit(plan, self.run_cfg(scheduler, cfg), workspace)
+        return make_app_handle(scheduler, self.session_name, sweep_id)
+
+    def run_sweep_component(
+        self,
+        component: str,
+        args: Sequence[str],
+        sweep: Sweep,
+        scheduler: str,
+        cfg: Mapping[str, object] | None = None,
+        workspace: str | None = None,
+    ) -> str:
+        return self.run_sweep(
+            self.sweep_plan(component, args, sweep), None, scheduler, cfg, workspace
+        )
+
+    def _sweep(self, handle: str) -> tuple[SweepBackend, str]:
+        h = AppHandle.parse(handle)
+        return self.sweep_backend(h.scheduler, h.session), h.app_id
+
+    def sweep_status(self, handle: str) -> SweepStatus | None:
+        """Every trial's state; None when ``handle`` is no sweep of this user's."""
+        backend, sweep_id = self._sweep(handle)
+        return backend.status(sweep_id)
+
+    def wait_sweep(self, handle: str, timeout: float | None = None) -> SweepStatus | None:
+        """Block until every trial has ended (or ``timeout`` seconds pass)."""
+        backend, sweep_id = self._sweep(handle)
+        return backend.wait(sweep_id, timeout)
+
+    def cancel_sweep(self, handle: str, trial: int | None = None) -> None:
+        """Cancel every trial, or only ``trial``; they end CANCELLED."""
+        backend, sweep_id = self._sweep(handle)
+        backend.cancel(sweep_id, trial)
+
+    def sweep_log_lines(
+        self,
+        handle: str,
+        trial: int,
+        role: str,
+        k: int = 0,
+        regex: str | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Replica ``k`` of ``role`` in trial ``trial``: its log lines."""
+        backend, sweep_id = self._sweep(handle)
+        return backend.log_iter(sweep_id, trial, role, k, regex, should_tail, streams)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:

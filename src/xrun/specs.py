@@ -18,7 +18,7 @@ import copy
 import enum
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from xrun.errors import UsageError
 
@@ -149,11 +149,12 @@ def _parse_one_mount(items: list[str]) -> Mount:
 
 # --------------------------------------------------------------------------- roles & apps
 class RetryPolicy(str, enum.Enum):
-    """What a scheduler restarts when a replica fails (TorchX's names)."""
+    """What a scheduler restarts when a replica fails (TorchX's names; ROLE is xrun's)."""
 
     REPLICA = "REPLICA"
     APPLICATION = "APPLICATION"
     ROLE = "ROLE"
+    HOT_SPARE = "HOT_SPARE"
 
 
 @dataclass
@@ -349,12 +350,26 @@ class AppHandle:
         return f"{self.scheduler}://{self.session}/{self.app_id}"
 
 
-def make_app_handle(app_id: str, scheduler: str, session: str = "default") -> str:
-    return str(AppHandle(scheduler, session, app_id))
+class ParsedAppHandle(NamedTuple):
+    """A handle's three parts, named and ordered as TorchX's (``scheduler, session, app_id =
+    parse_app_handle(h)`` works)."""
+
+    scheduler_backend: str
+    session_name: str
+    app_id: str
 
 
-def parse_app_handle(text: str) -> AppHandle:
-    return AppHandle.parse(text)
+def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> str:
+    """``scheduler_backend://session_name/app_id``: TorchX's function, in TorchX's argument
+    order, so that code ported from TorchX builds the same handle."""
+    return str(AppHandle(scheduler_backend, session_name, app_id))
+
+
+def parse_app_handle(text: str) -> ParsedAppHandle:
+    """The parts of a handle as a 3-tuple (TorchX's ``ParsedAppHandle``); UsageError if
+    malformed."""
+    h = AppHandle.parse(text)
+    return ParsedAppHandle(h.scheduler, h.session, h.app_id)
 
 
 # --------------------------------------------------------------------------- YAML

@@ -102,18 +102,20 @@ def test_exactly_one_of_script_or_module(kw: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    "name, app_name, role_name",
-    [
-        ("/", "train_ddp", "train_ddp"),
+    "name, experiment, run",
+    [  # TorchX's --name: EXPERIMENT/RUN; the role is always named after the script
+        ("/", "default-experiment", "train_ddp"),
         ("exp/", "exp", "train_ddp"),
-        ("/r", "train_ddp", "r"),
+        ("/r", "default-experiment", "r"),
         ("exp/r", "exp", "r"),
-        ("exp", "exp", "train_ddp"),
+        ("r", "default-experiment", "r"),
+        ("exp/r/x", "exp", "r/x"),
     ],
 )
-def test_name_derivation(name: str, app_name: str, role_name: str) -> None:
+def test_name_derivation(name: str, experiment: str, run: str) -> None:
     app = dist.ddp(script="examples/train_ddp.py", name=name)
-    assert (app.name, app.roles[0].name) == (app_name, role_name)
+    assert (app.name, app.roles[0].name) == (run, "train_ddp")
+    assert app.roles[0].env["TORCHX_TRACKING_EXPERIMENT_NAME"] == experiment
 
 
 def test_odd_script_names_still_make_valid_role_names() -> None:
@@ -173,7 +175,7 @@ def test_spmd_infers_nproc_from_the_named_resource() -> None:
     assert app.roles[0].num_replicas == 4 and app.roles[0].resource.gpu == 8
     assert "--nproc-per-node 1 " in cmd_of(dist.spmd(script="t.py", h="cpu.small"))
     with pytest.raises(UsageError, match="expected \\[MIN:\\]NNODES"):
-        dist.spmd(script="t.py", j="2x4")
+        dist.spmd(script="t.py", j="2y4")
 
 
 def test_utils_components() -> None:

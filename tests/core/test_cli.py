@@ -67,7 +67,11 @@ def test_saved_dryrun_yaml_runs_again(cli: Env) -> None:
     again = cli.run("run", "--dryrun", "spec.yaml")
     assert again.returncode == 0, again.stderr
     assert split_dryrun(again.stdout)[0] == app
-    assert app.roles[0].env == {"A": "1"}
+    assert app.roles[0].env == {
+        "A": "1",
+        "LOGLEVEL": "WARNING",
+        "TORCHX_TRACKING_EXPERIMENT_NAME": "default-experiment",
+    }
     bad = cli.run("run", "--dryrun", "spec.yaml", "--extra")
     assert bad.returncode == 2 and "takes no arguments" in bad.stderr
 
@@ -144,7 +148,7 @@ BAD_RUNS: list[tuple[list[str], str]] = [
     (["run", "--dryrun", "missing.yaml"], "cannot read spec 'missing.yaml'"),
     (["run", "--dryrun", "missing.py:fn"], "does not exist"),
     (["run"], "missing COMPONENT"),
-    (["run", "--frobnicate", "utils.echo"], "unrecognized arguments: --frobnicate"),
+    (["run", "--frobnicate", "utils.echo"], "'--frobnicate' is not an option of xrun run"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["status", "not-a-handle"], "malformed app handle 'not-a-handle'"),
     (["log", "local_cwd://default/app/role/abc"], "replicas 'abc' must be numbers"),
@@ -227,8 +231,8 @@ def test_local_run_echo_then_status_log_describe_list(cli: Env) -> None:
     assert "echo/0 hi from 0" in r.stderr and "echo/1 hi from 1" in r.stderr
     status = cli.run("status", handle)
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout
-    log = cli.run("log", f"{handle}/echo/1")
-    assert log.returncode == 0 and log.stdout == "hi from 1\n"
+    log = cli.run("log", f"{handle}/echo/1")  # into a pipe: prefixed even alone, as TorchX's
+    assert log.returncode == 0 and log.stdout == "echo/1 hi from 1\n"
     both = cli.run("log", handle)
     assert sorted(both.stdout.splitlines()) == ["echo/0 hi from 0", "echo/1 hi from 1"]
     desc = cli.run("describe", handle)
@@ -362,12 +366,12 @@ def test_status_and_follow_from_another_process_while_running(cli: Env) -> None:
                 env={**os.environ, "HOME": str(cli.home)},
             )
             assert follower.stdout is not None
-            assert follower.stdout.readline() == "first\n"  # printed while the app runs
+            assert follower.stdout.readline() == "sh/0 first\n"  # printed while the app runs
             status = cli.run("status", handle)
             assert status.returncode == 0 and "State: RUNNING" in status.stdout
             (cli.cwd / "go").touch()
             rest, _ = follower.communicate(timeout=30)
-            assert rest == "second\n" and follower.returncode == 0  # ended with the app
+            assert rest == "sh/0 second\n" and follower.returncode == 0  # ended with the app
         finally:
             st = runner.status(handle)
             if st is not None and not st.is_terminal():
@@ -405,9 +409,9 @@ def test_log_regex_and_streams(cli: Env) -> None:
     r = cli.run("run", "utils.sh", "echo out1; echo out2; echo err1 >&2")
     assert r.returncode == 0, r.stderr
     handle = r.stdout.strip()
-    assert cli.run("log", handle, "--regex", "out2").stdout == "out2\n"
-    assert cli.run("log", handle, "--streams", "stderr").stdout == "err1\n"
-    assert cli.run("log", handle, "--streams", "stdout").stdout == "out1\nout2\n"
+    assert cli.run("log", handle, "--regex", "out2").stdout == "sh/0 out2\n"
+    assert cli.run("log", handle, "--streams", "stderr").stdout == "sh/0 err1\n"
+    assert cli.run("log", handle, "--streams", "stdout").stdout == "sh/0 out1\nsh/0 out2\n"
     bad = cli.run("log", handle, "--regex", "(")
     assert bad.returncode == 2 and "not a valid regular expression" in bad.stderr
 
@@ -431,7 +435,7 @@ def test_log_into_a_closed_pipe_is_quiet(cli: Env) -> None:
         env={**os.environ, "HOME": str(cli.home)},
     )
     assert proc.stdout is not None and proc.stderr is not None
-    assert proc.stdout.readline() == b"1\n"
+    assert proc.stdout.readline() == b"sh/0 1\n"
     proc.stdout.close()  # like `| head -1`
     err = proc.stderr.read()
     assert proc.wait(timeout=30) == 0 and err == b""

@@ -1,8 +1,8 @@
 """``python -m benchmarks --smoke`` runs every measure and writes well-formed JSON.
 
 No time is asserted here (the machine running the suite is busy): only that the harness runs
-each of the twelve measures (1-8 of issue #6, 9-12 of issue #14), that every contender has
-either figures or a stated reason, and that no xrun contender failed to do the job.
+each of the fourteen measures (1-8 of issue #6, 9-10 of issue #18, 11-14 of issue #14), that every
+contender has either figures or a stated reason, and that no xrun contender failed to do the job.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import REPO
+from tests.helpers.slurm import SlurmCluster
 
 
 @pytest.mark.timeout(420)
-def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
+def test_smoke_run_emits_every_measure(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:
     out = tmp_path / "latest.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
@@ -32,7 +33,7 @@ def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1
     assert doc["machine"]["cpus"] >= 1
-    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 13)]
+    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 15)]
     for key, measure in doc["measures"].items():
         assert measure["title"] and measure["rows"], key
         for row in measure["rows"]:
@@ -57,8 +58,12 @@ def test_smoke_run_emits_every_measure(tmp_path: Path) -> None:
                 res = row["contenders"].get(name, {"median": 0})
                 assert "median" in res, (key, row["label"], name, res)
     # Exactly the text table the lead copies figures from, one section per measure.
-    for i in range(1, 13):
+    # The sweep measures (9, 10: the Slurm cluster is up) have xrun's figures too.
+    for key, name in (("9", "xrun sweep"), ("10", "xrun")):
+        for row in doc["measures"][key]["rows"]:
+            assert "median" in row["contenders"][name], (key, row)
+    for i in range(1, 15):
         assert f"\n## {i}. " in proc.stdout
     # Issue #14's reliability smoke: no job failed, no worker aborted, under a port thief.
-    for row in doc["measures"]["12"]["rows"]:
+    for row in doc["measures"]["14"]["rows"]:
         assert row["contenders"]["xrun"]["median"] == 0, row

@@ -14,7 +14,8 @@ from tests.helpers.waiting import wait_for
 from xrun.specs import AppState
 
 WORKER = SCRIPTS / "sigterm_worker.py"
-ROLE = "trainer"  # every signal test names its role sig/trainer
+# The role of a dist.ddp of the worker: named after its script (TorchX's --name is EXP/RUN).
+ROLE = WORKER.stem
 
 
 class SigtermJob:

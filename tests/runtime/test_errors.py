@@ -12,6 +12,7 @@ import pytest
 
 from xrun.runtime.errors import (
     ERROR_FILE_ENV,
+    NO_ERROR_FILE_MESSAGE,
     ProcessFailure,
     error_file_message,
     read_error_file,
@@ -149,8 +150,23 @@ def test_failure_messages_without_error_file(tmp_path):
     killed = ProcessFailure.from_exit(1, 4242, -9, str(tmp_path / "none.json"), 1700000000.9)
     assert killed.message == "Signal 9 (SIGKILL) received by PID 4242"
     assert killed.signal_name() == "SIGKILL"
-    assert killed.error_file is None and killed.error_file_data is None
+    # torch's values where a worker left no error file
+    assert killed.error_file == "<N/A>" and killed.error_file_data == {"message": "<NONE>"}
+    assert ProcessFailure.from_exit(0, 7, 3, None, 1.0).error_file_data["errorTraits"] == {
+        "category": "system_terminated_error",
+        "retryability": "False",
+    }
     assert killed.timestamp == 1700000000
     exited = ProcessFailure.from_exit(0, 7, 3, None, 1.0)
-    assert exited.message == "Process exited with code 3"
+    assert exited.message == NO_ERROR_FILE_MESSAGE
     assert exited.signal_name() == "<N/A>"
+
+
+def test_malformed_error_file_raises_in_the_constructor_but_not_for_the_agent(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"unknown_key": "unknown_value"}))
+    with pytest.raises(ValueError, match="no 'message'"):
+        ProcessFailure(local_rank=0, pid=997, exitcode=1, error_file=str(path))  # as torch
+    f = ProcessFailure.from_exit(0, 997, 1, str(path), 5.0)  # the agent keeps the failure
+    assert f.exitcode == 1 and f.error_file == "<N/A>"
+    assert "is malformed" in f.message and str(path) in f.message

@@ -40,7 +40,7 @@ def test_function_workers_never_see_the_secret(
 
 def test_binary_entrypoint_returns_none_per_rank() -> None:
     assert launch(LaunchConfig(nproc_per_node=2), "/bin/true")() == {0: None, 1: None}
-    with pytest.raises(ChildFailedError, match="Process exited with code 1"):
+    with pytest.raises(ChildFailedError, match=r"exitcode  : 1 \(pid"):
         launch(LaunchConfig(nproc_per_node=1), "/bin/false")()
 
 

@@ -50,7 +50,6 @@ def test_parse_rdzv_conf_accepts_the_documented_keys() -> None:
         ("last_call_timeout=-1", "last_call_timeout"),
         ("read_timeout=inf", "read_timeout"),
         ("join_timeout", "KEY=VALUE"),
-        ("joint_timeout=5", "unknown --rdzv-conf key 'joint_timeout'"),
         ("heartbeat_interval=30", "smaller than heartbeat_timeout"),
         ("is_host=maybe", "is_host"),
         ("token=abc", "command line"),
@@ -61,6 +60,26 @@ def test_bad_rdzv_conf_is_a_one_line_usage_error(raw: str, needle: str) -> None:
     with pytest.raises(UsageError) as e:
         parse_rdzv_conf(raw)
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_torchrun_keys_are_accepted_and_unknown_keys_warn(capsys) -> None:
+    # every key torchrun's backends read is accepted; keep-alive sets xrun's heartbeat
+    cfg = config_from_conf({"keep_alive_interval": "2", "keep_alive_max_attempt": "4"})
+    assert (cfg.heartbeat_interval, cfg.heartbeat_timeout) == (2.0, 8.0)
+    assert parse_rdzv_conf("store_type=tcp,use_libuv=1,protocol=https,etcd_prefix=/x") == {
+        "store_type": "tcp",
+        "use_libuv": "1",
+        "protocol": "https",
+        "etcd_prefix": "/x",
+    }
+    assert capsys.readouterr().err == ""
+    # a key no backend knows: one warning line, then ignored (torchrun ignores it silently)
+    assert config_from_conf({"joint_timeout": "5"}).join_timeout == 600.0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'joint_timeout' is not known" in err
+    # shell quotes passed through literally, as PyTorch's own test does
+    quoted = "'join_timeout=5,last_call_timeout=1,timeout=5'"
+    assert config_from_conf(parse_rdzv_conf(quoted)).join_timeout == 5.0
 
 
 def test_create_handler_validates_params() -> None:

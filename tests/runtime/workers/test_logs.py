@@ -180,7 +180,7 @@ def test_close_is_not_held_up_by_a_daemon_that_keeps_the_pipe(tmp_path, capfd):
         if pid_file.exists():
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
     assert result is not None and not result.is_failed()
-    assert capfd.readouterr().out == "bye\n"
+    assert capfd.readouterr().out == "[bin0]:bye\n"  # torch's default prefix: [<name><rank>]:
 
 
 @pytest.mark.timeout(60)

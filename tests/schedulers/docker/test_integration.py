@@ -110,7 +110,7 @@ def _plain(name: str, image: str, *scripts: str) -> AppDef:
 def test_ddp_2x2_of_xrun_runtime_across_two_containers(
     sched: DockerScheduler, workspace: Path
 ) -> None:
-    app = ddp(script="worker.py", j="2x2", image="xrun-python:latest", name="ddp/trainer")
+    app = ddp(script="worker.py", j="2x2", image="xrun-python:latest", name="ddp")
     t0 = time.monotonic()
     app_id = sched.submit(app, {}, workspace=str(workspace))
     assert app.roles[0].image.startswith("xrun-workspace:")  # the workspace image was built
@@ -124,12 +124,12 @@ def test_ddp_2x2_of_xrun_runtime_across_two_containers(
     ]
     # Ranks 0,1 ran in replica 0's container, 2,3 in replica 1's; all agreed on the sum.
     for k, ranks in ((0, (0, 1)), (1, (2, 3))):
-        text = "".join(sched.log_iter(app_id, "trainer", k))
+        text = "".join(sched.log_iter(app_id, "worker", k))
         for r in ranks:
-            assert f"rank {r}/4 on {app_id}-trainer-{k} got 6" in text, text
+            assert f"rank {r}/4 on {app_id}-worker-{k} got 6" in text, text
     # Another process sees the same end, through the real CLI.
     out = _xrun("status", f"docker://default/{app_id}").stdout
-    assert "State: SUCCEEDED" in out and f"trainer/1: SUCCEEDED host={app_id}-trainer-1" in out
+    assert "State: SUCCEEDED" in out and f"worker/1: SUCCEEDED host={app_id}-worker-1" in out
     assert _leftovers(app_id) == []
     print(f"2x2 ddp on docker: submit to SUCCEEDED in {elapsed:.1f}s")
 
@@ -496,13 +496,13 @@ def test_elastic_ddp_goes_on_after_a_container_is_killed(
         script="worker.py",
         j="1:2x1",
         image="xrun-python:latest",
-        name="el/trainer",
+        name="el",
         rdzv_conf="last_call_timeout=1",
     )
     app_id = sched.submit(app, {}, workspace=str(tmp_path))
 
     def survivor_log() -> str:
-        return "".join(sched.log_iter(app_id, "trainer", 0))
+        return "".join(sched.log_iter(app_id, "worker", 0))
 
     deadline = time.monotonic() + 90
     while "up at world 2" not in survivor_log():
@@ -510,7 +510,7 @@ def test_elastic_ddp_goes_on_after_a_container_is_killed(
         time.sleep(0.5)
     client = docker.from_env()
     try:
-        client.containers.get(f"{app_id}-trainer-1").kill()
+        client.containers.get(f"{app_id}-worker-1").kill()
     finally:
         client.close()
     resp = sched.wait(app_id, timeout=90)

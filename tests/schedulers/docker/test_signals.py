@@ -27,9 +27,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import xrun
-from tests.helpers.sigterm_job import WORKER, SigtermJob, SigtermJobs, wait_for
+from tests.helpers.sigterm_job import ROLE, WORKER, SigtermJob, SigtermJobs, wait_for
 from xrun.components.dist import ddp
 from xrun.schedulers.docker import STOP_TIMEOUT, DockerScheduler
+from xrun.schedulers.docker.request import container_name
 from xrun.specs import AppState
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -215,7 +216,7 @@ def test_sigterm_to_one_container_fails_the_app(jobs: Jobs) -> None:
         label = {"label": f"xrun.app_id={job.app_id}"}
         t0 = time.monotonic()
         # As a node drain would: SIGTERM to one container's PID 1 (tini), nothing else.
-        client.containers.get(f"{job.app_id}-trainer-1").kill(signal="SIGTERM")
+        client.containers.get(container_name(job.app_id, ROLE, 1)).kill(signal="SIGTERM")
 
         # Nobody asks xrun meanwhile, so no gang stop can race the agents: the drained agent
         # closes the (fixed-size) rendezvous and its peer ends by itself.
@@ -229,7 +230,7 @@ def test_sigterm_to_one_container_fails_the_app(jobs: Jobs) -> None:
     assert resp is not None and resp.state == AppState.FAILED, resp
     # The drained replica: its agent's 128 + SIGTERM. Its peer: 1, "closed by a peer".
     assert job.replicas() == [(0, AppState.FAILED, 1), (1, AppState.FAILED, 143)]
-    assert "replica trainer/1 exited with code 143" in resp.msg, resp.msg
+    assert f"replica {ROLE}/1 exited with code 143" in resp.msg, resp.msg
     assert "the job was closed by a peer" in resp.msg, resp.msg
     # Both workers were stopped with SIGTERM (the peer's by its own agent), the drained one first.
     assert job.term("1") <= job.term("0")

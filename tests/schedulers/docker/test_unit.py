@@ -72,13 +72,13 @@ def test_app_id_is_a_short_dns_label() -> None:
 
 # ----------------------------------------------------------------------------- materialize
 def test_ddp_2x2_materializes_one_container_per_replica() -> None:
-    app = ddp("--lr", "0.1 x", script="train.py", j="2x2", image="xrun-python:latest", name="t/tr")
+    app = ddp("--lr", "0.1 x", script="train.py", j="2x2", image="xrun-python:latest", name="t")
     job = materialize(app, "t-abc", {"shm_size": "2g"})
     assert job.network == "t-abc"
-    assert [c.name for c in job.containers] == ["t-abc-tr-0", "t-abc-tr-1"]
+    assert [c.name for c in job.containers] == ["t-abc-train-0", "t-abc-train-1"]
     for i, c in enumerate(job.containers):
         # Every replica finds the rendezvous host through the same env var: replica 0's name.
-        assert c.env[RANK0_HOST_ENV] == "t-abc-tr-0"
+        assert c.env[RANK0_HOST_ENV] == "t-abc-train-0"
         assert c.command[:2] == ["sh", "-c"]
         assert "--rdzv-endpoint ${XRUN_RANK0_HOST}:${XRUN_RDZV_PORT:-29500}" in c.command[2]
         assert "--rdzv-id t-abc" in c.command[2]
@@ -86,7 +86,7 @@ def test_ddp_2x2_materializes_one_container_per_replica() -> None:
         assert c.labels == {
             "xrun.app": "t",
             "xrun.app_id": "t-abc",
-            "xrun.role": "tr",
+            "xrun.role": "train",
             "xrun.replica": str(i),
             "xrun.session": "default",
         }

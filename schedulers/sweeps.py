@@ -1,0 +1,160 @@
+"""How a scheduler runs a sweep: the :class:`SweepBackend` interface, and which one it uses.
+
+A scheduler that can run a whole sweep as one request of its own (Slurm: one job array) says
+so with a ``sweep_backend()`` method returning its backend; every other scheduler (local_cwd,
+docker, plugins) gets :class:`~xrun.schedulers.trials.TrialsBackend`: each trial a normal app,
+at most K at once, started by a small detached sweep supervisor
+(:meth:`xrun.runner.Runner.sweep_backend` picks).
+
+A sweep is found by its handle ``SCHEDULER://SESSION/SWEEP_ID`` through
+:mod:`xrun.sweep_store`, where every backend records it at submit.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from xrun import sweep_store
+from xrun.errors import AppNotFoundError, UsageError
+from xrun.specs import make_app_handle
+from xrun.sweep import SweepPlan
+from xrun.sweep_status import SweepStatus
+
+from .api import Scheduler, Stream
+
+# How often wait() asks for the status of a running sweep.
+WAIT_POLL_S = 0.5
+
+
+class SweepBackend(abc.ABC):
+    """A scheduler's way of running sweeps. ``sweep_id`` is the last part of the handle."""
+
+    wait_poll_s = WAIT_POLL_S  # how often wait() asks for the status
+
+    def __init__(self, sched: Scheduler[Any]) -> None:
+        self.sched = sched
+
+    @property
+    def backend(self) -> str:
+        return self.sched.backend
+
+    def handle(self, sweep_id: str) -> str:
+        return make_app_handle(self.backend, self.sched.session_name, sweep_id)
+
+    # ---- submitting
+    @abc.abstractmethod
+    def dryrun(self, plan: SweepPlan, cfg: Mapping[str, object]) -> str:
+        """What ``--dryrun`` prints after the trial table: the request(s), not executed."""
+
+    @abc.abstractmethod
+    def submit(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> str:
+        """Start the sweep; returns its id at once (the trials go on without the caller)."""
+
+    @abc.abstractmethod
+    def parallel(self, plan: SweepPlan) -> tuple[int | None, str]:
+        """(at most this many trials at once, None: no limit of ours; why, for the user)."""
+
+    # ---- watching
+    @abc.abstractmethod
+    def status(self, sweep_id: str) -> SweepStatus | None:
+        """Every trial's state; None when this user has no such sweep."""
+
+    @abc.abstractmethod
+    def cancel(self, sweep_id: str, trial: int | None) -> None:
+        """End one trial (``trial``) or every trial (None): they end CANCELLED."""
+
+    @abc.abstractmethod
+    def log_iter(
+        self,
+        sweep_id: str,
+        trial: int,
+        role: str,
+        k: int,
+        regex: str | None,
+        should_tail: bool,
+        streams: Stream | None,
+    ) -> Iterable[str]:
+        """Replica ``k`` of ``role`` in trial ``trial``: its log lines (following: until the
+        trial ends; a trial that has not started yet is waited for)."""
+
+    def wait(
+        self,
+        sweep_id: str,
+        timeout: float | None = None,
+        on_change: Callable[[SweepStatus], None] | None = None,
+    ) -> SweepStatus | None:
+        """Poll until every trial has ended (or ``timeout``); ``on_change`` sees each new
+        count of trials by state."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: object = None
+        while True:
+            st = self.status(sweep_id)
+            if st is None:
+                return None
+            counts = st.counts()
+            if on_change is not None and counts != last:
+                on_change(st)
+            last = counts
+            if st.is_terminal() or (deadline is not None and time.monotonic() >= deadline):
+                return st
+            time.sleep(self.wait_poll_s)
+
+    # ---- the record every backend keeps
+    def find(self, sweep_id: str) -> str:
+        path = sweep_store.find(self.backend, sweep_id)
+        if path is None:
+            raise AppNotFoundError(
+                f"{self.backend} sweep {sweep_id!r} not found (no record in "
+                f"{sweep_store.root()}); `xrun list -s {self.backend}` shows this user's sweeps"
+            )
+        return path
+
+    def plan(self, sweep_id: str) -> SweepPlan:
+        return SweepPlan.from_json(sweep_store.load_spec(self.find(sweep_id))["plan"])
+
+    def roles(self, sweep_id: str, trial: int) -> dict[str, int]:
+        """Trial ``trial``'s roles and their replica counts (for ``xrun log`` targets)."""
+        plan = self.plan(sweep_id)
+        check_trial(sweep_id, trial, len(plan))
+        app = plan.app(trial)
+        return {r.name: r.num_replicas for r in app.roles}
+
+    def list(self) -> list[SweepStatus]:
+        """This session's sweeps on this scheduler, oldest first."""
+        out = []
+        for sweep_id in sweep_store.sweep_ids(self.backend):
+            path = sweep_store.find(self.backend, sweep_id)
+            spec = (
+                sweep_store.read_json(os.path.join(path, sweep_store.SPEC_FILE)) if path else None
+            )
+            if not spec or spec.get("session", "default") != self.sched.session_name:
+                continue
+            st = self.status(sweep_id)
+            if st is not None:
+                out.append(st)
+        return out
+
+
+def check_trial(sweep_id: str, trial: int, size: int) -> None:
+    if not 0 <= trial < size:
+        raise UsageError(f"sweep {sweep_id} has trials 0..{size - 1}; no trial {trial}")
+
+
+def make_sweep_id(name: str) -> str:
+    """``<name as a slug>-sweep-<8 random chars>``: readable, unique, safe as a dir name."""
+    slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:30] or "sweep"
+    n = int.from_bytes(os.urandom(6), "big")
+    token = ""
+    for _ in range(8):
+        n, d = divmod(n, 36)
+        token += "abcdefghijklmnopqrstuvwxyz0123456789"[d]
+    return f"{slug}-sweep-{token}"
+
+
+def describe_parallel(k: int | None, why: str) -> str:
+    return f"at most {k} trial(s) at once ({why})" if k else f"no limit of xrun's ({why})"

@@ -1,0 +1,286 @@
+"""Sweeps as trials that are normal apps: local_cwd, docker and any scheduler without its own.
+
+``submit`` checks trial 0's request (bad input fails before anything runs), builds the
+workspace once (docker: one image for every trial), records the sweep in
+:mod:`xrun.sweep_store` and starts the detached sweep supervisor
+(:mod:`xrun.schedulers.trials_supervisor`), then returns: the supervisor submits each trial as
+an ordinary app of the scheduler (``<name>-<trial>``), at most K at once, and records what
+becomes of it. So ``xrun status|log|cancel`` of a trial's own app work too, a failed trial does
+not stop the others, and ``--max_retries`` (the agent's restarts, or the scheduler's) applies
+to each trial as to any app.
+
+K, unless ``--max-parallel`` says: what fits this machine (the trials of local_cwd and of the
+local docker engine share it): its CPUs divided by the CPUs one trial asks for (the sum over
+its replicas of ``resource.cpu``, at least 1 each), and likewise its visible GPUs when the
+trials ask for GPUs; at least 1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+
+from xrun import sweep_store
+from xrun.specs import AppDef, AppState, Role
+from xrun.sweep import SweepPlan
+from xrun.sweep_status import LIVE, SweepStatus, TrialStatus
+
+from .api import Stream
+from .local_cwd.supervisor import is_alive, proc_start_time
+from .sweeps import SweepBackend, check_trial, describe_parallel, make_sweep_id
+from .trials_supervisor import (
+    SUPERVISOR_FILE,
+    cancel_everything,
+    initial_state,
+    load_state,
+    save_state,
+    trial_app,
+)
+
+SUPERVISOR_MODULE = "xrun.schedulers.trials_supervisor"
+# How long `cancel` waits for the supervisor to stop every trial and exit.
+_CANCEL_WAIT_S = 120.0
+# A supervisor that has not recorded its pid this long after submit is taken for dead.
+_START_GRACE_S = 30.0
+
+
+def machine_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def default_parallel(app: AppDef) -> tuple[int, str]:
+    """(K, why): how many trials like ``app`` fit this machine at once (see the module doc)."""
+    cpus = machine_cpus()
+    per = sum(max(r.resource.cpu, 1) * r.num_replicas for r in app.roles)
+    detail = " + ".join(f"{r.num_replicas} x {max(r.resource.cpu, 1)}" for r in app.roles)
+    k = max(1, cpus // per)
+    why = f"this machine has {cpus} CPU(s) and each trial asks for {per} ({detail})"
+    gpus_per = sum(max(r.resource.gpu, 0) * r.num_replicas for r in app.roles)
+    if gpus_per:
+        from .local_cwd.request import visible_gpus
+
+        gpus = len(visible_gpus())
+        if gpus and gpus // gpus_per < k:
+            k = max(1, gpus // gpus_per)
+            why = f"this machine has {gpus} GPU(s) and each trial asks for {gpus_per}"
+    return k, why + "; --max-parallel K to change"
+
+
+class TrialsBackend(SweepBackend):
+    """Each trial a normal app of ``sched``, started by a detached sweep supervisor."""
+
+    def parallel(self, plan: SweepPlan) -> tuple[int | None, str]:
+        if plan.max_parallel:
+            return plan.max_parallel, "--max-parallel"
+        return default_parallel(plan.app(0))
+
+    def dryrun(self, plan: SweepPlan, cfg: Mapping[str, object]) -> str:
+        k, why = self.parallel(plan)
+        info = self.sched.submit_dryrun(trial_app(plan, 0), cfg)
+        return (
+            f"# {self.backend}: each trial is one app like trial 0's below (its own values "
+            f"filled in), {describe_parallel(k, why)}, started by a detached sweep supervisor\n"
+            f"{info}"
+        )
+
+    def submit(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> str:
+        k, why = self.parallel(plan)
+        self.sched.submit_dryrun(trial_app(plan, 0), cfg)  # bad input: before anything runs
+        resolve = getattr(self.sched, "resolve_workspace", None)
+        ws = resolve(workspace) if resolve is not None else workspace
+        if ws:
+            self._build_images(plan, ws, cfg)
+        sweep_id = make_sweep_id(plan.name)
+        spec = {
+            "kind": "trials",
+            "scheduler": self.backend,
+            "session": self.sched.session_name,
+            "plan": plan.to_json(),
+            "cfg": dict(cfg),
+            "cwd": os.getcwd(),
+            "max_parallel": k,
+            "parallel_why": why,
+            "created": time.time(),
+        }
+        path = sweep_store.create(self.backend, sweep_id, spec)
+        save_state(path, initial_state(len(plan)))
+        _start_supervisor(path)
+        return sweep_id
+
+    def _build_images(self, plan: SweepPlan, workspace: str, cfg: Mapping[str, object]) -> None:
+        """Build the workspace into each distinct image once, for every trial (docker)."""
+        apps = [plan.template] if plan.template is not None else list(plan.apps or [])
+        images = sorted({r.image for a in apps if a is not None for r in a.roles})
+        probe = AppDef(
+            name=plan.name,
+            roles=[
+                Role(name=f"r{i}", image=img, entrypoint="true") for i, img in enumerate(images)
+            ],
+        )
+        self.sched.build_workspace(probe, workspace, cfg)
+        built = {img: r.image for img, r in zip(images, probe.roles, strict=True)}
+        for a in apps:
+            if a is not None:
+                for r in a.roles:
+                    r.image = built[r.image]
+
+    # ------------------------------------------------------------------ watching
+    def status(self, sweep_id: str) -> SweepStatus | None:
+        path = sweep_store.find(self.backend, sweep_id)
+        if path is None:
+            return None
+        spec = sweep_store.load_spec(path)
+        plan = spec["plan"]
+        state = load_state(path) or initial_state(len(plan["trials"]))
+        trials = [
+            TrialStatus(
+                index=i,
+                values=plan["trials"][i],
+                state=AppState[t["state"]],
+                exit_code=t["exit_code"],
+                host=t["host"],
+                started=t["started"],
+                ended=t["ended"],
+                app_id=t["app_id"],
+                msg=t["msg"],
+            )
+            for i, t in enumerate(state["trials"])
+        ]
+        st = SweepStatus(
+            handle=self.handle(sweep_id),
+            name=plan["name"],
+            params=list(plan["params"]),
+            trials=trials,
+            max_parallel=spec.get("max_parallel"),
+            msg=state.get("msg", ""),
+        )
+        if not st.is_terminal() and not self._supervisor_alive(path):
+            self._orphaned(path, st)
+        return st
+
+    def _supervisor_alive(self, path: str) -> bool:
+        sup = sweep_store.read_json(os.path.join(path, SUPERVISOR_FILE))
+        if sup is None:  # submit() is starting it right now
+            age = time.time() - os.path.getmtime(os.path.join(path, sweep_store.SPEC_FILE))
+            return age < _START_GRACE_S
+        return is_alive(sup["pid"], sup["start"])
+
+    def _orphaned(self, path: str, st: SweepStatus) -> None:
+        """The supervisor died before the sweep ended: ask the trials' apps themselves."""
+        for t in st.trials:
+            if t.state in LIVE and t.app_id:
+                resp = self.sched.describe(t.app_id)
+                t.state = resp.state if resp is not None else AppState.UNKNOWN
+            elif t.state in LIVE:
+                t.state = AppState.UNKNOWN
+                t.msg = "never started: the sweep supervisor is gone"
+        st.msg = (
+            f"the sweep supervisor is gone (see {os.path.join(path, sweep_store.LOG_FILE)}); "
+            "trials not started will not start; `xrun cancel` stops the running ones"
+        )
+
+    # ------------------------------------------------------------------ cancel
+    def cancel(self, sweep_id: str, trial: int | None) -> None:
+        path = self.find(sweep_id)
+        size = len(sweep_store.load_spec(path)["plan"]["trials"])
+        if trial is not None:
+            check_trial(sweep_id, trial, size)
+        sweep_store.request_cancel(path, trial)
+        sup = sweep_store.read_json(os.path.join(path, SUPERVISOR_FILE))
+        alive = sup is not None and is_alive(sup["pid"], sup["start"])
+        if trial is None:
+            if alive:
+                assert sup is not None
+                os.kill(sup["pid"], signal.SIGTERM)  # it stops every trial, then exits
+                alive = not _wait_gone(sup["pid"], sup["start"], _CANCEL_WAIT_S)
+            if not alive:  # gone (or never there): whatever it left running, stop it here
+                cancel_everything(path, self.sched, load_state(path) or initial_state(size))
+            return
+        state = load_state(path) or initial_state(size)
+        t = state["trials"][trial]
+        if t["app_id"] and AppState[t["state"]] in LIVE:
+            self.sched.cancel(t["app_id"])  # the supervisor records how it ended
+        if alive:
+            assert sup is not None
+            os.kill(sup["pid"], signal.SIGUSR1)  # look at the cancel requests now
+            _wait_trial_ended(path, trial, timeout=15.0)
+        elif AppState[t["state"]] in LIVE:
+            t.update(state="CANCELLED", ended=time.time(), msg="cancelled by request")
+            save_state(path, state)
+
+    # ------------------------------------------------------------------ logs
+    def log_iter(
+        self,
+        sweep_id: str,
+        trial: int,
+        role: str,
+        k: int,
+        regex: str | None,
+        should_tail: bool,
+        streams: Stream | None,
+    ) -> Iterable[str]:
+        path = self.find(sweep_id)
+        app_id = _trial_app_id(path, trial, wait=should_tail)
+        if not app_id:
+            return iter(())
+        return self.sched.log_iter(app_id, role, k, regex, None, None, should_tail, streams)
+
+
+def _trial_app_id(path: str, trial: int, wait: bool) -> str:
+    """The app of ``trial``; "" when it has none (yet: with ``wait``, until it has one or ends)."""
+    while True:
+        state = load_state(path)
+        t = state["trials"][trial] if state else None
+        if t is not None and t["app_id"]:
+            return str(t["app_id"])
+        if not wait or (t is not None and AppState[t["state"]] not in LIVE):
+            return ""
+        time.sleep(0.2)
+
+
+def _wait_gone(pid: int, start: int | None, timeout: float) -> bool:
+    """Whether the process ended within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while is_alive(pid, start):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _wait_trial_ended(path: str, trial: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = load_state(path)
+        if state and AppState[state["trials"][trial]["state"]] not in LIVE:
+            return
+        time.sleep(0.05)
+
+
+def _start_supervisor(path: str) -> None:
+    """``python -m xrun.schedulers.trials_supervisor PATH``, in a session of its own (it
+    outlives ``xrun run``); its pid goes to ``supervisor.json`` for cancel and liveness."""
+    log_fd = os.open(
+        os.path.join(path, sweep_store.LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+    )
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", SUPERVISOR_MODULE, path],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(log_fd)
+    # Not waited for (as docker's watcher): dropped while running, subprocess reaps it later.
+    sweep_store.write_json(
+        os.path.join(path, SUPERVISOR_FILE), {"pid": proc.pid, "start": proc_start_time(proc.pid)}
+    )

@@ -1,0 +1,324 @@
+"""Running TorchX component files unchanged: ``xrun run path/to/file.py:fn``.
+
+A component file written for TorchX imports TorchX::
+
+    import torchx
+    import torchx.specs as specs
+    from torchx.components.dist import ddp
+
+**TorchX not installed** (the usual case): while xrun loads such a file, and while its
+component function runs, those imports resolve to xrun's equivalents (:func:`torchx_imports`):
+``torchx.specs`` is :mod:`xrun.specs` plus TorchX's helpers (``resource``, ``named_resources``,
+``get_named_resources``, ``MISSING``, ``NONE``, ...), ``torchx.components.dist`` and
+``torchx.components.utils`` are xrun's builtins, ``torchx.IMAGE`` is xrun's default image. They
+are ``sys.modules`` entries put in place for that time only and removed after: ``import
+torchx`` anywhere else still fails, and so does a TorchX module xrun does not stand in for
+(``torchx.schedulers``, ...), with a message naming what xrun provides. Write ``Role`` with
+keyword arguments (xrun's positional order differs from TorchX's).
+
+**TorchX installed**: the file imports the real TorchX, and the ``AppDef`` its component
+returns is converted to xrun's (:func:`from_torchx`). A TorchX ``dist.ddp`` then runs
+``torchrun`` in the replicas (which need torch), with the scheduler owning its retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.util
+import sys
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xrun.errors import UsageError
+
+TORCHX_VERSION = "0.7.0"  # the TorchX whose API the stand-ins follow
+# The modules xrun stands in for (anything else under torchx. is refused with this list).
+STAND_INS = (
+    "torchx",
+    "torchx.specs",
+    "torchx.specs.api",
+    "torchx.specs.named_resources_aws",
+    "torchx.components",
+    "torchx.components.dist",
+    "torchx.components.utils",
+    "torchx.components.structured_arg",
+)
+MISSING = "<MISSING>"
+NONE = "<NONE>"
+ALL = "all"
+
+
+def torchx_installed() -> bool:
+    """Is the real TorchX importable (so that no stand-in must be used)?"""
+    module = sys.modules.get("torchx")
+    if module is not None:
+        return not getattr(module, "__xrun_stand_in__", False)
+    return importlib.util.find_spec("torchx") is not None
+
+
+# --------------------------------------------------------------------------- TorchX's helpers
+def resource(
+    cpu: int | None = None, gpu: int | None = None, memMB: int | None = None, h: str | None = None
+) -> Any:
+    """TorchX's ``specs.resource``: the named resource ``h``, else cpu/gpu/memMB with TorchX's
+    defaults (2 CPUs, 0 GPUs, 1024 MB) for the ones not given (or 0)."""
+    from xrun.named_resources import get_named_resource
+    from xrun.specs import Resource
+
+    if h:
+        return get_named_resource(h)
+    return Resource(cpu=cpu or 2, gpu=gpu or 0, memMB=memMB or 1024)
+
+
+class _NamedResources:
+    """TorchX's ``specs.named_resources``: ``named_resources["aws_p4d.24xlarge"]``."""
+
+    def __getitem__(self, name: str) -> Any:
+        from xrun.named_resources import get_named_resource
+
+        try:
+            return get_named_resource(name)
+        except UsageError as e:
+            raise KeyError(str(e)) from None
+
+    def __contains__(self, name: object) -> bool:
+        from xrun.named_resources import names
+
+        return name in names()
+
+
+@dataclass
+class StructuredNameArgument:
+    """TorchX's ``--name EXPERIMENT/RUN`` (see :func:`xrun.components.dist.split_name`)."""
+
+    experiment_name: str
+    run_name: str
+
+    def __str__(self) -> str:
+        return f"{self.experiment_name or ''}/{self.run_name}"
+
+    @staticmethod
+    def parse_from(
+        name: str,
+        m: str | None = None,
+        script: str | None = None,
+        default_experiment_name: str = "default-experiment",
+    ) -> StructuredNameArgument:
+        from xrun.components.dist import split_name
+
+        if bool(m) == bool(script):
+            raise ValueError("specify exactly one of a main module (m) or a script")
+        given = name.partition("/")[0] if "/" in name else ""
+        return StructuredNameArgument(
+            given or default_experiment_name, split_name(name, script, m)[1]
+        )
+
+
+@dataclass
+class StructuredJArgument:
+    """TorchX's ``-j NNODES[xNPROC]`` for a named resource (NPROC defaults to its GPUs)."""
+
+    nnodes: int
+    nproc_per_node: int
+
+    def __str__(self) -> str:
+        return f"{self.nnodes}x{self.nproc_per_node}"
+
+    @staticmethod
+    def parse_from(h: str, j: str) -> StructuredJArgument:
+        from xrun.named_resources import get_named_resource
+
+        gpus = get_named_resource(h).gpu
+        nnodes, x, nproc = j.partition("x")
+        if not x and gpus <= 0:
+            raise ValueError(f"-j {j}: {h} has no GPUs to infer the processes per node from")
+        return StructuredJArgument(int(nnodes), int(nproc) if x else gpus)
+
+
+# --------------------------------------------------------------------------- the stand-ins
+def _module(name: str, attrs: Mapping[str, Any], package: bool = False) -> types.ModuleType:
+    mod = types.ModuleType(name, f"xrun's stand-in for TorchX {TORCHX_VERSION}'s {name}")
+    mod.__dict__.update({k: v for k, v in attrs.items() if not k.startswith("__")})
+    mod.__xrun_stand_in__ = True  # type: ignore[attr-defined]
+    if package:
+        mod.__path__ = []  # a package: `import torchx.specs` looks for submodules
+    return mod
+
+
+def _specs_attrs() -> dict[str, Any]:
+    from xrun import named_resources, specs
+    from xrun.schedulers import api
+
+    attrs = {n: getattr(specs, n) for n in dir(specs) if not n.startswith("_")}
+    attrs.update(
+        CfgVal=api.CfgVal,
+        AppDryRunInfo=api.AppDryRunInfo,
+        runopt=api.runopt,
+        runopts=api.runopts,
+        MISSING=MISSING,
+        NONE=NONE,
+        ALL=ALL,
+        resource=resource,
+        named_resources=_NamedResources(),
+        get_named_resources=named_resources.get_named_resource,
+        GiB=1024,
+    )
+    return attrs
+
+
+def _stand_ins() -> dict[str, types.ModuleType]:
+    from xrun import named_resources
+    from xrun.components import DEFAULT_IMAGE, dist, utils
+
+    specs_attrs = _specs_attrs()
+    aws = {
+        n: (lambda n=n: named_resources.get_named_resource(n))
+        for n in named_resources.names()
+        if n.startswith("aws_")
+    }
+    mods = {
+        "torchx.specs.api": _module("torchx.specs.api", specs_attrs),
+        "torchx.specs.named_resources_aws": _module(
+            "torchx.specs.named_resources_aws",
+            {
+                "NAMED_RESOURCES": aws,
+                "K8S_ITYPE": named_resources.K8S_ITYPE,
+                "EFA_DEVICE": named_resources.EFA_DEVICE,
+                "NEURON_DEVICE": named_resources.NEURON_DEVICE,
+            },
+        ),
+        "torchx.components.dist": _module("torchx.components.dist", vars(dist)),
+        "torchx.components.utils": _module("torchx.components.utils", vars(utils)),
+        "torchx.components.structured_arg": _module(
+            "torchx.components.structured_arg",
+            {
+                "StructuredNameArgument": StructuredNameArgument,
+                "StructuredJArgument": StructuredJArgument,
+            },
+        ),
+    }
+    specs = _module("torchx.specs", specs_attrs, package=True)
+    specs.api = mods["torchx.specs.api"]  # type: ignore[attr-defined]
+    specs.named_resources_aws = mods["torchx.specs.named_resources_aws"]  # type: ignore[attr-defined]
+    components = _module(
+        "torchx.components",
+        {k.rpartition(".")[2]: v for k, v in mods.items() if k.startswith("torchx.components.")},
+        package=True,
+    )
+    top = _module(
+        "torchx",
+        {
+            "__version__": TORCHX_VERSION,
+            "IMAGE": DEFAULT_IMAGE,
+            "specs": specs,
+            "components": components,
+        },
+        package=True,
+    )
+    return {"torchx": top, "torchx.specs": specs, "torchx.components": components, **mods}
+
+
+class _RefuseOthers(importlib.abc.MetaPathFinder):
+    """A TorchX module xrun does not stand in for: a clear ImportError, not a bare one."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> None:
+        if fullname == "torchx" or fullname.startswith("torchx."):
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r}: TorchX is not installed, and xrun stands in "
+                f"only for {', '.join(STAND_INS)} (pip install torchx=={TORCHX_VERSION} for "
+                "the rest)",
+                name=fullname,
+            )
+        return None
+
+
+@contextlib.contextmanager
+def torchx_imports() -> Iterator[None]:
+    """While active, ``import torchx...`` gives xrun's stand-ins (unless TorchX is installed,
+    or the stand-ins are already in place: nesting is a no-op)."""
+    if "torchx" in sys.modules or torchx_installed():
+        yield
+        return
+    modules = _stand_ins()
+    refuse = _RefuseOthers()
+    sys.modules.update(modules)
+    sys.meta_path.insert(0, refuse)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(refuse)
+        for name, module in modules.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
+
+def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run inside :func:`torchx_imports` (a component function of a TorchX file may
+    import TorchX when called); signature, docstring and annotations are ``fn``'s."""
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with torchx_imports():
+            return fn(*args, **kwargs)
+
+    return call
+
+
+# --------------------------------------------------------------------------- TorchX's AppDef
+def from_torchx(app: Any) -> Any:
+    """A real TorchX ``AppDef`` as xrun's (its fields have the same names and meanings)."""
+    from xrun.specs import AppDef, Role
+
+    return AppDef(
+        name=str(app.name),
+        roles=[
+            Role(
+                name=r.name,
+                image=r.image,
+                entrypoint=r.entrypoint,
+                args=[str(a) for a in r.args],
+                env={str(k): str(v) for k, v in r.env.items()},
+                num_replicas=r.num_replicas,
+                min_replicas=r.min_replicas,
+                max_retries=r.max_retries,
+                retry_policy=_retry_policy(r.retry_policy),
+                resource=_resource(r.resource),
+                port_map=dict(r.port_map),
+                mounts=[_mount(m) for m in r.mounts],
+                metadata=dict(r.metadata),
+            )
+            for r in app.roles
+        ],
+        metadata=dict(app.metadata),
+    )
+
+
+def _retry_policy(policy: Any) -> Any:
+    from xrun.specs import RetryPolicy
+
+    return RetryPolicy(getattr(policy, "value", policy))
+
+
+def _resource(res: Any) -> Any:
+    from xrun.specs import Resource
+
+    return Resource(res.cpu, res.gpu, res.memMB, dict(res.capabilities), dict(res.devices))
+
+
+def _mount(m: Any) -> Any:
+    from xrun.specs import BindMount, DeviceMount, VolumeMount
+
+    kind = type(m).__name__
+    if kind == "BindMount":
+        return BindMount(m.src_path, m.dst_path, m.read_only)
+    if kind == "VolumeMount":
+        return VolumeMount(m.src, m.dst_path, m.read_only)
+    if kind == "DeviceMount":
+        return DeviceMount(m.src_path, m.dst_path, m.permissions)
+    raise UsageError(f"TorchX mount {m!r} has no xrun equivalent (bind, volume or device)")
