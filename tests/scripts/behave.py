@@ -89,8 +89,11 @@ class Worker:
             time.sleep(0.01)
 
     def print(self, arg: str) -> None:
-        print(arg)
-        print(f"err:{arg}", file=sys.stderr)
+        # One write per line: workers run under ``python -u`` (as torchrun starts them), where
+        # print() writes the text and its newline separately, so two workers sharing the
+        # agent's stdout could interleave mid-line ("rprp\n\n") under any launcher.
+        sys.stdout.write(f"{arg}\n")
+        sys.stderr.write(f"err:{arg}\n")
 
 
 @record
