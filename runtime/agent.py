@@ -160,19 +160,26 @@ class Agent:
         )
         restore = self._signals.install()
         handler: RendezvousHandler | None = None
+        result: RunResult | None = None
         try:
             try:
                 self._signals.raising = True
                 self._signals.check()
                 handler = create_handler(params)
-                return self._loop(handler)
+                result = self._loop(handler)
             except AgentSignal as s:
-                return self._on_signal_exit(handler, None, s.signum)
+                result = self._on_signal_exit(handler, None, s.signum)
+            return result
         finally:
             self._signals.raising = False
             if handler is not None:
                 handler.shutdown()
             restore()
+            # A failed worker's files stay: the failure report points at them.
+            if result is not None and not result.failures:
+                self._logs.remove_temp()
+            elif self._logs.temp:
+                _log(f"the workers' logs are kept in {self._logs.temp} (no --log-dir given)")
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ class AttemptDirs:
     """One directory per start of the worker group: ``n`` counts every start, membership
     restarts included, so no attempt overwrites another's logs.
 
-    Without a ``log_dir`` the base is a fresh temp dir. Every directory created here is 0700:
+    Without a ``log_dir`` the base is a fresh temp dir, which ``remove_temp`` deletes when the
+    agent is done with it (kept after a worker failure: the report names files in it). Every directory created here is 0700:
     logs and tracebacks are the user's alone (a log dir that exists already keeps the mode its
     owner gave it).
     """
@@ -22,6 +23,7 @@ class AttemptDirs:
         self._run_id = run_id or "none"
         self._run_dir = ""
         self._attempt = 0  # worker group starts so far
+        self._temp = ""  # the temp dir this agent made, if it made one
 
     def next(self) -> str:
         """Create and return the next attempt's directory."""
@@ -38,7 +40,7 @@ class AttemptDirs:
         else:
             import tempfile  # only without a log dir: the agent starts faster
 
-            base = tempfile.mkdtemp(prefix="xrun_")
+            base = self._temp = tempfile.mkdtemp(prefix="xrun_")
         os.makedirs(base, mode=0o700, exist_ok=True)
         # Several agents of one job may share a host and a log dir: the first one gets
         # <run_id>, the others <run_id>.1, .2 ... (os.mkdir is atomic, so no two collide).
@@ -50,3 +52,17 @@ class AttemptDirs:
             except FileExistsError:
                 continue
         return path
+
+    @property
+    def temp(self) -> str:
+        """The temp dir this agent made ("" when none)."""
+        return self._temp
+
+    def remove_temp(self) -> None:
+        """Delete the temp dir this agent made (nothing when the user gave a log dir): a day
+        of jobs would otherwise leave hundreds of ``xrun_*`` dirs in ``$TMPDIR``."""
+        if self._temp:
+            import shutil
+
+            shutil.rmtree(self._temp, ignore_errors=True)
+            self._temp = ""

@@ -66,3 +66,22 @@ def test_log_layout_tee_prefix_and_filter(tmp_path: Path) -> None:
     run_dir2 = next(d for d in logs.iterdir() if d != run_dir)
     assert (run_dir2 / "attempt_0" / "0" / "stdout.log").read_text() == "x\n"  # files get all
     assert (run_dir2 / "attempt_0" / "0" / "stderr.log").read_text() == "err:x\n"
+
+
+def test_a_temp_log_dir_is_removed_unless_a_worker_failed(tmp_path: Path) -> None:
+    # Without --log-dir the agent makes $TMPDIR/xrun_*; a day of jobs used to leave hundreds.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
+    ok = run(agent("--nproc-per-node", "2", "-r", "3", BEHAVE, str(tmp_path), "print:x"), env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.count("x\n") == 0  # redirected: the files were there while it ran
+    assert list(tmpdir.iterdir()) == []
+    bad = run(
+        agent("--nproc-per-node", "2", "-r", "3", BEHAVE, str(tmp_path), "exit-rank:0:3"), env=env
+    )
+    assert bad.returncode == 1, bad.stderr
+    # The failure report points into the kept dir: the worker's stderr log is still there.
+    [kept] = list(tmpdir.iterdir())
+    assert kept.name.startswith("xrun_") and str(kept) in bad.stderr
+    assert list(kept.glob("*/attempt_0/0/stderr.log"))
