@@ -23,7 +23,6 @@ imports multiprocessing or pickle.
 
 from __future__ import annotations
 
-import math
 import os
 import signal as _signal
 import time
@@ -110,6 +109,7 @@ class PContext:
         self._return_values: dict[int, Any] = {}
         self._failures: dict[int, ProcessFailure] = {}  # read each error file once
         self._result: RunProcsResult | None = None
+        self.all_returned: Any = None  # function workers' barrier (see Launcher)
         self._closed = False
 
     def __enter__(self) -> PContext:
@@ -131,8 +131,10 @@ class PContext:
         survivors of a failure stopped and the tee flushed before it returns.
 
         Exits wake it at once; ``period`` only matters after a failure while others still
-        run: they get until the next multiple of ``period`` since the call to end on their
-        own (what torch's poll every ``period`` s would see) before they are stopped.
+        run: they get ``period`` s to end on their own before they are stopped. torch polls
+        every ``period`` s, so what it reports depends on where its tick falls (a sibling
+        ending 1 ms after the failure may or may not be a casualty); a full ``period`` is at
+        least as lenient in every case, and the same every run.
         """
         if self._result is not None:
             return self._result
@@ -142,7 +144,7 @@ class PContext:
             running = self._reap()
             if self._own_failures():
                 if running and timeout != 0 and period > 0:
-                    self._settle(start, period)
+                    self._settle(period)
                 return self._finish()
             if not running:
                 return self._finish()
@@ -187,11 +189,11 @@ class PContext:
                 _join(w)
         self._reap()
 
-    def _settle(self, start: float, period: float) -> None:
-        elapsed = time.monotonic() - start
-        tick = start + max(1, math.ceil(elapsed / period)) * period
-        while self._reap() and time.monotonic() < tick:
-            self._sleep(tick - time.monotonic())
+    def _settle(self, period: float) -> None:
+        until = time.monotonic() + period
+        while self._reap() and time.monotonic() < until:
+            self._sleep(until - time.monotonic())
+        self._reap()
 
     def _own_failures(self) -> dict[int, ProcessFailure]:
         """Record every worker that exited non-zero so far (once each)."""
@@ -373,4 +375,7 @@ def start_processes(  # noqa: PLR0913 - torch 2.13's signature, plus xrun's keyw
     )
     pc.filtered_stdout = launcher.filtered.get(Std.OUT)
     pc.filtered_stderr = launcher.filtered.get(Std.ERR)
+    # Held as long as the context: under spawn the barrier's semaphores are unlinked when the
+    # parent's last reference goes, and a child that has not opened them yet could not.
+    pc.all_returned = launcher.all_returned
     return pc

@@ -14,6 +14,7 @@ Standard library only; ``pickle`` is imported by the function path alone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -113,7 +114,7 @@ def _fd(x: InheritFd | int | None) -> int | None:
     return x.fd if isinstance(x, InheritFd) else x
 
 
-def function_main(
+def function_main(  # noqa: PLR0913 - a multiprocessing target: all the child needs
     payload: bytes | tuple[Callable[..., Any], tuple[Any, ...]],
     env: dict[str, str],
     stdout: InheritFd | int | None,
@@ -122,6 +123,7 @@ def function_main(
     parent_pid: int | None,
     unset: tuple[str, ...] = (),
     cpus: set[int] | None = None,
+    all_returned: Any = None,
 ) -> None:
     """The multiprocessing target of a function worker.
 
@@ -131,6 +133,9 @@ def function_main(
     ``unset``: variables of the agent's environment the worker must not see (the rendezvous
     secret); a spawned or forked child inherits them before this function runs. ``cpus``:
     the ``--numa-binding`` CPU set, applied before any user code starts a thread.
+    ``all_returned``: a ``multiprocessing.Barrier`` of the node's workers, passed once the
+    result is saved (see ``Launcher``); a peer that failed never reaches it, and the agent
+    stops the ones waiting there.
     """
     new_session()
     die_with_parent(_pdeathsig_call(), parent_pid)
@@ -163,6 +168,11 @@ def function_main(
         if path and not os.path.exists(path):
             write_error_file(path, exc)
         raise
+    if all_returned is not None:
+        from threading import BrokenBarrierError
+
+        with contextlib.suppress(BrokenBarrierError):
+            all_returned.wait()
 
 
 def _redirect(fd: int, stream: Any, target: int | None) -> bool:

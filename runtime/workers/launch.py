@@ -128,12 +128,18 @@ class Launcher:
 
             self._numa = NumaBinding.from_options(numa_options, len(plan.streams))
         self._mp: Any = None
+        self.all_returned: Any = None
         if not isinstance(entrypoint, str):
             import multiprocessing
             import tempfile
 
             self._mp = multiprocessing.get_context(start_method)
             self.result_dir = tempfile.mkdtemp(prefix=f"xrun-{name}-")
+            # A function worker that returned waits here for its peers, as torch's do (on the
+            # parent's "finished reading" event): all of a node's workers tear torch down
+            # together. One that exits while its peers still talk to it over gloo now and
+            # then dies of SIGABRT at exit ("terminate called without an active exception").
+            self.all_returned = self._mp.Barrier(len(plan.streams))
 
     def add_filters(self, dest: LogsDest, out: list[str] | None, err: list[str] | None) -> None:
         """Tee'd lines containing any of ``out``/``err`` also go to the filtered log files."""
@@ -294,6 +300,7 @@ class Launcher:
                 parent,
                 tuple(k for k in AGENT_ONLY_ENV if k not in env),
                 self._numa.cpus(rank) if self._numa is not None else None,
+                self.all_returned,
             ),
             name=f"{self.name}-{rank}",
         )

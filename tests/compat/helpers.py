@@ -50,3 +50,20 @@ def fail_or_sleep(rank: int) -> None:
 def env_of(keys: tuple[str, ...]) -> dict[str, str | None]:
     """A function worker: the worker's values of ``keys``."""
     return {k: os.environ.get(k) for k in keys}
+
+
+def return_after(delay: float, out_dir: str) -> int:
+    """Sleep ``delay`` s, return the rank; the process writes the time it really exits (at
+    interpreter exit, after its launcher let it go) to ``out_dir/exit.<rank>``."""
+    import atexit
+    import time
+
+    rank = int(os.environ["RANK"])
+
+    def record() -> None:
+        with open(os.path.join(out_dir, f"exit.{rank}"), "w") as f:
+            f.write(repr(time.time()))
+
+    atexit.register(record)
+    time.sleep(delay)
+    return rank

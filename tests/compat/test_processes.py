@@ -12,7 +12,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 
 from tests.compat import shim
-from tests.compat.helpers import PY, alive, fail_or_sleep, rank_fn, script
+from tests.compat.helpers import PY, alive, fail_or_sleep, rank_fn, return_after, script
 from tests.compat.shim import DefaultLogsSpecs, Std, start_processes
 
 
@@ -74,6 +74,45 @@ def test_one_function_failing_stops_the_others(tmp_path):
     run_dir = os.path.dirname(os.path.dirname(os.path.dirname(failure.error_file)))
     assert os.path.basename(run_dir).startswith("job_")  # <log_dir>/<run_id>_<random>/
     assert not any(alive(p) for p in pc.pids().values())
+
+
+@pytest.mark.timeout(120)
+def test_function_workers_that_returned_wait_for_their_peers(tmp_path):
+    # torch keeps a returned function worker alive until every rank has returned, so a
+    # node's workers tear torch (gloo's threads) down together; one that exited while its
+    # peers still talked to it now and then died of SIGABRT at exit.
+    pc = start_processes(
+        "fn",
+        return_after,
+        {0: (0.0, str(tmp_path)), 1: (1.5, str(tmp_path))},
+        {r: {"RANK": str(r)} for r in range(2)},
+        _specs(tmp_path),
+    )
+    result = pc.wait()
+    assert result is not None and not result.is_failed()
+    assert result.return_values == {0: 0, 1: 1}
+    t0, t1 = (float((tmp_path / f"exit.{r}").read_text()) for r in (0, 1))
+    assert abs(t1 - t0) < 0.75, (t0, t1)  # rank 0 returned 1.5 s before rank 1
+
+
+@pytest.mark.timeout(120)
+def test_a_sibling_that_ends_within_period_of_a_failure_is_not_a_casualty(tmp_path):
+    worker = script(
+        tmp_path,
+        "w.py",
+        """
+        import os, sys, time
+        if os.environ["RANK"] == "0":
+            sys.exit(3)
+        time.sleep(0.2)
+        """,
+    )
+    pc = start_processes(
+        "trainer", worker, {0: (), 1: ()}, {r: {"RANK": str(r)} for r in range(2)}, _specs(tmp_path)
+    )
+    result = pc.wait(period=1.0)
+    assert result is not None
+    assert {r: f.exitcode for r, f in result.failures.items()} == {0: 3}
 
 
 @pytest.mark.timeout(120)
