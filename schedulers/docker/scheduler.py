@@ -185,12 +185,18 @@ class DockerScheduler(Scheduler[DockerJob]):
             int,
             "seconds between the SIGTERM and the engine's SIGKILL when a replica is stopped "
             "(cancel, or a sibling failed); above the agent's shutdown timeout (30 s) the agent "
-            "ends its workers itself",
+            "ends its workers itself; 0 to 86400",
             default=STOP_TIMEOUT,
+            seconds=True,
         )
         return opts
 
     def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        from xrun.limits import check_env_name
+
+        env = cfg.get("env")
+        for name in env if isinstance(env, dict) else {}:
+            check_env_name(name, "run option env")
         for role in app.roles:
             if not role.image:
                 raise UsageError(
