@@ -268,6 +268,9 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     # ------------------------------------------------------------------ status
     def _containers(self, app_id: str) -> list[Any]:
+        """The app's containers, each inspected. The SDK lists, then inspects one by one: a
+        container removed in between (another process finalising the app) is a NotFound,
+        which the callers take as "someone is finalising: wait for the record"."""
         return list(
             self._client().containers.list(all=True, filters={"label": f"{LABEL_APP_ID}={app_id}"})
         )
@@ -276,8 +279,16 @@ class DockerScheduler(Scheduler[DockerJob]):
         final = self._store.load_final(app_id)
         if final is not None:
             return self._from_final(app_id, final)  # no engine needed for an ended app
+        import docker
+
         with self._engine_errors():
-            return self._describe_live(app_id)
+            try:
+                return self._describe_live(app_id)
+            except docker.errors.NotFound:
+                # A container vanished under us: another reader (another shell, the watcher)
+                # is finalising the app. Every concurrent reader must get the final state, so
+                # wait for that finaliser's lock and read its record.
+                return self._finalize(app_id)
 
     def _describe_live(self, app_id: str) -> DescribeAppResponse | None:
         containers = self._containers(app_id)
@@ -312,7 +323,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             final = self._store.load_final(app_id)
             if final is not None:
                 return self._from_final(app_id, final)
-            containers = self._containers(app_id)
+            containers = self._settled_containers(app_id)
             before = {c.name: replica_state(c.attrs)[0] for c in containers}
             cancelled = self._store.is_cancelled(app_id)
             state = containers_app_state(containers, cancelled, before)
@@ -355,6 +366,18 @@ class DockerScheduler(Scheduler[DockerJob]):
                 net.remove()
         return self._from_final(app_id, record)
 
+    def _settled_containers(self, app_id: str) -> list[Any]:
+        """The app's containers, listed again while one vanishes mid-listing (under the lock
+        only something outside xrun, a `docker rm`, removes them; a few tries settle it)."""
+        import docker
+
+        for _ in range(4):
+            try:
+                return self._containers(app_id)
+            except docker.errors.NotFound:
+                continue
+        return self._containers(app_id)
+
     def _from_final(self, app_id: str, final: dict[str, Any]) -> DescribeAppResponse:
         return DescribeAppResponse(
             app_id=app_id,
@@ -385,8 +408,13 @@ class DockerScheduler(Scheduler[DockerJob]):
     def cancel(self, app_id: str) -> None:
         if self._store.load_final(app_id) is not None:
             return  # already ended: cancelling changes nothing
+        import docker
+
         with self._engine_errors():
-            self._cancel(app_id)
+            try:
+                self._cancel(app_id)
+            except docker.errors.NotFound:  # being finalised by another process: it ended
+                self._finalize(app_id)
 
     def _cancel(self, app_id: str) -> None:
         containers = self._containers(app_id)
@@ -466,9 +494,17 @@ class DockerScheduler(Scheduler[DockerJob]):
     # Last in the class: below this point `list` would name the method, not the builtin.
     def list(self) -> list[ListAppResponse]:
         """This session's apps: those with containers, then those that ended (from the state dir)."""
+        import docker
+
+        labels = [LABEL_APP_ID, f"{LABEL_SESSION}={self.session_name}"]
         with self._engine_errors() as client:
-            labels = [LABEL_APP_ID, f"{LABEL_SESSION}={self.session_name}"]
-            containers = client.containers.list(all=True, filters={"label": labels})
+            for attempt in range(5):  # an app finalised while we list: list again
+                try:
+                    containers = client.containers.list(all=True, filters={"label": labels})
+                    break
+                except docker.errors.NotFound:
+                    if attempt == 4:
+                        raise
         apps: dict[str, list[Any]] = {}
         for c in containers:
             apps.setdefault(c.labels[LABEL_APP_ID], []).append(c)
