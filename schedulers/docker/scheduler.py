@@ -279,9 +279,9 @@ class DockerScheduler(Scheduler[DockerJob]):
         final = self._store.load_final(app_id)
         if final is not None:
             return self._from_final(app_id, final)  # no engine needed for an ended app
-        import docker
-
         with self._engine_errors():
+            import docker  # here: a missing SDK is _client()'s usage error, not an ImportError
+
             try:
                 return self._describe_live(app_id)
             except docker.errors.NotFound:
@@ -408,9 +408,9 @@ class DockerScheduler(Scheduler[DockerJob]):
     def cancel(self, app_id: str) -> None:
         if self._store.load_final(app_id) is not None:
             return  # already ended: cancelling changes nothing
-        import docker
-
         with self._engine_errors():
+            import docker  # (after _client(), as in describe)
+
             try:
                 self._cancel(app_id)
             except docker.errors.NotFound:  # being finalised by another process: it ended
@@ -494,10 +494,10 @@ class DockerScheduler(Scheduler[DockerJob]):
     # Last in the class: below this point `list` would name the method, not the builtin.
     def list(self) -> list[ListAppResponse]:
         """This session's apps: those with containers, then those that ended (from the state dir)."""
-        import docker
-
         labels = [LABEL_APP_ID, f"{LABEL_SESSION}={self.session_name}"]
         with self._engine_errors() as client:
+            import docker  # (after _client(), as in describe)
+
             for attempt in range(5):  # an app finalised while we list: list again
                 try:
                     containers = client.containers.list(all=True, filters={"label": labels})
