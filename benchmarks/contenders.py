@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from benchmarks.harness import RunFailed, Unavailable, one_line
 
@@ -189,6 +190,12 @@ def torchx(job: Job) -> list[Cmd]:
     return _component_cmd(tool("torchx"), job)
 
 
+def _tail(err: IO[bytes], size: int = 1500) -> str:
+    err.seek(0, os.SEEK_END)
+    err.seek(max(0, err.tell() - size))
+    return one_line(err.read().decode(errors="replace"))
+
+
 def timed(
     cmds: Sequence[Cmd],
     *,
@@ -232,7 +239,9 @@ def timed(
             p.wait(timeout=max(0.1, deadline - time.perf_counter()))
         elapsed = time.perf_counter() - t0
     except subprocess.TimeoutExpired:
-        raise RunFailed(f"{cmds[0][0][:3]} ran past {timeout:.0f} s") from None
+        # What each process said so far: a hang that happens once in CI is diagnosed from this.
+        said = "; ".join(f"[{i}] {_tail(e)}" for i, e in enumerate(errs))
+        raise RunFailed(f"{cmds[0][0][:3]} ran past {timeout:.0f} s; stderr: {said}") from None
     finally:
         for p in procs:
             if p.poll() is None:

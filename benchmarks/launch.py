@@ -1,15 +1,17 @@
-"""Measures 1-3: a job end to end, launch overhead first, then a real gloo job.
+"""Measures 1-3 and 13: a job end to end, launch overhead first, then a real gloo job.
 
 1. ``-j 1x4`` of a do-nothing script;  2. the same with ``-j 2x2`` (two agents, a real
-rendezvous);  3. a gloo all_reduce job, 1x4 (four ``import torch`` dominate: the floor).
+rendezvous);  3. a gloo all_reduce job, 1x4 (four ``import torch`` dominate: the floor);
+13. a gloo all_reduce job of two agents x 8 workers (issue #14: the workers use the agent's
+store).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from benchmarks import contenders as c
-from benchmarks.harness import Row, at_most, interleave
+from benchmarks.harness import Row, Stats, at_most, interleave
 
 Launcher = Callable[[c.Job], list[c.Cmd]]
 
@@ -70,3 +72,29 @@ def measure_3(reps: int, smoke: bool) -> list[Row]:
     )
     row.results = interleave(_runs(job, ALL, 300), reps, warmup=not smoke)
     return [row]
+
+
+def measure_13(reps: int, smoke: bool) -> list[Row]:
+    # Two agents (c10d, one rendezvous) x 8 workers: 16 torch imports on 2 cores dominate, the
+    # launchers differ in their start-up, rendezvous and store. Smoke: 2 x 1.
+    nproc = 1 if smoke else 8
+    job = c.Job("allreduce.py", nnodes=2, nproc=nproc)
+    row = Row(
+        f"gloo all_reduce job 2x{nproc} (two agents)",
+        "s",
+        "xrun no slower than torchrun",
+        reference="torchrun",
+        check=lambda r: _no_slower(r, "xrun-agent", "torchrun"),
+    )
+    who = {k: ALL[k] for k in ("floor", "torchrun", "xrun-agent", "xrun")}
+    row.results = interleave(
+        _runs(job, who, 600), reps=1 if smoke else min(reps, 3), warmup=not smoke
+    )
+    return [row]
+
+
+def _no_slower(results: Mapping[str, Stats | str], subject: str, reference: str) -> bool | None:
+    a, b = results.get(subject), results.get(reference)
+    if not isinstance(a, Stats) or not isinstance(b, Stats):
+        return None
+    return a.median <= b.median

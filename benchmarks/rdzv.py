@@ -174,7 +174,7 @@ def main(argv: list[str]) -> None:
     for n in (8, 64, 256, 1024):
         print(f"xrun     {n:6d}  {run(n):7.3f}", flush=True)
     # the same with the job's secret checked on every connection (HMAC challenge-response)
-    print(f"xrun+tok {1024:6d}  {run(1024, token=os.urandom(32)):7.3f}", flush=True)
+    print(f"xrun+tok {1024:6d}  {run(1024, token=os.urandom(32).hex().encode()):7.3f}", flush=True)
     if "--no-torch" in argv:
         return
     for n in (8, 32):

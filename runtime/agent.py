@@ -34,10 +34,12 @@ Decisions:
   file 0600). ``n`` counts every start of the worker group, membership
   restarts included, so no attempt overwrites another's logs. A second agent of the same job on
   the same host with the same log dir gets ``<run_id>.1``.
-* The workers' store: group rank 0's agent picks a free port each round and publishes
-  ``MASTER_ADDR``/``MASTER_PORT`` through the rendezvous store; rank 0's worker binds it
-  (``TORCHELASTIC_USE_AGENT_STORE=False``). If that port was taken meanwhile ("address already in
-  use" in the worker's error), the round is retried on a new port without using a restart.
+* The workers' store is the rendezvous store: the agent that serves the rendezvous serves the
+  workers' ``torch.distributed.TCPStore`` clients on the same port (torch's protocol, told apart
+  by its first bytes), listening before any worker starts, as torchrun's agent does
+  (``TORCHELASTIC_USE_AGENT_STORE=True``). Workers get ``MASTER_ADDR``/``MASTER_PORT`` of it:
+  the rendezvous endpoint (``--master-addr``/``--master-port`` for the static backend), and
+  each round's workers an empty key space.
 
 Standard library only: no torch, so the agent starts and idles like a bare interpreter.
 """
@@ -71,11 +73,6 @@ if TYPE_CHECKING:
     from .rendezvous import RendezvousEvent, RendezvousHandler, RendezvousInfo
     from .workers.api import PContext, RunProcsResult
 
-# A worker store that cannot bind its port (another process took the free port between the
-# agent picking it and rank 0 binding it) is retried this many times without using a restart.
-_PORT_RACE_RETRIES = 3
-_PORT_RACE_MARKERS = ("address already in use", "eaddrinuse", "errno 98")
-
 
 @dataclass
 class RunResult:
@@ -106,18 +103,6 @@ def _random_uuid() -> str:
     raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
     h = raw.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def free_port() -> int:
-    """A port that is free right now on every interface (the workers' store binds all of them)."""
-    for family in (socket.AF_INET6, socket.AF_INET):  # a v6 wildcard also covers v4
-        try:
-            with socket.socket(family) as s:
-                s.bind(("", 0))
-                return int(s.getsockname()[1])
-        except OSError:  # IPv6 disabled in the kernel
-            continue
-    raise OSError("no free TCP port: cannot bind port 0 on IPv6 or IPv4")
 
 
 class Agent:
@@ -152,7 +137,6 @@ class Agent:
         self._signals = SignalWatch(parse_signals(config.signals_to_handle))
         self._logs = AttemptDirs(config.log_dir, config.run_id)
         self._restart_count = 0  # failure restarts used (TORCHELASTIC_RESTART_COUNT)
-        self._port_retries = 0
 
     # -- public -------------------------------------------------------------------------------
 
@@ -193,23 +177,13 @@ class Agent:
     # -- the loop ------------------------------------------------------------------------------
 
     def _loop(self, handler: RendezvousHandler) -> RunResult:
-        from .rendezvous import (
-            RendezvousClosedError,
-            RendezvousError,
-            RendezvousTimeoutError,
-        )
+        from .rendezvous import RendezvousClosedError, RendezvousError
 
         while True:
             self._signals.raising = True
             self._signals.check()  # one that arrived while the workers were being stopped
             try:
                 info = handler.next_rendezvous()
-                try:
-                    master_addr, master_port = self._master(handler, info)
-                except RendezvousTimeoutError:
-                    # Group rank 0 died before publishing its address: form a new round.
-                    self._request_restart(handler, "group rank 0 published no master address")
-                    continue
             except RendezvousClosedError as e:
                 failed = getattr(e, "failed", True)
                 reason = getattr(e, "reason", "") or str(e)
@@ -219,7 +193,7 @@ class Agent:
             except RendezvousError as e:
                 return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")
             self._signals.raising = False
-            pc = self._start(info, master_addr, master_port)
+            pc = self._start(info, *handler.workers_address)
             outcome = self._on_event(self._watch(pc, handler), handler, pc, info)
             if outcome is not None:
                 return outcome
@@ -267,11 +241,6 @@ class Agent:
         pc.close(signal.SIGTERM, cfg.shutdown_timeout)
         root = failures[root_cause(failures)]
         reason = f"local_rank {root.local_rank} on {self.host} failed: {root.reason()}"
-        if self._port_retries < _PORT_RACE_RETRIES and _is_port_race(result):
-            self._port_retries += 1
-            _log(f"worker store port was taken ({reason}); retrying with a new port")
-            self._request_restart(handler, reason)
-            return None
         if self._restart_count < cfg.max_restarts:
             self._restart_count += 1
             _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
@@ -310,22 +279,6 @@ class Agent:
             # Our workers all succeeded; a peer that vanished while we waited is its own failure.
             _log(f"while waiting for the other nodes to finish: {e}")
         return RunResult(0, values)
-
-    def _master(self, handler: RendezvousHandler, info: RendezvousInfo) -> tuple[str, int]:
-        """Group rank 0 picks the workers' store address for this round and publishes it."""
-        from .rendezvous.endpoint import unbracket
-
-        if info.group_world_size == 1:
-            return unbracket(info.addrs[0]), free_port()
-        key = f"xrun/master/{info.round}"
-        if info.group_rank == 0:
-            addr, port = unbracket(info.addrs[0]), free_port()
-            handler.kv().set(key, f"{addr}\n{port}".encode())
-            return addr, port
-        # Rank 0 publishes right after the round forms; a much longer wait means it is gone.
-        timeout = float(self.config.rdzv_conf.get("read_timeout", 60))
-        addr, port_s = handler.kv().get(key, timeout).decode().split("\n")
-        return addr, int(port_s)
 
     def _start(self, info: RendezvousInfo, master_addr: str, master_port: int) -> PContext:
         from .workers.api import start_processes
@@ -404,6 +357,11 @@ class Agent:
                 sel.register(handler.fileno(), selectors.EVENT_READ, "rdzv")
             except RendezvousClosedError as e:
                 return JobClosed(e.reason, e.failed)
+            # The watch's answer may have come in already, read by a call that shared the
+            # connection: then the fd will not turn readable for it.
+            event = handler.poll_event()
+            if event is not None:
+                return _rendezvous_event(*event, failed=handler.closed_failed)
             if self._signals.fd >= 0:
                 sel.register(self._signals.fd, selectors.EVENT_READ, "signal")
             # Without an exit fd per worker fall back to polling every monitor_interval.
@@ -466,21 +424,3 @@ def _rendezvous_event(
     if event.name == "CLOSED":
         return JobClosed(reason, failed)
     return RendezvousChanged(reason)
-
-
-def _is_port_race(result: RunProcsResult) -> bool:
-    """Did a worker die because the workers' store port was taken? Read from its error file's
-    message, else from the end of its stderr log (when redirected) - torch says EADDRINUSE."""
-    for lr, f in result.failures.items():
-        text = f.message
-        log = result.stderrs.get(lr)
-        if not f.has_error_file() and log:
-            try:
-                with open(log, "rb") as fp:
-                    fp.seek(max(0, os.path.getsize(log) - 4096))
-                    text = fp.read().decode(errors="replace")
-            except OSError:
-                pass
-        if any(m in text.lower() for m in _PORT_RACE_MARKERS):
-            return True
-    return False

@@ -204,7 +204,7 @@ class WorkerGroup:
     world_size: int
     group_rank: int  # this node's rank among the nodes
     group_world_size: int
-    master_addr: str  # the workers' own store (group rank 0's worker binds it)
+    master_addr: str  # the job's store (the agent's, torch's protocol on the rendezvous port)
     master_port: int
     restart_count: int  # failure restarts used so far
     max_restarts: int
@@ -240,9 +240,9 @@ def worker_env(
         "TORCHELASTIC_RESTART_COUNT": str(group.restart_count),
         "TORCHELASTIC_MAX_RESTARTS": str(group.max_restarts),
         "TORCHELASTIC_RUN_ID": group.run_id,
-        # xrun's rendezvous store is not a torch TCPStore, so the workers host their own store
-        # at MASTER_ADDR:MASTER_PORT (rank 0 binds it), exactly as with a non-agent-store backend.
-        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        # The agent's store speaks torch's TCPStore protocol at MASTER_ADDR:MASTER_PORT, and
+        # listens before any worker starts: every rank is a client of it (as under torchrun).
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         # Each worker's own error file (under the agent's log dir), never the agent's.
         "TORCHELASTIC_ERROR_FILE": error_file,

@@ -32,15 +32,29 @@ class LazyLogger:
             self._logger = logging.getLogger(self._name)
         return self._logger
 
-    # stacklevel=2: the record names the caller of these methods, not this module.
+    # stacklevel=2: the record names the caller of these methods, not this module. A log call
+    # never raises: they sit in error paths (a failed accept when file descriptors run out,
+    # where even importing ``logging`` may fail), and must not turn one error into a crash.
     def debug(self, msg: str, *args: object) -> None:
-        self._get().debug(msg, *args, stacklevel=2)
+        try:
+            self._get().debug(msg, *args, stacklevel=2)
+        except Exception:  # noqa: BLE001, S110 - see above
+            pass
 
     def info(self, msg: str, *args: object) -> None:
-        self._get().info(msg, *args, stacklevel=2)
+        try:
+            self._get().info(msg, *args, stacklevel=2)
+        except Exception:  # noqa: BLE001, S110 - see above
+            pass
 
     def warning(self, msg: str, *args: object) -> None:
-        self._get().warning(msg, *args, stacklevel=2)
+        try:
+            self._get().warning(msg, *args, stacklevel=2)
+        except Exception:  # noqa: BLE001, S110 - see above
+            pass
 
     def exception(self, msg: str, *args: object) -> None:
-        self._get().exception(msg, *args, stacklevel=2)
+        try:
+            self._get().exception(msg, *args, stacklevel=2)
+        except Exception:  # noqa: BLE001, S110 - see above
+            pass

@@ -13,7 +13,7 @@ The wing, module by module:
 * ``rounds.py``: joining a round (arrive, wait, seal);
 * ``leases.py``: a member's lease and the heartbeat thread;
 * ``hosting.py``: serving the store or reaching it, and the connections to it;
-* ``keys.py``: the keys and what they hold (the world, the closed verdict);
+* ``keys.py``: the keys and what they hold (a node's seat, the member list, the verdict);
 * ``kv.py``: ``KeyValue``, the agent's own keys.
 
 Backends
@@ -25,6 +25,10 @@ connect with retry and backoff. ``static``: node rank 0 serves the store at the 
 (``master_addr:master_port``), ranks come from ``node_rank`` and the world is exactly
 ``max_nodes`` nodes.
 
+The same store, on the same port, is the workers' store (torch's TCPStore protocol, a key space
+of its own: see ``store/server.py``): ``RendezvousHandler.workers_address`` is the
+``MASTER_ADDR``/``MASTER_PORT`` the agent gives its workers.
+
 Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
 -------------------------------------------------------------------
 * join: ``i = ADD r/join 1`` gives the node its arrival index (1-based); then, without waiting
@@ -35,15 +39,22 @@ Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
   arrives as number ``max_nodes``, or (once ``min_nodes`` are in) any node whose last-call timer
   expired with no new arrival, or any node that sees ``r/stale`` before the round formed (a
   joiner died: form now, stale, and re-form without it). The winner reads ``r/node/1..n`` and
-  writes ``r/world`` and ``cur = r + 1``. A later ``ADD r/join 1`` returns >= ``SEAL`` (or
-  > ``max_nodes``), so latecomers move on to round ``r + 1``.
+  writes, in one message: ``workers`` = r (the workers' store starts a new, empty generation),
+  ``r/members`` (the member list), one ``r/seat/i`` per counted arrival (its group rank, the
+  global rank of its first worker, the sizes: a few bytes; rank -1 for one left out),
+  ``r/world`` (the sizes: the round formed) and ``cur = r + 1``. A later ``ADD r/join 1``
+  returns >= ``SEAL`` (or > ``max_nodes``), so latecomers move on to round ``r + 1``.
 * one world at a time: round ``r + 1`` may seal only once ``r/stale`` is set. A node arriving
   while a world with room runs sets ``r/stale`` ("waiting to join") so that world re-forms with
   it; next to a full world it stands by (until join_timeout) instead of forming a second world.
-* everyone waits *on the server* for ``r/world`` (or ``closed``, ``r/stale``, or the next
-  arrival while the last call runs): O(1) messages per node, nothing rewritten by everybody.
-* during the round, ``fileno()`` is a socket with a pending ``WAIT any(r/stale, closed)``: it
-  becomes readable exactly when the round is stale or the job closed.
+* everyone waits *on the server* for its own ``r/seat/i`` (or ``closed``, ``r/stale``, or the
+  next arrival while the last call runs): O(1) messages and O(1) bytes per node, so N nodes
+  cost the store O(N), not N copies of an N-node list. The member list is read only on demand
+  (``RendezvousInfo.addrs``, and the store's host at the exit barrier).
+* one connection per node: its calls, its leases' heartbeats (sent at once, whatever call is
+  waiting) and its round watch, a pending ``WAIT any(r/stale, closed)`` queued with its wait
+  for the seat. ``fileno()`` becomes readable exactly when the round is stale or the job
+  closed.
 * leave together: ``finish``/``shutdown`` set ``r/fin/i``; the store's host waits for every
   member's ``fin`` (set by itself, or by its closed connection) before it stops serving, and
   after a successful finish sets ``closed`` = not failed, "the job finished". That wait is

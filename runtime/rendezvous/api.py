@@ -4,8 +4,8 @@ and the events it reports while the workers run."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 __all__ = [
     "RendezvousClosedError",
@@ -51,22 +51,44 @@ class RendezvousParams:
     private_store: bool = False
 
 
+class Members:
+    """A formed round's member list, read from the store on first use and kept."""
+
+    __slots__ = ("_load", "_value")
+
+    def __init__(self, load: Callable[[], tuple[tuple[int, ...], tuple[str, ...]]]) -> None:
+        self._load = load
+        self._value: tuple[tuple[int, ...], tuple[str, ...]] | None = None
+
+    def get(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        if self._value is None:
+            self._value = self._load()
+        return self._value
+
+
 @dataclass(frozen=True)
 class RendezvousInfo:
+    """What a formed round gives one node. The whole member list (``local_world_sizes``,
+    ``addrs``) is read from the store only when asked for: a node needs its own place (its
+    group rank, the global rank of its first worker, the sizes), and at 16,384 nodes a copy of
+    the whole list per node would make the rendezvous quadratic."""
+
     round: int
     group_rank: int
     group_world_size: int
-    local_world_sizes: tuple[int, ...]
-    addrs: tuple[str, ...]
+    rank_offset: int  # global rank of this node's local rank 0
+    world_size: int  # workers in the world
+    members: Members = field(repr=False, compare=False)
 
     @property
-    def rank_offset(self) -> int:
-        """Global rank of this node's local rank 0."""
-        return sum(self.local_world_sizes[: self.group_rank])
+    def local_world_sizes(self) -> tuple[int, ...]:
+        """Each node's number of workers, in group-rank order (read from the store)."""
+        return self.members.get()[0]
 
     @property
-    def world_size(self) -> int:
-        return sum(self.local_world_sizes)
+    def addrs(self) -> tuple[str, ...]:
+        """Each node's advertised address, in group-rank order (read from the store)."""
+        return self.members.get()[1]
 
 
 class RendezvousEvent(enum.Enum):

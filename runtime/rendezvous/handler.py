@@ -16,10 +16,11 @@ import threading
 from xrun.contract import RDZV_BACKENDS
 from xrun.errors import UsageError
 
-from ..store.client import Connection
+from ..store.client import StoreClient
 from ..store.errors import StoreAuthError, StoreError, StoreTimeoutError
-from ..store.protocol import Op, Status, encode_request, wait_fields
+from ..store.protocol import Op, Status, wait_fields
 from .api import (
+    Members,
     RendezvousClosedError,
     RendezvousError,
     RendezvousEvent,
@@ -30,7 +31,7 @@ from .api import (
 from .conf import RdzvConfig, config_from_conf, load_token
 from .endpoint import default_local_addr, parse_endpoint
 from .hosting import StoreLink
-from .keys import Keys, World, closed_error, verdict
+from .keys import Keys, Seat, World, closed_error, verdict
 from .kv import KeyValue
 from .leases import Lease
 from .rounds import Rounds
@@ -62,13 +63,16 @@ class RendezvousHandler:
         self._keys = Keys(params.run_id)
         self._lock = threading.Lock()  # guards the watch connection and the round state below
         self._lease = Lease(self._link, self._keys, cfg, self.addr, self._lock)
-        self._rounds = Rounds(self._link, self._keys, self._lease, params, cfg, self.addr, sortkey)
+        self._rounds = Rounds(
+            self._link, self._keys, self._lease, params, cfg, self.addr, sortkey, self._prearm
+        )
         self._round = -1
         self._index = 0
         self._rank = -1
-        self._world: World | None = None
-        self._watch_rid = 0
+        self._seat: Seat | None = None
+        self._world: World | None = None  # the round's members, read when needed (the host)
         self._armed_rid = 0
+        self._ready_fd = -1
         self._armed_for = -2
         self._event: tuple[RendezvousEvent, str] | None = None
         self._closed_failed = True
@@ -86,12 +90,18 @@ class RendezvousHandler:
     def is_host(self) -> bool:
         return self._link.is_host
 
+    @property
+    def workers_address(self) -> tuple[str, int]:
+        """(MASTER_ADDR, MASTER_PORT): the job's store, where the workers' torch TCPStore
+        clients find it (the rendezvous port; each round's workers get an empty key space)."""
+        return self._link.workers_address
+
     # -- joining -------------------------------------------------------------------------------
 
     def next_rendezvous(self) -> RendezvousInfo:
         """Join the next round and block until it forms (see the package docstring)."""
         try:
-            rnd, index, rank, world = self._rounds.join(self._round)
+            rnd, index, seat = self._rounds.join(self._round)
         except StoreAuthError as e:
             raise RendezvousError(str(e)) from None
         except StoreTimeoutError as e:
@@ -101,41 +111,87 @@ class RendezvousHandler:
                 f"lost the rendezvous store at {self.endpoint}: {e}", failed=True
             ) from None
         with self._lock:
-            self._round, self._index, self._rank, self._world = rnd, index, rank, world
+            self._round, self._index, self._rank, self._seat = rnd, index, seat.rank, seat
+            self._world = None
             self._event = None
         return RendezvousInfo(
             round=rnd,
-            group_rank=rank,
-            group_world_size=len(world.indices),
-            local_world_sizes=world.local_world_sizes,
-            addrs=world.addrs,
+            group_rank=seat.rank,
+            group_world_size=seat.nodes,
+            rank_offset=seat.rank_offset,
+            world_size=seat.world_size,
+            members=Members(lambda: self._members(rnd)),
         )
+
+    def _members(self, rnd: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """Round ``rnd``'s member list, from the store (``RendezvousInfo.addrs``)."""
+        try:
+            world = self._read_world(rnd)
+        except StoreError as e:
+            raise RendezvousClosedError(
+                f"lost the rendezvous store at {self.endpoint}: {e}"
+            ) from None
+        return world.local_world_sizes, world.addrs
+
+    def _read_world(self, rnd: int) -> World:
+        raw = self._link.client.get(self._keys.of(rnd, "members"))
+        if raw is None:
+            raise RendezvousError(f"round {rnd}'s member list is not in the store")
+        return World.parse(rnd, raw)
 
     # -- watching the round --------------------------------------------------------------------
 
-    def _arm(self) -> Connection:
-        """Make sure a WAIT any(stale, closed) for the current round is pending (lock held)."""
-        conn = self._link.watch()
+    def _prearm(self, rnd: int) -> None:
+        """We joined round ``rnd``: queue its watch, to leave with our wait for the round to
+        form (one message less per node than arming it once the round formed). If the round
+        went stale before it formed, the watch answers at once: the world re-forms, as it
+        should."""
+        with self._lock:
+            client = self._link.client
+            if self._armed_rid:
+                client.forget(self._armed_rid)
+            keys = [self._keys.of(rnd, "stale"), self._keys.closed]
+            self._armed_rid = client.submit(Op.WAIT, wait_fields(keys, False, None), queue=True)
+            self._armed_for = rnd
+
+    def _arm(self) -> StoreClient:
+        """Make sure a WAIT any(stale, closed) for the current round is pending (lock held).
+        It rides on the handler's one connection: its answer is read by ``poll_event``."""
+        client = self._link.client
         if self._armed_for != self._round:
-            self._watch_rid += 1
+            if self._armed_rid:
+                client.forget(self._armed_rid)  # a previous round's watch: its answer is moot
             keys = (
                 [self._keys.of(self._round, "stale"), self._keys.closed]
                 if self._round >= 0
                 else [self._keys.closed]
             )
-            conn.send(encode_request(self._watch_rid, Op.WAIT, wait_fields(keys, False, None)))
-            self._armed_rid, self._armed_for = self._watch_rid, self._round
-        return conn
+            self._armed_rid = client.submit(Op.WAIT, wait_fields(keys, False, None))
+            self._armed_for = self._round
+        return client
 
     def fileno(self) -> int:
         """Readable as soon as the current round is stale or the job closed (see poll_event)."""
         with self._lock:
             try:
-                return self._arm().sock.fileno()
+                client = self._arm()
+                if self._event is not None or client.answered(self._armed_rid):
+                    # The news came in already, read by a call that shared the connection:
+                    # the socket will not turn readable for it, this will.
+                    return self._readable_fd()
+                return client.fileno()
             except (StoreError, OSError) as e:
                 raise RendezvousClosedError(
                     f"lost the rendezvous store at {self.endpoint}: {e}"
                 ) from None
+
+    def _readable_fd(self) -> int:
+        """A descriptor that is always readable (a pipe whose write end is closed)."""
+        if self._ready_fd < 0:
+            r, w = os.pipe()
+            os.close(w)
+            self._ready_fd = r
+        return self._ready_fd
 
     @property
     def closed_failed(self) -> bool:
@@ -151,13 +207,8 @@ class RendezvousHandler:
             if self._event is not None:
                 return self._event
             try:
-                conn = self._arm()
-                # Stop at the answer: the store may close right behind a verdict, and reading
-                # on would turn "the job finished / failed because ..." into "lost the store".
-                while self._event is None and conn.readable():
-                    resp = conn.recv_response()
-                    if resp.rid != self._armed_rid or resp.status != Status.OK:
-                        continue  # the answer to a previous round's watch
+                resp = self._arm().poll(self._armed_rid)
+                if resp is not None and resp.status == Status.OK:
                     stale, closed = (
                         resp.values()[-2:] if self._round >= 0 else (None, resp.values()[0])
                     )
@@ -167,6 +218,8 @@ class RendezvousHandler:
                         self._event = (RendezvousEvent.CLOSED, err.reason)
                     elif stale is not None:
                         self._event = (RendezvousEvent.RESTART, stale.decode(errors="replace"))
+                if resp is not None and self._event is None:
+                    self._armed_for = -2  # answered without news (an error): watch again
             except (StoreError, OSError, ConnectionError) as e:
                 self._closed_failed = True
                 self._event = (
@@ -202,8 +255,7 @@ class RendezvousHandler:
         to go away. Returns the addresses of the nodes that did not finish (host only)."""
         self._finished = True
         self._lease.leave()
-        world = self._world
-        if self._round < 0 or world is None:
+        if self._round < 0 or self._seat is None:
             return []
         if timeout is None:
             timeout = self.cfg.exit_barrier_timeout
@@ -213,7 +265,9 @@ class RendezvousHandler:
             if not self._link.is_host:
                 return []
             fins = self._wait_fin(timeout)
-            unfinished = [a for a, v in zip(world.addrs, fins, strict=True) if v != b"done"]
+            assert self._world is not None
+            addrs = self._world.addrs
+            unfinished = [a for a, v in zip(addrs, fins, strict=True) if v != b"done"]
             if unfinished:
                 self._closed = True  # shutdown keeps serving (close_timeout) so they read why
                 closed = verdict(
@@ -230,7 +284,8 @@ class RendezvousHandler:
 
     def _wait_fin(self, timeout: float) -> list[bytes | None]:
         """Wait until every member of the round has left; each one's ``fin`` value."""
-        assert self._world is not None
+        if self._world is None:
+            self._world = self._read_world(self._round)
         keys = [self._keys.of(self._round, f"fin/{i}") for i in self._world.indices]
         return self._link.client.wait(keys, timeout=timeout) or self._link.client.multi_get(keys)
 
@@ -266,7 +321,9 @@ class RendezvousHandler:
         with self._lock:
             self._shut = True
             self._lease.stop()
-            self._link.close_watch()
+            if self._ready_fd >= 0:
+                os.close(self._ready_fd)
+                self._ready_fd = -1
             if self._kv is not None:
                 self._kv.close()
         self._link.close()

@@ -1,5 +1,6 @@
 """``StoreLink``: where a handler's store is (served by this agent, or reached at the endpoint)
-and the connections the handler keeps to it.
+and the connections the handler keeps to it. The store is the workers' store too (torch's
+TCPStore protocol on the same port), so the agent that serves it serves the job's workers.
 
 ``c10d``: the agent whose endpoint host is a local address binds the endpoint and serves the
 store (if the port is taken, another agent on this host won, and this one connects as a
@@ -11,27 +12,26 @@ from __future__ import annotations
 
 import errno
 import threading
-import time
 
 from xrun.errors import UsageError
 
-from ..store.client import Connection, StoreClient
+from ..store.client import StoreClient
 from ..store.server import StoreServer
 from .api import RendezvousParams
 from .conf import RdzvConfig
 from .endpoint import bind_address, format_endpoint, parse_endpoint
-from .keys import HOST_KEY
+from .keys import HOST_KEY, Keys
 
 __all__ = ["StoreLink"]
 
 
 class StoreLink:
     """The job's store as one handler sees it. Binds the store in ``__init__`` when this agent
-    should host it; each connection opens on first use:
+    should host it; its connection opens on first use:
 
-    * ``client``: the handler's calls (until the store's host is up, connecting retries for up
-      to join_timeout);
-    * ``watch()``: the round watch and the heartbeats (callers hold the handler's lock);
+    * ``client``: the handler's one connection, for its calls, the round watch (a WAIT parked
+      on the server) and the heartbeats (until the store's host is up, connecting retries for
+      up to join_timeout);
     * ``open_client()``: a connection of its own for the agent's keys (``KeyValue``).
     """
 
@@ -45,7 +45,6 @@ class StoreLink:
         self._connect_host, self._port = self._maybe_serve(host, port)
         self._client: StoreClient | None = None
         self._connect_lock = threading.Lock()
-        self.watch_conn: Connection | None = None
 
     def _maybe_serve(self, host: str, port: int) -> tuple[str, int]:
         """Bind the store here when this agent should host it; returns where to connect."""
@@ -75,7 +74,13 @@ class StoreLink:
         try:
             # Which job this store belongs to, there before any peer can ask (see the handler's
             # host check).
-            self.server = StoreServer(addr, port, self._token, seed={HOST_KEY: p.run_id.encode()})
+            self.server = StoreServer(
+                addr,
+                port,
+                self._token,
+                seed={HOST_KEY: p.run_id.encode()},
+                workers_key=Keys(p.run_id).workers,
+            )
         except OSError as e:
             # EADDRINUSE: another agent on this host serves it. EADDRNOTAVAIL: not our address.
             if must or e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
@@ -92,8 +97,21 @@ class StoreLink:
         return format_endpoint(self._host_name, self._port)
 
     @property
+    def workers_address(self) -> tuple[str, int]:
+        """Where the workers reach the store (torch's protocol, same port): MASTER_ADDR and
+        MASTER_PORT. The endpoint's host as the user wrote it (the static backend's
+        --master-addr), save "localhost", which the store binds as 127.0.0.1 only."""
+        host = self._host_name
+        return (bind_address(host) if host == "localhost" else host), self._port
+
+    @property
     def is_host(self) -> bool:
         return self.server is not None
+
+    @property
+    def connected(self) -> StoreClient | None:
+        """The connection if it is open (never opens one)."""
+        return self._client
 
     @property
     def client(self) -> StoreClient:
@@ -110,18 +128,6 @@ class StoreLink:
                     )
         return self._client
 
-    def watch(self) -> Connection:
-        """The second connection: round watch + heartbeats (caller holds the handler's lock)."""
-        if self.watch_conn is None:
-            self.watch_conn = Connection.open(
-                self._connect_host,
-                self._port,
-                self._token,
-                deadline=time.monotonic() + self.cfg.read_timeout,
-                read_timeout=self.cfg.read_timeout,
-            )
-        return self.watch_conn
-
     def open_client(self) -> StoreClient:
         """A new connection for the agent's keys, so that a blocking ``get`` there never holds
         up the handler's calls."""
@@ -132,11 +138,6 @@ class StoreLink:
             connect_timeout=self.cfg.read_timeout,
             read_timeout=self.cfg.read_timeout,
         )
-
-    def close_watch(self) -> None:
-        """Close the watch connection (caller holds the handler's lock)."""
-        if self.watch_conn is not None:
-            self.watch_conn.close()
 
     def close(self) -> None:
         """Close the handler's client and stop the store if this agent serves it."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .api import RendezvousClosedError
 
-__all__ = ["HOST_KEY", "SEAL", "Keys", "World", "closed_error", "verdict"]
+__all__ = ["HOST_KEY", "SEAL", "Keys", "Seat", "World", "closed_error", "verdict"]
 
 # Set by the store's host when it starts serving: the run id of the job it belongs to.
 HOST_KEY = "xrun/host_run_id"
@@ -22,12 +22,16 @@ SEAL = 1 << 40
 class Keys:
     """The key names of one job's rendezvous."""
 
-    __slots__ = ("closed", "cur", "prefix")
+    __slots__ = ("closed", "cur", "prefix", "workers")
 
     def __init__(self, run_id: str) -> None:
         self.prefix = f"{run_id}/rdzv/"
         self.closed = self.prefix + "closed"  # the verdict: set once the job is over
         self.cur = self.prefix + "cur"  # the round to join next (a hint: formed rounds + 1)
+        # The workers' generation: the round whose workers the store's torch clients belong to.
+        # Written by the sealer before the world, so before any worker of the round starts;
+        # the store gives every later torch connection a fresh key space (store/server.py).
+        self.workers = self.prefix + "workers"
 
     def of(self, rnd: int, name: str) -> str:
         """Round ``rnd``'s key ``name`` (``join``, ``node/3``, ``world``, ``stale`` ...)."""
@@ -49,8 +53,30 @@ def closed_error(raw: bytes) -> RendezvousClosedError:
 
 
 @dataclass(frozen=True)
+class Seat:
+    """What one arrival of a formed round reads in ``<r>/seat/<i>`` (and ``<r>/world`` holds
+    the same minus the rank): its group rank (-1: the round formed without it), the global
+    rank of its local rank 0, the number of nodes and of workers. A few bytes, whatever the
+    size of the world: N nodes read N seats, not N copies of an N-node list."""
+
+    rank: int
+    rank_offset: int
+    nodes: int
+    world_size: int
+
+    def encode(self) -> bytes:
+        return f"{self.rank}\t{self.rank_offset}\t{self.nodes}\t{self.world_size}".encode()
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Seat:
+        rank, offset, nodes, world_size = raw.split(b"\t")
+        return cls(int(rank), int(offset), int(nodes), int(world_size))
+
+
+@dataclass(frozen=True)
 class World:
-    """A formed round as stored in ``<r>/world``: three sections separated by newlines:
+    """A formed round's members as stored in ``<r>/members``: three sections separated by
+    newlines:
     arrival indices in rank order ("3,1,2"), nprocs run-length encoded ("8*1024" or "8*2,4*1"),
     then one advertised address per line."""
 
@@ -61,8 +87,7 @@ class World:
 
     @classmethod
     def parse(cls, rnd: int, blob: bytes) -> World:
-        # Kept to a few C-level splits: each of N nodes parses the N-node world (the benchmark
-        # runs 1024 of them in one process), and nprocs are nearly always uniform.
+        # Read only by whoever asks for the addresses (RendezvousInfo.addrs): the agent does not.
         idx, lws_s, addrs = blob.decode().split("\n", 2)
         lws: list[int] = []
         for run in lws_s.split(","):

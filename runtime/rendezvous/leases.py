@@ -17,7 +17,7 @@ from typing import Protocol
 from ..lazylog import LazyLogger
 from ..store.client import StoreClient
 from ..store.errors import StoreError
-from ..store.protocol import Op, encode_request, lease_fields
+from ..store.protocol import Op, lease_fields
 from .conf import RdzvConfig
 from .hosting import StoreLink
 from .keys import Keys
@@ -77,8 +77,8 @@ HEARTBEATS = Heartbeats()
 
 class Lease:
     """One handler's lease: ``take`` on joining a round, ``release`` on leaving it, ``beat``
-    from the heartbeat thread. ``lock`` is the handler's (it also guards the watch connection
-    the heartbeats travel on)."""
+    from the heartbeat thread. ``lock`` is the handler's. Heartbeats travel on the handler's
+    one connection, sent at once whatever call is waiting there (``StoreClient.post_now``)."""
 
     def __init__(
         self, link: StoreLink, keys: Keys, cfg: RdzvConfig, addr: str, lock: threading.Lock
@@ -138,16 +138,12 @@ class Lease:
             if self.held != (rnd, index):
                 return
             self.held = None
-            watch = self._link.watch_conn
-            if watch is not None:
-                # Heartbeats travel on the watch connection: release there too, so that the
-                # server cannot apply a renewal sent just before after the release, revive the
-                # lease and later mark a round that we left as stale.
-                with contextlib.suppress(OSError):
-                    watch.send(b"".join(encode_request(0, op, *f) for op, f in releases))
-                    return
+        # On the connection the heartbeats take too, in order: a renewal sent just before
+        # cannot revive the lease after this release (and later mark a round we left as stale).
         with contextlib.suppress(StoreError):
-            self._link.client.pipeline(releases)
+            client = self._link.connected
+            if client is not None:
+                client.post_now(*((op, f[0]) for op, f in releases))
 
     def leave(self) -> None:
         """Release whatever lease is held."""
@@ -159,7 +155,7 @@ class Lease:
         self._stopped = True
 
     def beat(self) -> float | None:
-        """Renew our lease (fire-and-forget on the watch connection); next due time or None."""
+        """Renew our lease (fire-and-forget, on the handler's connection); next due time or None."""
         cfg = self._cfg
         with self._lock:
             if self._stopped:
@@ -167,12 +163,13 @@ class Lease:
             if self.held is None:
                 return time.monotonic() + cfg.heartbeat_interval
             rnd, index = self.held
+            client = self._link.connected
             try:
-                conn = self._link.watch()
+                if client is None:
+                    raise StoreError("not connected")
                 fire = self.message(rnd, index)
-                conn.send(
-                    encode_request(
-                        0,
+                client.post_now(
+                    (
                         Op.LEASE,
                         lease_fields(
                             self._keys.of(rnd, f"lease/{index}"),
@@ -182,7 +179,7 @@ class Lease:
                         ),
                     )
                 )
-            except (StoreError, OSError) as e:
+            except StoreError as e:
                 # The store is gone (its host died): the watch fd reports that to the agent.
                 log.warning(
                     "rendezvous heartbeat to %s failed, stopping them: %s", self._link.endpoint, e

@@ -8,6 +8,7 @@ node sends O(1) messages per round whatever the number of nodes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from xrun.errors import UsageError
 
@@ -15,7 +16,7 @@ from ..store.protocol import Op, add_fields, wait_fields
 from .api import RendezvousParams, RendezvousTimeoutError
 from .conf import RdzvConfig
 from .hosting import StoreLink
-from .keys import HOST_KEY, SEAL, Keys, World, closed_error, verdict
+from .keys import HOST_KEY, SEAL, Keys, Seat, World, closed_error, verdict
 from .leases import Lease
 
 __all__ = ["Rounds"]
@@ -34,7 +35,11 @@ class Rounds:
         cfg: RdzvConfig,
         addr: str,
         sortkey: str,
+        on_join: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_join(r)``: called when this node has taken its place in round ``r``, before
+        it waits for the round to form (the handler queues its round watch there)."""
+        self._on_join = on_join
         self._link = link
         self._keys = keys
         self._lease = lease
@@ -44,9 +49,9 @@ class Rounds:
         self._sortkey = sortkey
         self._static = params.backend == "static"
 
-    def join(self, last_round: int) -> tuple[int, int, int, World]:
+    def join(self, last_round: int) -> tuple[int, int, Seat]:
         """Join the first round after ``last_round`` (-1: none yet) that takes this node and
-        block until it forms: ``(round, arrival index, group rank, world)``."""
+        block until it forms: ``(round, arrival index, seat)``."""
         cfg, c = self.cfg, self._link.client
         deadline = time.monotonic() + cfg.join_timeout
         self._lease.leave()
@@ -73,19 +78,18 @@ class Rounds:
             # We are new to a running job: if its world has room, make it re-form with us.
             running = c.get(self._keys.of(rnd - 1, "world"))
             if running is not None:
-                self._notify_if_room(rnd - 1, World.parse(rnd - 1, running))
+                self._notify_if_room(rnd - 1, Seat.parse(running).nodes)
         while True:
             rnd, index = self._join(rnd, deadline, first_add)
             first_add = None
-            world = self._await_world(rnd, index, deadline)
-            rank = world.rank_of(index)
-            if rank >= 0:
+            seat = self._await_seat(rnd, index, deadline)
+            if seat.rank >= 0:
                 break
-            # Sealed without us (we arrived after the seal): try the next round.
+            # Formed without us (our node entry came too late for the sealer): the next round.
             self._lease.release(rnd, index)
-            self._notify_if_room(rnd, world)
+            self._notify_if_room(rnd, seat.nodes)
             rnd += 1
-        return rnd, index, rank, world
+        return rnd, index, seat
 
     def _check_host(self, host_raw: bytes | None) -> None:
         """Refuse, at once, a store served by another job's agent: it stops serving when *its*
@@ -120,7 +124,7 @@ class Rounds:
                 if vals[1] is not None:
                     raise closed_error(vals[1])
                 assert vals[0] is not None
-                self._notify_if_room(rnd, World.parse(rnd, vals[0]))
+                self._notify_if_room(rnd, Seat.parse(vals[0]).nodes)
             rnd += 1
         # No need to wait for these answers: the server applies them before our next request.
         c.post_set(
@@ -128,23 +132,27 @@ class Rounds:
             f"{p.local_world_size}\t{self._sortkey}\t{self.addr}".encode(),
         )
         self._lease.take(c, rnd, v)
+        if self._on_join is not None:
+            self._on_join(rnd)
         return rnd, v
 
-    def _notify_if_room(self, rnd: int, world: World) -> None:
+    def _notify_if_room(self, rnd: int, nodes: int) -> None:
         # A world with room for us restarts to take us in; a full one keeps running (we stand by).
-        if len(world.indices) < self.params.max_nodes and not self._static:
+        if nodes < self.params.max_nodes and not self._static:
             self._link.client.set(
                 self._keys.of(rnd, "stale"), f"node {self.addr} is waiting to join".encode()
             )
 
-    def _await_world(self, rnd: int, index: int, deadline: float) -> World:
+    def _await_seat(self, rnd: int, index: int, deadline: float) -> Seat:
+        """Wait (on the server) until round ``rnd`` forms, sealing it when it is time; this
+        node's seat in it (rank -1: formed without it)."""
         c, p, cfg = self._link.client, self.params, self.cfg
-        world_key = self._keys.of(rnd, "world")
+        seat_key = self._keys.of(rnd, f"seat/{index}")
         known = index  # the highest arrival count we know of
-        if rnd > 0 and not self._await_previous_round_stale(rnd, index, deadline):
-            formed = c.get(world_key)
-            assert formed is not None
-            return World.parse(rnd, formed)
+        if rnd > 0:
+            formed = self._await_previous_round_stale(rnd, index, deadline)
+            if formed is not None:
+                return formed
         if index == p.max_nodes:
             self._try_seal(rnd, deadline)
         stale_key = self._keys.of(rnd, "stale")
@@ -154,7 +162,7 @@ class Rounds:
             # stale before the round forms: a node that joined it died. Seal now: the world
             # forms stale, so its members re-form at once without the dead node, instead of
             # waiting forever for a MAX-th node that will never seal.
-            keys = [world_key, self._keys.closed, self._keys.closed if stale_seen else stale_key]
+            keys = [seat_key, self._keys.closed, self._keys.closed if stale_seen else stale_key]
             last_call = False
             if known < p.min_nodes:
                 if p.min_nodes < p.max_nodes:  # else the node arriving as number MAX seals
@@ -176,7 +184,7 @@ class Rounds:
             if vals[1] is not None:
                 raise closed_error(vals[1])
             if vals[0] is not None:
-                return World.parse(rnd, vals[0])
+                return Seat.parse(vals[0])
             if vals[2] is not None and not stale_seen:
                 self._try_seal(rnd, deadline)
                 known = p.max_nodes  # sealed now, by us or another: wait for the world
@@ -185,12 +193,16 @@ class Rounds:
             count = c.add(self._keys.of(rnd, "join"), 0)
             known = p.max_nodes if count >= SEAL else max(known + 1, min(count, p.max_nodes))
 
-    def _await_previous_round_stale(self, rnd: int, index: int, deadline: float) -> bool:
+    def _await_previous_round_stale(self, rnd: int, index: int, deadline: float) -> Seat | None:
         """Round ``rnd`` may form only once round ``rnd - 1`` is stale: otherwise nodes standing
         by while a full world runs would form a second world of the same job (split brain).
-        True when the gate opened; False when ``rnd``'s world formed meanwhile."""
+        None when the gate opened; our seat when ``rnd`` formed meanwhile."""
         vals = self._link.client.wait(
-            [self._keys.of(rnd - 1, "stale"), self._keys.of(rnd, "world"), self._keys.closed],
+            [
+                self._keys.of(rnd - 1, "stale"),
+                self._keys.of(rnd, f"seat/{index}"),
+                self._keys.closed,
+            ],
             want_all=False,
             timeout=max(0.0, deadline - time.monotonic()),
         )
@@ -203,7 +215,7 @@ class Rounds:
             )
         if vals[2] is not None:
             raise closed_error(vals[2])
-        return vals[1] is None
+        return None if vals[1] is None else Seat.parse(vals[1])
 
     def _withdraw(self, rnd: int, index: int) -> None:
         # An empty node entry tells a later sealer to leave us out.
@@ -241,9 +253,30 @@ class Rounds:
                 return
         else:
             members.sort()
-        # world first: whoever reads cur = r + 1 finds round r formed.
-        c.post_set(self._keys.of(rnd, "world"), World.encode(members))
-        c.set(self._keys.cur, str(rnd + 1).encode())
+        self._publish(rnd, n, members)
+
+    def _publish(self, rnd: int, counted: int, members: list[tuple[str, str, int, int]]) -> None:
+        """Write round ``rnd``'s world: the members in rank order, one seat per arrival (the
+        ``counted`` ones left out get rank -1), the summary, then ``cur``. In one write: the
+        server applies it in order, so whoever sees ``cur`` finds the round formed."""
+        c, k = self._link.client, self._keys
+        nodes, world_size = len(members), sum(m[3] for m in members)
+        # The workers' store of round r starts empty: a new generation before any seat (the
+        # old round's workers are gone: every member stopped its workers before joining).
+        c.post_set(k.workers, str(rnd).encode())
+        c.post_set(k.of(rnd, "members"), World.encode(members))
+        seated: set[int] = set()
+        offset = 0
+        for rank, (_, _, index, nproc) in enumerate(members):
+            c.post_set(k.of(rnd, f"seat/{index}"), Seat(rank, offset, nodes, world_size).encode())
+            seated.add(index)
+            offset += nproc
+        left_out = Seat(-1, 0, nodes, world_size).encode()
+        for index in range(1, counted + 1):
+            if index not in seated:
+                c.post_set(k.of(rnd, f"seat/{index}"), left_out)
+        c.post_set(k.of(rnd, "world"), left_out)
+        c.set(k.cur, str(rnd + 1).encode())
 
     def _timeout_msg(self) -> str:
         p = self.params

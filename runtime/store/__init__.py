@@ -1,13 +1,18 @@
 """The store wing: xrun's key-value store, a small TCP server and a blocking client.
 
 The rendezvous (``xrun.runtime.rendezvous``) is built on it; the agent uses it through
-``RendezvousHandler.kv()``. Standard library only.
+``RendezvousHandler.kv()``. The same server, on the same port, is the workers' store: it speaks
+torch's TCPStore protocol to ``torch.distributed.TCPStore(is_master=False)`` clients, on a key
+space of their own. Standard library only: torch is never imported.
 
 * ``protocol.py``: xrun's wire format (frames, ops, statuses, encoders, the reader);
 * ``data.py``: the key space, its parked waits and leases (no wire format in it);
 * ``session.py``: one connection speaking xrun's protocol, server side (handshake, dispatch);
+* ``torch_protocol.py``: torch's TCPStore wire format (the request parser, the answers);
+* ``torch_session.py``: what torch's requests do, and one torch connection, server side;
+* ``torch_data.py``: the workers' key space (one per workers' generation);
 * ``server.py``: ``StoreServer``, the listening socket, its loop thread and where a
-  connection's protocol is chosen;
+  connection's protocol is chosen (by the first bytes the client sends);
 * ``loop.py``: the selectors event loop the server runs on (asyncio costs too much start-up);
 * ``client.py``: ``Connection`` and ``StoreClient``;
 * ``errors.py``: ``StoreError`` and its kinds.

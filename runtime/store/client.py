@@ -15,9 +15,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import ProtocolError, StoreAuthError, StoreError, StoreTimeoutError
+from .errors import (
+    ProtocolError,
+    StoreAuthError,
+    StoreError,
+    StoreHandshakeError,
+    StoreTimeoutError,
+)
 from .protocol import (
     DEFAULT_MAX_FRAME,
+    HELLO,
     LEN,
     MAGIC,
     NONCE_LEN,
@@ -63,15 +70,22 @@ class Connection:
     """One authenticated socket to the store: frames in (read ahead into a buffer, so one recv
     usually yields a whole answer), frames out. Not thread-safe by itself."""
 
-    def __init__(self, sock: socket.socket, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self, sock: socket.socket, max_frame: int = DEFAULT_MAX_FRAME, read_timeout: float = 60.0
+    ) -> None:
         self.sock = sock
         self.max_frame = max_frame
+        self.read_timeout = read_timeout
         self._rbuf = bytearray()
         self._pending: list[bytes] = []  # queued frames, sent with the next send()
-        # When the answer being read is overdue (None: never). The socket itself keeps one short
-        # timeout for good: settimeout is a system call that releases the GIL, and changing it
-        # per request costs more than waking up every few seconds to check this deadline.
+        # When the answer being read is overdue (None: never). The socket keeps its timeout
+        # (read_timeout, set once at connect) rather than one per request: settimeout is a
+        # system call, and every deadline is at least read_timeout away when a read starts, so
+        # only a read that outlasts one timeout re-aims it at the deadline (see _fill). A short
+        # "tick" instead would wake every waiting client every tick: with 16,384 agents parked
+        # on the store that alone is tens of thousands of wake-ups a second.
         self.deadline: float | None = None
+        self._timeout = sock.gettimeout()
         self._needs_token = False
         self._verdict_pending = False
 
@@ -88,8 +102,10 @@ class Connection:
     ) -> Connection:
         """Connect, retrying with jittered exponential backoff until ``deadline`` (monotonic).
 
-        Retrying covers the usual start-up race: agents on other hosts start before the one that
-        serves the store. Authentication failures are not retried: they will not fix themselves.
+        Retrying covers the usual start-up race (agents on other hosts start before the one that
+        serves the store) and a store too busy to finish our handshake in time (thousands of
+        agents arriving at once). Authentication failures are not retried: they will not fix
+        themselves.
         With ``lazy_verdict`` our credentials leave with the first request and the server's
         verdict is read with its answer (one round trip less; a refusal surfaces on that call).
         """
@@ -101,24 +117,34 @@ class Connection:
                     host, port, max(0.05, min(read_timeout, remaining)), read_timeout
                 )
             except OSError as e:
-                if time.monotonic() + delay >= deadline:
-                    raise StoreTimeoutError(
-                        f"could not reach the rendezvous store at {host}:{port}: {e}"
-                    ) from None
-                import random  # only to retry: a store that is up answers the first try
-
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 1.0)
+                delay = cls._backoff(
+                    delay, deadline, f"could not reach the rendezvous store at {host}:{port}: {e}"
+                )
                 continue
-            conn = cls(sock)
+            conn = cls(sock, read_timeout=read_timeout)
             try:
                 conn.deadline = time.monotonic() + read_timeout
                 conn._authenticate(token, lazy_verdict)
                 conn.deadline = None
+            except StoreHandshakeError as e:
+                sock.close()
+                delay = cls._backoff(delay, deadline, f"the rendezvous store at {host}:{port}: {e}")
+                continue
             except BaseException:
                 sock.close()
                 raise
             return conn
+
+    @staticmethod
+    def _backoff(delay: float, deadline: float, why: str) -> float:
+        """Sleep ``delay`` (jittered) before the next try, or raise StoreTimeoutError(``why``)
+        when that would pass ``deadline``; the next delay."""
+        if time.monotonic() + delay >= deadline:
+            raise StoreTimeoutError(why)
+        import random  # only to retry: a store that is up answers the first try
+
+        time.sleep(delay * (0.5 + random.random()))
+        return min(delay * 2, 1.0)
 
     @staticmethod
     def _connect(host: str, port: int, timeout: float, read_timeout: float) -> socket.socket:
@@ -133,16 +159,16 @@ class Connection:
                 sock.close()
                 raise
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        tick = min(read_timeout, 2.0)
-        if tick != timeout:
-            sock.settimeout(tick)
+        if read_timeout != timeout:
+            sock.settimeout(read_timeout)
         return sock
 
     def _authenticate(self, token: bytes | None, lazy_verdict: bool = False) -> None:
         try:
+            self.sock.sendall(HELLO)
             hello = self.recv_frame()
         except (ConnectionError, TimeoutError, OSError) as e:
-            raise StoreError(f"the store did not greet us: {e}") from None
+            raise StoreHandshakeError(f"it did not greet us: {e}") from None
         if not hello.startswith(MAGIC) or len(hello) != len(MAGIC) + 1 + NONCE_LEN:
             raise ProtocolError(f"the peer is not an xrun store (greeting {hello[:16]!r})")
         self._needs_token = bool(hello[len(MAGIC)] & 1)
@@ -154,12 +180,19 @@ class Connection:
             self.send(b"")
             self._read_verdict()
 
+    @property
+    def verdict_pending(self) -> bool:
+        """Our credentials are sent (or queued) and the store's verdict is not read yet."""
+        return self._verdict_pending
+
     def _read_verdict(self) -> None:
         self._verdict_pending = False
         try:
             verdict = self.recv_frame()
         except ConnectionError:
-            verdict = b"\x01the store closed the connection during the handshake"
+            raise StoreHandshakeError(
+                "it closed the connection before it answered our handshake"
+            ) from None
         except TimeoutError:
             raise StoreTimeoutError("the store did not answer our handshake") from None
         if verdict != b"\x00":
@@ -188,12 +221,25 @@ class Connection:
             try:
                 chunk = self.sock.recv(max(65536, need - len(buf)))
             except TimeoutError:
-                if self.deadline is None or time.monotonic() < self.deadline:
-                    continue
-                raise
+                self._reaim()
+                continue
             if not chunk:
                 raise ConnectionError("the store closed the connection")
             buf += chunk
+
+    def _reaim(self) -> None:
+        """A read timed out: raise if its deadline passed, else wait again until it (or for
+        another read_timeout when there is none)."""
+        tick = self.read_timeout
+        if self.deadline is None:
+            timeout = tick
+        else:
+            timeout = min(tick, self.deadline - time.monotonic())
+            if timeout <= 0:
+                raise TimeoutError("the store did not answer in time")
+        if timeout != self._timeout:
+            self.sock.settimeout(max(0.01, timeout))
+            self._timeout = timeout
 
     def recv_frame(self) -> bytes:
         self._fill(4)
@@ -224,7 +270,15 @@ class Connection:
 
 
 class StoreClient:
-    """A blocking, thread-safe client: one request in flight at a time on one connection."""
+    """A blocking, thread-safe client on one connection.
+
+    Calls (``pipeline`` and the methods built on it) may overlap with requests whose answers
+    are read later (``submit``/``poll``: a WAIT parked on the server, e.g. the rendezvous'
+    round watch) and with fire-and-forget requests (``post``/``post_now``, e.g. heartbeats):
+    writes take one short lock, reads another, and an answer that arrives for a submitted
+    request while a call reads is kept for its ``poll``. So one agent needs one connection.
+    Calls that block are one at a time (the rendezvous makes them from one thread).
+    """
 
     def __init__(
         self,
@@ -238,16 +292,36 @@ class StoreClient:
     ) -> None:
         self.host, self.port = host, port
         self.read_timeout = read_timeout
-        self._conn = Connection.open(
-            host,
-            port,
-            token,
-            deadline=time.monotonic() + connect_timeout,
-            read_timeout=read_timeout,
-            lazy_verdict=lazy_verdict,
-        )
-        self._lock = threading.Lock()
+        self._token = token
+        self._connect_deadline = time.monotonic() + connect_timeout
+        self._lazy = lazy_verdict
+        self._conn = self._open()
+        # Nothing sent yet but the handshake: with a lazy verdict, a store that drops us before
+        # it answers it has applied nothing, and the first call may connect again and resend.
+        self._fresh = True
+        self._wlock = threading.Lock()  # request ids and writes
+        self._rlock = threading.Lock()  # reads
         self._next_id = 1
+        # Submitted requests whose answers a poll() will want; their answers, once read.
+        self._submitted: set[int] = set()
+        self._answers: dict[int, Response] = {}
+
+    def _open(self) -> Connection:
+        return Connection.open(
+            self.host,
+            self.port,
+            self._token,
+            deadline=self._connect_deadline,
+            read_timeout=self.read_timeout,
+            lazy_verdict=self._lazy,
+        )
+
+    def _ids(self, n: int) -> list[int]:
+        """``n`` fresh request ids (never 0: that is fire-and-forget); caller holds _wlock."""
+        first = self._next_id
+        rids = [(first + k - 1) % 0xFFFFFFFF + 1 for k in range(n)]
+        self._next_id = rids[-1] % 0xFFFFFFFF + 1
+        return rids
 
     def _call(self, op: Op, *fields: bytes, wait: float | None = 0.0) -> Response:
         return self.pipeline([(op, fields)], wait=wait)[0]
@@ -260,42 +334,119 @@ class StoreClient:
         ``wait`` is the longest server-side wait among them (None: unbounded); the answers are
         overdue ``read_timeout`` seconds after that.
         """
-        with self._lock:
-            first = self._next_id
-            rids = [(first + k - 1) % 0xFFFFFFFF + 1 for k in range(len(calls))]
-            self._next_id = rids[-1] % 0xFFFFFFFF + 1
-            # A parked wait may legitimately take `timeout`; read_timeout bounds the rest.
-            self._conn.deadline = (
-                None if wait is None else time.monotonic() + wait + self.read_timeout
-            )
-            try:
+        fresh, self._fresh = self._fresh, False
+        try:
+            return self._pipeline(calls, wait)
+        except StoreHandshakeError as e:
+            if not fresh:
+                raise StoreError(f"lost the store at {self.host}:{self.port}: {e}") from None
+        # The store dropped us before it checked our credentials (too busy to finish the
+        # handshake in time): it applied nothing of ours. Connect again (until the connect
+        # deadline) and send the same requests.
+        self._conn.close()
+        self._conn = self._open()
+        return self._pipeline(calls, wait)
+
+    def _pipeline(
+        self, calls: Sequence[tuple[Op, tuple[bytes, ...]]], wait: float | None
+    ) -> list[Response]:
+        try:
+            with self._wlock:
+                rids = self._ids(len(calls))
                 self._conn.send(
                     b"".join(
                         encode_request(rid, op, *f)
                         for rid, (op, f) in zip(rids, calls, strict=True)
                     )
                 )
+            with self._rlock:
+                # A parked wait may legitimately take `wait`; read_timeout bounds the rest.
+                self._conn.deadline = (
+                    None if wait is None else time.monotonic() + wait + self.read_timeout
+                )
                 # Answers to parked waits may overtake earlier ones: match them by id.
                 by_id: dict[int, Response] = {}
                 while len(by_id) < len(rids):
                     resp = self._conn.recv_response()
-                    if resp.rid not in rids:
+                    if resp.rid in rids:
+                        by_id[resp.rid] = resp
+                    elif resp.rid in self._submitted:
+                        self._answers[resp.rid] = resp
+                    else:
                         raise ProtocolError(f"response id {resp.rid} matches no request in {rids}")
-                    by_id[resp.rid] = resp
                 resps = [by_id[rid] for rid in rids]
-            except TimeoutError:
-                raise StoreTimeoutError(
-                    f"the store at {self.host}:{self.port} did not answer within "
-                    f"{self.read_timeout}s (read_timeout)"
-                ) from None
-            except StoreError:
-                raise
-            except (ConnectionError, OSError) as e:
-                raise StoreError(f"lost the store at {self.host}:{self.port}: {e}") from None
+        except TimeoutError:
+            raise StoreTimeoutError(
+                f"the store at {self.host}:{self.port} did not answer within "
+                f"{self.read_timeout}s (read_timeout)"
+            ) from None
+        except StoreError:
+            raise
+        except (ConnectionError, OSError) as e:
+            if self._conn.verdict_pending:  # dropped before it answered our handshake
+                raise StoreHandshakeError(str(e)) from None
+            raise StoreError(f"lost the store at {self.host}:{self.port}: {e}") from None
         for resp in resps:
             if resp.status == Status.ERROR:
                 raise StoreError(resp.body.str_())
         return resps
+
+    def submit(self, op: Op, *fields: bytes, queue: bool = False) -> int:
+        """Send a request (now, or with the next call when ``queue``) and return its id;
+        ``poll(id)`` reads its answer later."""
+        self._fresh = False
+        try:
+            with self._wlock:
+                (rid,) = self._ids(1)
+                self._submitted.add(rid)
+                if queue:
+                    self._conn.queue(encode_request(rid, op, *fields))
+                else:
+                    self._conn.send(encode_request(rid, op, *fields))
+        except (ConnectionError, OSError) as e:
+            raise StoreError(f"lost the store at {self.host}:{self.port}: {e}") from None
+        return rid
+
+    def forget(self, rid: int) -> None:
+        """The answer to submitted request ``rid`` is no longer wanted."""
+        self._submitted.discard(rid)
+        self._answers.pop(rid, None)
+
+    def poll(self, rid: int) -> Response | None:
+        """The answer to submitted request ``rid`` if it has arrived, else None; never waits
+        for one (``fileno()`` turns readable when an answer arrives)."""
+        if rid in self._answers:
+            self._submitted.discard(rid)
+            return self._answers.pop(rid)
+        if not self._rlock.acquire(blocking=False):
+            return None  # a call is reading: it keeps our answer for us
+        try:
+            self._conn.deadline = time.monotonic() + self.read_timeout
+            while self._conn.readable():
+                resp = self._conn.recv_response()
+                if resp.rid == rid:
+                    self._submitted.discard(rid)
+                    return resp
+                if resp.rid in self._submitted:
+                    self._answers[resp.rid] = resp
+        except TimeoutError:
+            raise StoreTimeoutError(
+                f"the store at {self.host}:{self.port} sent half an answer"
+            ) from None
+        except (ConnectionError, OSError) as e:
+            raise StoreError(f"lost the store at {self.host}:{self.port}: {e}") from None
+        finally:
+            self._rlock.release()
+        return None
+
+    def answered(self, rid: int) -> bool:
+        """The answer to submitted request ``rid`` was read (by a call) and awaits ``poll``:
+        the socket will not turn readable for it."""
+        return rid in self._answers
+
+    def fileno(self) -> int:
+        """The connection's socket: readable when an answer (or EOF) arrives."""
+        return self._conn.sock.fileno()
 
     def set(self, key: str, value: bytes) -> None:
         self._call(Op.SET, pack_bytes(key.encode()), pack_bytes(value))
@@ -306,8 +457,19 @@ class StoreClient:
         The server handles one connection's requests in order, so that next call already sees
         its effect; an error in it closes the connection and surfaces on that call.
         """
-        with self._lock:
+        self._fresh = False
+        with self._wlock:
             self._conn.queue(encode_request(0, op, *fields))
+
+    def post_now(self, *frames: tuple[Op, bytes]) -> None:
+        """Send requests that get no answer now (with whatever ``post`` queued): heartbeats,
+        which must not wait behind a call blocked on a long server-side wait."""
+        self._fresh = False
+        try:
+            with self._wlock:
+                self._conn.send(b"".join(encode_request(0, op, f) for op, f in frames))
+        except (ConnectionError, OSError) as e:
+            raise StoreError(f"lost the store at {self.host}:{self.port}: {e}") from None
 
     def post_set(self, key: str, value: bytes) -> None:
         self.post(Op.SET, pack_bytes(key.encode()), pack_bytes(value))

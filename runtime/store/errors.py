@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["ProtocolError", "StoreAuthError", "StoreError", "StoreTimeoutError"]
+__all__ = [
+    "ProtocolError",
+    "StoreAuthError",
+    "StoreError",
+    "StoreHandshakeError",
+    "StoreTimeoutError",
+]
 
 
 class StoreError(Exception):
@@ -19,3 +25,9 @@ class StoreTimeoutError(StoreError, TimeoutError):
 
 class ProtocolError(StoreError):
     """The peer sent bytes that are not valid protocol."""
+
+
+class StoreHandshakeError(StoreError):
+    """The store closed the connection before it answered our handshake: it was overloaded
+    (it drops a client that does not finish the handshake in time) or going away. Not a
+    refusal (that comes with a reason): connecting again may work."""

@@ -31,7 +31,11 @@ log = LazyLogger(__name__)
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 _RECV_SIZE = 256 << 10
 # accept() calls per readiness event: a burst of 1024 agents must not starve the others' reads.
-_ACCEPT_BURST = 128
+_ACCEPT_BURST = 4096
+# The longest select() sleeps, whatever the timers say (see _run_once).
+_MAX_SELECT_TIMEOUT = 60.0
+# How long accepts pause after accept() failed (EMFILE: no file descriptor left).
+_ACCEPT_PAUSE = 0.5
 
 
 class StreamProtocol(Protocol):
@@ -78,6 +82,7 @@ class Loop:
         self._sel.register(self._wake_r, _READ, self._on_wake)
         self._transports: set[Transport] = set()
         self._listeners: list[socket.socket] = []
+        self._rbuf = memoryview(bytearray(_RECV_SIZE))  # every connection reads into it
         self._running = False
         self._closed = False
 
@@ -128,12 +133,17 @@ class Loop:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
-                # EMFILE and friends: stop accepting for a second rather than spin on it.
-                log.warning("store: accept failed (%s); pausing accepts for 1 s", e)
+                # EMFILE and friends: the pending connection stays in the backlog; stop accepting
+                # for a moment rather than spin on it, and serve the connections we have.
+                log.warning("store: accept failed (%s); pausing accepts for %ss", e, _ACCEPT_PAUSE)
                 self._unregister(sock)
-                self.call_later(1.0, self._resume_accept, sock, factory)
+                self.call_later(_ACCEPT_PAUSE, self._resume_accept, sock, factory)
                 return
-            Transport(self, conn, factory())
+            try:
+                Transport(self, conn, factory())
+            except Exception:  # e.g. no fd left for a session's timer or nonce: lose only it
+                log.exception("store: could not set up an accepted connection")
+                conn.close()
 
     def _resume_accept(self, sock: socket.socket, factory: Callable[[], StreamProtocol]) -> None:
         if sock in self._listeners:
@@ -151,7 +161,11 @@ class Loop:
         self._running = True
         try:
             while self._running:
-                self._run_once()
+                try:
+                    self._run_once()
+                except Exception:  # whatever it was, the store keeps serving the others
+                    log.exception("store: error in the event loop")
+                    time.sleep(0.01)  # not a busy loop if it keeps happening
         finally:
             self._running = False
 
@@ -176,11 +190,24 @@ class Loop:
         if self._ready:
             timeout: float | None = 0.0
         elif timers:
-            timeout = max(0.0, timers[0].when - time.monotonic())
+            # Bounded: a timer may lie centuries ahead (a lease "forever", a client's absurd
+            # wait timeout), and select() refuses a timeout epoll cannot hold (OverflowError,
+            # which used to end the loop thread). Waking once a minute costs nothing.
+            timeout = min(_MAX_SELECT_TIMEOUT, max(0.0, timers[0].when - time.monotonic()))
         else:
             timeout = None
-        for key, mask in self._sel.select(timeout):
-            key.data(mask)
+        try:
+            events = self._sel.select(timeout)
+        except InterruptedError:
+            events = []
+        for key, mask in events:
+            try:
+                key.data(mask)
+            except Exception:  # one connection's bug (or a failed accept) must not end the loop
+                log.exception("store: error handling an event")
+                owner = getattr(key.data, "__self__", None)
+                if isinstance(owner, Transport):
+                    owner.abort()
         now = time.monotonic()
         while timers and timers[0].when <= now:
             h = heapq.heappop(timers)
@@ -235,10 +262,18 @@ class Transport:
         self._closed = False
         sock.setblocking(False)
         loop._transports.add(self)
-        loop._sel.register(sock, _READ, self._on_event)
-        protocol.connection_made(self)
+        try:
+            loop._sel.register(sock, _READ, self._on_event)
+            protocol.connection_made(self)
+        except BaseException:
+            self._lose(None)
+            raise
 
     # -- asyncio.Transport's calls that a session makes -------------------------------------------
+
+    def set_protocol(self, protocol: StreamProtocol) -> None:
+        """Hand the connection to another protocol (the server's protocol choice does)."""
+        self._protocol = protocol
 
     def get_extra_info(self, name: str) -> Any:
         return self._sock if name == "socket" else None
@@ -314,15 +349,19 @@ class Transport:
             self._flush()
 
     def _read(self) -> None:
+        # Into the loop's one buffer, then a copy of what came: recv(256 KiB) would allocate
+        # (mmap), shrink (mremap) and free (munmap) a buffer per call - three system calls more
+        # than the recv itself, half the store's time under many small requests.
+        buf = self._loop._rbuf
         try:
-            data = self._sock.recv(_RECV_SIZE)
+            n = self._sock.recv_into(buf)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:
             self._lose(e)
             return
-        if data:
-            self._protocol.data_received(data)
+        if n:
+            self._protocol.data_received(bytes(buf[:n]))
             return
         # EOF: asyncio's rule - unless eof_received says "keep open", close our side too.
         self._reading = False

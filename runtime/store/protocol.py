@@ -1,4 +1,4 @@
-"""xrun's store wire protocol (version 1): frames, ops, statuses, the encoders and the reader.
+"""xrun's store wire protocol (version 2): frames, ops, statuses, the encoders and the reader.
 
 Both sides use this module: the server's session (``session.py``) decodes requests and encodes
 answers, the client (``client.py``) the other way round. Nothing here touches a socket.
@@ -6,10 +6,14 @@ answers, the client (``client.py``) the other way round. Nothing here touches a 
 Everything travels in *frames*: a 4-byte big-endian unsigned length ``N`` then ``N`` bytes.
 A frame longer than the server's ``max_frame`` (default 4 MiB) closes the connection.
 
-Handshake (before any request):
+Handshake (before any request). The client speaks first: the server serves torch's TCPStore
+protocol on the same port (``torch_protocol.py``), and a torch client speaks first too, so the
+server tells the two apart by a connection's first bytes (``server.py``); a torch client's are
+``00 ce f7 85 3c``, never ``X``.
 
-1. server -> client: ``b"XRUNKV1"`` + flags (1 byte, bit 0 = a token is required) + 16-byte nonce
-2. client -> server: ``b"XRUNKV1"`` + MAC, where MAC = HMAC-SHA256(token, ``b"xrun-kv-auth"`` +
+0. client -> server: ``b"XRUNKV2"`` (unframed: ``HELLO``)
+1. server -> client: ``b"XRUNKV2"`` + flags (1 byte, bit 0 = a token is required) + 16-byte nonce
+2. client -> server: ``b"XRUNKV2"`` + MAC, where MAC = HMAC-SHA256(token, ``b"xrun-kv-auth"`` +
    nonce) (32 bytes) or empty when the client has no token
 3. server -> client: ``b"\\x00"`` (accepted) or ``b"\\x01"`` + a UTF-8 reason, then it closes.
    A client may send its first requests right behind step 2 and read the verdict with their
@@ -55,7 +59,9 @@ from collections.abc import Sequence
 
 from .errors import ProtocolError
 
-MAGIC = b"XRUNKV1"
+MAGIC = b"XRUNKV2"
+# What an xrun client sends first (step 0): unframed, so its first byte is "X".
+HELLO = MAGIC
 AUTH_CONTEXT = b"xrun-kv-auth"
 NONCE_LEN = 16
 DEFAULT_MAX_FRAME = 4 << 20

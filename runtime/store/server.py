@@ -1,9 +1,21 @@
 """``StoreServer``: the store's listening socket and the loop thread that serves its connections.
 
 The server binds the address it is given (the rendezvous passes the endpoint's own address,
-never 0.0.0.0), runs a ``loop.Loop`` in a daemon thread and gives every accepted connection a
-session of one wire protocol (``_open_session``, the one place where that choice is made);
-every session works on the same ``KeySpace``.
+never 0.0.0.0), runs a ``loop.Loop`` in a daemon thread and serves two wire protocols on that
+one port, told apart by the first bytes a client sends (``_FirstBytes``, the one place where a
+connection's protocol is chosen):
+
+* xrun's (``protocol.py``, ``session.XrunSession``): the agents, authenticated by the job's
+  secret, on the rendezvous' ``KeySpace``;
+* torch's TCPStore protocol (``torch_protocol.py``, ``torch_session.TorchSession``): the
+  workers' ``torch.distributed.TCPStore(is_master=False)`` clients, on the *workers' key space*
+  (``torch_data.py``), a separate object: a torch client cannot reach a rendezvous key.
+
+Workers' generations: the rendezvous writes a new value to ``workers_key`` (in its own key
+space) each time it forms a round, before any worker of that round can start. A torch
+connection gets the workers' key space of the generation current when it arrives, a fresh
+empty one for a new generation, so a restarted group never reads the previous attempt's keys
+(torch's own agent creates a new store per attempt for the same reason).
 """
 
 from __future__ import annotations
@@ -14,12 +26,22 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
+from ..lazylog import LazyLogger
 from .data import KeySpace
-from .protocol import DEFAULT_MAX_FRAME
+from .protocol import DEFAULT_MAX_FRAME, HELLO
 from .session import DEFAULT_HANDSHAKE_TIMEOUT, Admission, XrunSession
 
+log = LazyLogger(__name__)
+
 if TYPE_CHECKING:
+    from .data import Timer
     from .loop import Loop, Transport
+    from .torch_session import TorchService
+
+# What a torch client sends first (torch_protocol.HANDSHAKE_PREFIX: VALIDATE and its magic
+# number). The torch modules load with the first torch connection, not on the agent's start-up.
+_TORCH_FIRST = bytes.fromhex("00cef7853c")
+_WARM_UP_AFTER = 0.2  # seconds after the store starts
 
 __all__ = ["StoreServer"]
 
@@ -65,9 +87,15 @@ class StoreServer:
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         backlog: int = 4096,
         seed: Mapping[str, bytes] | None = None,
+        workers_key: str | None = None,
     ) -> None:
-        """``seed``: keys present from the start (before any client can connect)."""
+        """``seed``: keys present from the start (before any client can connect).
+        ``workers_key``: the key whose value names the workers' generation (see the module
+        docstring); None: one workers' key space for the server's whole life."""
         self._admission = Admission(token, max_frame, handshake_timeout)
+        self._workers_key = workers_key
+        self._workers: TorchService | None = None
+        self._workers_gen: bytes | None = None
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         if not infos:
             raise OSError(f"cannot resolve {host!r}")
@@ -93,22 +121,52 @@ class StoreServer:
         self._data = KeySpace(self._loop, seed)
         self._sessions: set[Session] = set()
         self._loop.serve(sock, self._open_session)
+        # Load torch's protocol soon, off the agent's start-up path (its modules take a few ms)
+        # but before the workers connect: loading them needs file descriptors, and a store
+        # whose descriptors run out must still be able to serve its torch clients.
+        self._loop.call_later(_WARM_UP_AFTER, self._warm_up)
         self._thread = threading.Thread(
             target=self._run, name=f"xrun-store:{self.port}", daemon=True
         )
         self._thread.start()
 
     def _open_session(self) -> Session:
-        """The protocol a new connection speaks: the one place where it is chosen.
+        """A new connection: its first bytes choose its protocol (``_FirstBytes``)."""
+        return _FirstBytes(self)
 
-        xrun's protocol is the only one so far, and its server speaks first (the greeting
-        carries the nonce), so every connection gets an ``XrunSession`` at once. A second
-        protocol on the same port (torch's TCPStore, issue #14), told apart by the first bytes
-        the *client* sends, needs a session that waits for those bytes before it hands the
-        connection to the matching protocol, and so an xrun handshake in which the client
-        speaks first.
-        """
-        return XrunSession(self._data, self._loop, self._sessions, self._admission)
+    def _choose(self, first: bytes) -> Session | None:
+        """The session for a connection that opened with ``first``; None: not enough bytes to
+        tell yet. Raises ValueError for bytes that are neither protocol."""
+        n = min(len(first), len(HELLO))
+        if first[:n] == HELLO[:n]:
+            if n < len(HELLO):
+                return None
+            return XrunSession(self._data, self._loop, self._sessions, self._admission)
+        n = min(len(first), len(_TORCH_FIRST))
+        if first[:n] == _TORCH_FIRST[:n]:
+            if n < len(_TORCH_FIRST):
+                return None
+            from .torch_session import TorchSession
+
+            return TorchSession(self.workers(), self._sessions)
+        raise ValueError(f"neither xrun's nor torch's protocol (first bytes {first[:8].hex()})")
+
+    @staticmethod
+    def _warm_up() -> None:
+        from . import torch_data, torch_session
+
+        del torch_data, torch_session
+
+    def workers(self) -> TorchService:
+        """The workers' key space (and its barriers) of the current generation (loop thread)."""
+        gen = self._data.values.get(self._workers_key) if self._workers_key else None
+        if self._workers is None or gen != self._workers_gen:
+            from .torch_data import WorkersKeySpace
+            from .torch_session import TorchService
+
+            self._workers = TorchService(WorkersKeySpace())
+            self._workers_gen = gen
+        return self._workers
 
     def _run(self) -> None:
         try:
@@ -143,3 +201,60 @@ class StoreServer:
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
+
+
+class _FirstBytes:
+    """A connection until its first bytes say which protocol it speaks (both protocols have
+    the client speak first); then it hands the transport, and those bytes, to that protocol's
+    session. It holds at most a handshake's few bytes, and drops a connection that sends
+    nothing within the handshake timeout, or bytes of neither protocol."""
+
+    def __init__(self, server: StoreServer) -> None:
+        self.server = server
+        self.transport: Transport | None = None
+        self.buf = b""
+        self.timer: Timer | None = None
+
+    def connection_made(self, transport: Transport) -> None:
+        self.transport = transport
+        self.server._sessions.add(self)
+        self.timer = self.server._loop.call_later(
+            self.server._admission.handshake_timeout, self.close
+        )
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        try:
+            session = self.server._choose(self.buf)
+        except ValueError as e:
+            log.debug("store: dropping a client: %s", e)
+            self.close()
+            return
+        if session is None or self.transport is None:
+            return
+        self._forget()
+        self.transport.set_protocol(session)
+        session.connection_made(self.transport)
+        first = self.buf[len(HELLO) :] if isinstance(session, XrunSession) else self.buf
+        if first and not self.transport.is_closing():
+            session.data_received(first)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._forget()
+        self.transport = None
+
+    def _forget(self) -> None:
+        self.server._sessions.discard(self)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def shutdown(self) -> None:
+        self.close()

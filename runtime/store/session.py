@@ -1,7 +1,8 @@
 """One client connection speaking xrun's protocol, server side: handshake, frames in, answers out.
 
-``StoreServer`` makes one ``XrunSession`` per accepted connection (``server.py`` is where a
-connection's protocol is chosen); the session authenticates the client, decodes its requests
+``StoreServer`` makes one ``XrunSession`` per connection that opens with xrun's ``HELLO``
+(``server.py`` is where a connection's protocol is chosen); the session greets the client with
+its challenge, authenticates it, decodes its requests
 (``protocol.py``), applies them to the shared ``KeySpace`` (``data.py``) and encodes the
 answers. It is a ``loop.StreamProtocol`` (asyncio's Protocol callbacks) rather than a stream: a
 connection costs no task, every complete frame of one read is handled in one go, and the

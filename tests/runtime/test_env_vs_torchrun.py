@@ -2,9 +2,8 @@
 
 Both launchers run tests/scripts/env_dump.py; every variable of the contract is compared.
 Values that are random by design (ports, standalone run ids, temp log dirs) are compared by form.
-One documented difference: TORCHELASTIC_USE_AGENT_STORE is "True" under torchrun (its workers
-reuse the agent's TCPStore) and "False" under xrun (xrun's store is its own protocol, so rank 0
-hosts the workers' store at MASTER_ADDR:MASTER_PORT, as torch does for non-agent-store backends).
+Both launchers' workers use the agent's store (TORCHELASTIC_USE_AGENT_STORE=True): xrun's agent
+serves torch's TCPStore protocol on its rendezvous port.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ SCRIPT = str(SCRIPTS / "env_dump.py")
 SAME = (
     "LOCAL_RANK RANK GROUP_RANK ROLE_RANK ROLE_NAME LOCAL_WORLD_SIZE WORLD_SIZE GROUP_WORLD_SIZE "
     "ROLE_WORLD_SIZE TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS "
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING OMP_NUM_THREADS PYTHONUNBUFFERED argv"
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING OMP_NUM_THREADS PYTHONUNBUFFERED TORCHELASTIC_USE_AGENT_STORE argv"
 ).split()
 
 
@@ -68,10 +67,6 @@ def compare(ours: dict[int, dict], theirs: dict[int, dict], world: int, run_id: 
         tail = ["attempt_0", str(rank % 2), "error.json"]
         assert a["TORCHELASTIC_ERROR_FILE"].split("/")[-3:] == tail
         assert b["TORCHELASTIC_ERROR_FILE"].split("/")[-3:] == tail
-        assert (a["TORCHELASTIC_USE_AGENT_STORE"], b["TORCHELASTIC_USE_AGENT_STORE"]) == (
-            "False",
-            "True",
-        )
     # one workers' store per job
     assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in ours.values()}) == 1
 

@@ -13,7 +13,6 @@ time) to OUT_DIR/events.jsonl, then performs the actions in order:
   trap-term          on SIGTERM write OUT_DIR/term.<RANK> and exit 0
   ready              write OUT_DIR/ready.<RANK>.<restart> (the test waits for it)
   barrier:N          ready, then wait until N workers of this restart count are ready
-  port-race-once     local rank 0 fails once (marker file) with "Address already in use"
   print:TEXT         print TEXT to stdout and "err:TEXT" to stderr
 """
 
@@ -88,12 +87,6 @@ class Worker:
         names = [f"ready.{r}.{self.restart}" for r in range(int(arg))]
         while not all(os.path.exists(os.path.join(self.out, n)) for n in names):
             time.sleep(0.01)
-
-    def port_race_once(self, arg: str) -> None:
-        marker = os.path.join(self.out, "port-race")
-        if self.lr == 0 and not os.path.exists(marker):
-            write(marker, 1)
-            raise OSError(98, "Address already in use")
 
     def print(self, arg: str) -> None:
         print(arg)

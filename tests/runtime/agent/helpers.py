@@ -86,7 +86,7 @@ def check_world(evs: dict[int, dict[str, object]], nprocs: list[int]) -> None:
         assert e["WORLD_SIZE"] == e["ROLE_WORLD_SIZE"] == str(world)
         assert e["GROUP_WORLD_SIZE"] == str(len(nprocs))
         assert e["ROLE_RANK"] == str(rank)
-        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True"
 
 
 def two_agents(

@@ -1,5 +1,5 @@
 """Failures end to end: restarts, the failure summary and error files, peers that fail or lag
-(the exit barrier), the closed verdict, the worker store's port race, a busy endpoint."""
+(the exit barrier), the closed verdict, a busy endpoint."""
 
 from __future__ import annotations
 
@@ -225,9 +225,7 @@ def test_closed_event_tells_a_failed_job_from_a_finished_one(
                 "sleep:60",
             ),
         )
-        info = host.next_rendezvous()
-        if info.group_rank == 0:  # publish the workers' store address, as an agent would
-            host.kv().set(f"xrun/master/{info.round}", b"127.0.0.1\n1")
+        host.next_rendezvous()
         wait_for(lambda: list(tmp_path.glob("ready.*")), what="the agent's worker")
         t0 = time.monotonic()
         host.close(failed=failed, reason="stop now")
@@ -240,15 +238,6 @@ def test_closed_event_tells_a_failed_job_from_a_finished_one(
     assert "stop now" in err
     assert ("closed by a peer" in err) == failed
     assert not alive(int(str(events(tmp_path)[0]["pid"])))
-
-
-def test_worker_store_port_race_is_retried_not_fatal(tmp_path: Path) -> None:
-    # rank 0's first attempt dies as if its store's port had been taken; no restarts allowed
-    p = run(agent("--nproc-per-node", "2", BEHAVE, str(tmp_path), "port-race-once"))
-    assert p.returncode == 0, p.stderr
-    assert "retrying with a new port" in p.stderr
-    ports = {e["MASTER_PORT"] for e in events(tmp_path)}
-    assert len(events(tmp_path)) >= 3 and len(ports) == 2  # a fresh port for the retry
 
 
 def test_module_no_python_and_run_path(tmp_path: Path) -> None:

@@ -164,3 +164,19 @@ def test_a_client_that_never_reads_its_answers_is_dropped(
     assert client.get("k") == b"v" and time.monotonic() - t0 < 1
     assert _closed_by_peer(hog._conn.sock, 5)  # reading now drains what was sent, then EOF
     hog.close()
+
+
+@pytest.mark.parametrize("huge", [1e300, float("inf"), 1e9])
+def test_absurd_timeouts_do_not_stop_the_loop(
+    server: StoreServer, client: StoreClient, huge: float
+) -> None:
+    # A wait or a lease "for ever": its timer lies beyond what select() can sleep (it used to
+    # raise OverflowError there, ending the store's thread for everyone).
+    hog = StoreClient("127.0.0.1", server.port)
+    hog._conn.send(encode_request(7, Op.WAIT, wait_fields(["never"], True, huge)))
+    hog.lease("lease", huge, "fired", b"1")
+    time.sleep(1.0)  # past the handshake timers (0.5 s): only those far ones are pending
+    assert server.running
+    client.set("still", b"serving")
+    assert client.get("still") == b"serving"
+    hog.close()

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from xrun.runtime.store import Op, Status, StoreClient, StoreError, StoreServer, StoreTimeoutError
-from xrun.runtime.store.protocol import add_fields, encode_request, wait_fields
+from xrun.runtime.store.protocol import MAGIC, add_fields, encode_request, wait_fields
 
 
 def test_set_get_add_delete(client: StoreClient) -> None:
@@ -167,7 +167,7 @@ def test_a_hung_store_times_out_after_read_timeout() -> None:
         c, _ = lsock.accept()
         conns.append(c)
         c.sendall(
-            struct.pack("!I", 24) + b"XRUNKV1\x00" + bytes(16) + struct.pack("!I", 1) + b"\x00"
+            struct.pack("!I", 24) + MAGIC + b"\x00" + bytes(16) + struct.pack("!I", 1) + b"\x00"
         )
 
     t = threading.Thread(target=serve)
