@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.box import BOX_TIMEOUT_S, boxed, tmpfs
+from tests.helpers.net import free_port
 from tests.helpers.paths import PY
+from tests.runtime.agent.helpers import BEHAVE, FAST, agent, by_rank, check_world, events, popen
 
 HUGE = "9" * 6000  # past Python's int-string limit
 
@@ -156,3 +159,45 @@ def _not_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+# --------------------------------------------------------------------------- the IPv6 race
+def _hold(port: int) -> socket.socket:
+    """[::1]:PORT bound, not listening: what an outgoing connection that got PORT as its
+    (ephemeral) local port looks like to an agent that binds it."""
+    s = socket.socket(socket.AF_INET6)
+    s.bind(("::1", port))
+    return s
+
+
+def _two_agents(procs: list[subprocess.Popen[str]], port: int, out: Path, conf: str) -> list:
+    cmd = agent("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d")
+    cmd += ["--rdzv-endpoint", f"[::1]:{port}", "--rdzv-id", "v6", "--rdzv-conf", conf]
+    return [popen(procs, [*cmd, BEHAVE, str(out)]) for _ in range(2)]
+
+
+def test_an_endpoint_port_held_by_a_socket_that_serves_nothing(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    """``test_two_agents_over_ipv6``'s flake: its port (picked free on 127.0.0.1, from the
+    ephemeral range) was taken on ::1 by another connection's local port. Both agents then
+    took the store for another agent's, and both gave up after join_timeout: "could not reach
+    the rendezvous store at ::1:PORT: Connection refused". Now they bind again until one
+    serves it, and say what is wrong when none can."""
+    port = free_port("::1")
+    holder = _hold(port)
+    agents = _two_agents(procs, port, tmp_path, FAST.replace("join_timeout=30", "join_timeout=20"))
+    time.sleep(1.5)  # both agents found the port taken by then
+    holder.close()
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.communicate()[1][-3000:]
+    check_world(by_rank(events(tmp_path)), [1, 1])
+
+    port = free_port("::1")
+    with _hold(port):
+        conf = FAST.replace("join_timeout=30", "join_timeout=2")
+        for a in _two_agents(procs, port, tmp_path / "held", conf):
+            assert a.wait(timeout=60) == 2
+            err = a.communicate()[1]
+            assert "Traceback" not in err
+            assert f"[::1]:{port}: the port is taken on this host by a socket that serves" in err
