@@ -129,6 +129,17 @@ def start_watcher(app_id: str, session: str) -> None:
     )
 
 
+def being_removed(e: Any) -> bool:
+    """The engine's answer about a container that is gone or going: 404, or 409 "dead or
+    marked for removal" (asked for its logs while ``docker rm`` runs)."""
+    import docker
+
+    if isinstance(e, docker.errors.NotFound):
+        return True
+    text = str(getattr(e, "explanation", "") or e)
+    return getattr(e, "status_code", None) == 409 and "removal" in text
+
+
 def stop_timeout(attrs: Mapping[str, Any]) -> int:
     """The stop timeout a container was created with (the app's ``stop_timeout`` run option)."""
     value = ((attrs.get("Config") or {}).get("Labels") or {}).get(LABEL_STOP_TIMEOUT, "")
@@ -284,7 +295,9 @@ class DockerScheduler(Scheduler[DockerJob]):
 
             try:
                 return self._describe_live(app_id)
-            except docker.errors.NotFound:
+            except docker.errors.APIError as e:
+                if not being_removed(e):
+                    raise
                 # A container vanished under us: another reader (another shell, the watcher)
                 # is finalising the app. Every concurrent reader must get the final state, so
                 # wait for that finaliser's lock and read its record.
@@ -413,7 +426,9 @@ class DockerScheduler(Scheduler[DockerJob]):
 
             try:
                 self._cancel(app_id)
-            except docker.errors.NotFound:  # being finalised by another process: it ended
+            except docker.errors.APIError as e:  # being finalised by another process: it ended
+                if not being_removed(e):
+                    raise
                 self._finalize(app_id)
 
     def _cancel(self, app_id: str) -> None:
@@ -464,8 +479,9 @@ class DockerScheduler(Scheduler[DockerJob]):
                     f"{LABEL_ROLE}={role}",
                     f"{LABEL_REPLICA}={k}",
                 ]
-                found = client.containers.list(all=True, filters={"label": labels})
+                chunks = None
                 try:
+                    found = client.containers.list(all=True, filters={"label": labels})
                     if found:
                         chunks = found[0].logs(
                             stdout="stdout" in streams,
@@ -475,10 +491,15 @@ class DockerScheduler(Scheduler[DockerJob]):
                             since=since,
                             until=until,
                         )
-                        yield from split_lines(chunks)
-                        return
-                except docker.errors.NotFound:
-                    pass  # removed by a finaliser meanwhile: its logs are in the state dir now
+                except docker.errors.APIError as e:
+                    if not being_removed(e):
+                        raise
+                    # A finaliser (another reader, the watcher) is removing the container: wait
+                    # for it; it keeps the logs in the state dir before it removes anything.
+                    self._finalize(app_id)
+                if chunks is not None:
+                    yield from split_lines(chunks)
+                    return
         if self._store.has_logs(app_id, role, k):
             yield from self._store.read_logs(app_id, role, k, streams, since, until)
             return
