@@ -422,7 +422,7 @@ def _store(comp: Component, out: ParsedArgs, param: Param, flag: str, value: str
     else:
         first = out.options[param.name]
         raise UsageError(
-            f"{comp.name}: option {flag} is given twice ({first!r}, then {value!r}); give it "
+            f"{comp.name}: option {flag} is given twice ({shown(first)}, then {shown(value)}); give it "
             "once (only list options may repeat)"
         )
 

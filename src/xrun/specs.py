@@ -475,8 +475,9 @@ def _role_from_dict(rd: Any, where: str) -> Role:
             f"{where}: unknown field {sorted(map(str, unknown))[0]!r}; "
             f"valid: {', '.join(sorted(_ROLE_FIELDS))}"
         )
-    if "name" not in rd:
-        raise UsageError(f"{where}: the role has no name; add name: NAME")
+    for key in ("name", "image"):  # required: Role has no default for them
+        if rd.get(key) is None:
+            raise UsageError(f"{where}: the role has no {key}; add {key}: {key.upper()}")
     kw: dict[str, Any] = {"name": f.as_str(rd["name"], f"{where}.name")}
     for key in ("image", "entrypoint"):
         if rd.get(key) is not None:

@@ -201,6 +201,7 @@ def test_any_cfg_value(scheduler: str, data: st.DataObject | None) -> None:
 @example({"name": "x", "roles": 5})
 @example({"name": "x", "roles": [{"name": "r", "image": "i", "num_replicas": 99999999999}]})
 @example({"name": "x", "roles": [{"name": "r", "image": "i", "env": {"BAD=NAME": "v"}}]})
+@example({"name": "x", "roles": [{"name": "r", "image": None}]})  # found by the guard
 def test_any_saved_appdef(spec: object) -> None:
     path = _TMP / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, allow_unicode=True))

@@ -125,6 +125,8 @@ def test_an_int_past_the_int_string_limit_is_one_line(box: Path) -> None:
         (ROLE + "  mounts: [{type: bind, src: /a, dst: /b, read_only: maybe}]\n", "read_only"),
         (ROLE + "  mounts: [{type: bind, src_path: /a}]\n", "needs src_path and dst_path"),
         (ROLE + "  metadata: 3\n", "roles[0].metadata: expected a mapping"),
+        ("name: x\nroles:\n- {name: r, image: null}\n", "roles[0]: the role has no image"),
+        ("name: x\nroles:\n- {image: i}\n", "roles[0]: the role has no name"),
         ("name: [x]\nroles: []\n", "name: expected a string"),
         ("name: x\nroles: []\nbogus: 1\n", "unknown field 'bogus'"),
         ("- a\n- b\n", "expected a mapping with 'name' and 'roles'"),
