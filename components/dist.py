@@ -23,7 +23,14 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from xrun.contract import MASTER_PORT_DEFAULT, RDZV_BACKENDS, RDZV_PORT_ENV, RESTARTS_IN_PLACE
+from xrun.contract import (
+    MASTER_PORT_DEFAULT,
+    MAX_NODES,
+    MAX_NPROC_PER_NODE,
+    RDZV_BACKENDS,
+    RDZV_PORT_ENV,
+    RESTARTS_IN_PLACE,
+)
 from xrun.errors import UsageError
 from xrun.jobspec import JobSize, parse_j, parse_nnodes
 from xrun.named_resources import get_named_resource
@@ -204,6 +211,21 @@ class DistJob:
             raise UsageError(f"{c}: --rdzv_port {self.rdzv_port} is invalid; expected 1..65535")
         if self.max_retries < 0:
             raise UsageError(f"{c}: --max_retries {self.max_retries} is invalid; expected >= 0")
+        if self.rdzv_conf:
+            # The agent's own parser (standard library only; imported only when needed), so a
+            # value the agent would refuse in the job is refused here, before anything is
+            # submitted; strict: a key no backend knows is a typo here, not a warning there.
+            from xrun.runtime.rendezvous.conf import parse_rdzv_conf
+
+            try:
+                parse_rdzv_conf(self.rdzv_conf, strict=True)
+            except UsageError as e:
+                raise UsageError(f"{c}: {e}") from None
+        if self.size.max_nnodes > MAX_NODES or self.size.nproc_per_node > MAX_NPROC_PER_NODE:
+            raise UsageError(
+                f"{c}: {self.size} is over the limits of {MAX_NODES:,} nodes and "
+                f"{MAX_NPROC_PER_NODE:,} processes per node (-j, or the named resource's GPUs)"
+            )
         if self.rdzv_backend == "static" and self.size.min_nnodes != self.size.max_nnodes:
             raise UsageError(
                 f"{c}: --rdzv_backend static needs a fixed node count, but -j asks for "

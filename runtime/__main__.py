@@ -2,7 +2,9 @@
 
 A thin layer: parse the flags into a ``LaunchConfig`` (``args.py``), run the ``Agent``
 (``agent.py``), print the failure summary, write the agent's own error file for its scheduler
-and exit with the agent's code (0 ok, 1 failed, 2 usage error, 128+N killed by signal N).
+and exit with the agent's code (0 ok, 1 failed, 2 usage error, 128+N killed by signal N). When
+the scheduler names one (``$XRUN_EXIT_RECORD``), the exit code also goes to that file, so the
+scheduler learns how the replica ended even if it was not there to see it.
 """
 
 from __future__ import annotations
@@ -11,12 +13,22 @@ import os
 import sys
 from collections.abc import Sequence
 
+from xrun.contract import EXIT_RECORD_ENV
 from xrun.errors import UsageError
 
 PROG = "xrun-agent"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+    except KeyboardInterrupt:  # SIGINT before the agent handles signals (while parsing)
+        code = 130
+    write_exit_record(code)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from .args import parse
 
     try:
@@ -54,6 +66,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             except OSError as e:
                 print(f"{PROG}: could not write {own}: {e}", file=sys.stderr)
     return result.exitcode
+
+
+def write_exit_record(code: int) -> None:
+    """``{"exitcode": code, ...}`` to ``$XRUN_EXIT_RECORD`` (atomically), if it is set."""
+    path = os.environ.get(EXIT_RECORD_ENV)
+    if not path:
+        return
+    import json
+    import time
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"exitcode": code, "pid": os.getpid(), "ended_at": time.time()}, f)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        print(f"{PROG}: could not write the exit record {path}: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from xrun.errors import UsageError
+
 from .config import (
     LaunchConfig,
     WorkerGroup,
@@ -165,6 +167,8 @@ class Agent:
             try:
                 self._signals.raising = True
                 self._signals.check()
+                if cfg.logs_specs is None and cfg.log_dir != os.devnull:
+                    self._logs.prepare()  # a bad --log-dir: exit 2 before any peer waits for us
                 handler = create_handler(params)
                 result = self._loop(handler)
             except AgentSignal as s:
@@ -176,10 +180,10 @@ class Agent:
                 handler.shutdown()
             restore()
             # A failed worker's files stay: the failure report points at them.
-            if result is not None and not result.failures:
-                self._logs.remove_temp()
-            elif self._logs.temp:
+            if result is not None and result.failures and self._logs.temp:
                 _log(f"the workers' logs are kept in {self._logs.temp} (no --log-dir given)")
+            else:
+                self._logs.remove_temp()
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -199,8 +203,14 @@ class Agent:
                 return RunResult(1, message=f"the job was closed by a peer: {reason}")
             except RendezvousError as e:
                 return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")
+            # Still raising while the workers start: a SIGTERM/SIGINT during the start of many
+            # workers ends it at once (start_processes takes down the ones already started).
+            try:
+                pc = self._start(info, *handler.workers_address)
+            except UsageError as e:  # e.g. the log dir filled up: tell the peers, then exit 2
+                self._close_quietly(handler, str(e))
+                raise
             self._signals.raising = False
-            pc = self._start(info, *handler.workers_address)
             outcome = self._on_event(self._watch(pc, handler), handler, pc, info)
             if outcome is not None:
                 return outcome
@@ -233,7 +243,6 @@ class Agent:
         info: RendezvousInfo,
     ) -> RunResult | None:
         """Finish when every worker succeeded; after a failure restart (None) or give up."""
-        from .rendezvous import RendezvousError
 
         cfg = self.config
         offset = info.rank_offset
@@ -253,11 +262,18 @@ class Agent:
             _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
             self._request_restart(handler, reason)
             return None
+        self._close_quietly(handler, reason)
+        return RunResult(1, failures=failures, message=format_failures(self.name, failures))
+
+    @staticmethod
+    def _close_quietly(handler: RendezvousHandler, reason: str) -> None:
+        """Close the job as failed; the store host may be gone already (our exit code says it)."""
+        from .rendezvous import RendezvousError
+
         try:
             handler.close(failed=True, reason=reason)
         except RendezvousError:
-            pass  # the store host may be gone already; our exit code says it all
-        return RunResult(1, failures=failures, message=format_failures(self.name, failures))
+            pass
 
     def _request_restart(self, handler: RendezvousHandler, reason: str) -> None:
         from .rendezvous import RendezvousError
@@ -340,9 +356,7 @@ class Agent:
                 os.devnull, cfg.redirects, cfg.tee, cfg.local_ranks_filter
             )
             return {"logs_specs": specs}, lambda lr: ""
-        attempt_dir = self._logs.next()
-        for lr in range(n):  # the workers write their error.json here, redirected or not
-            os.makedirs(os.path.join(attempt_dir, str(lr)), mode=0o700, exist_ok=True)
+        attempt_dir = self._logs.next(n)
         logs = {
             "log_dir": attempt_dir,
             "redirects": cfg.redirects,

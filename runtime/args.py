@@ -16,8 +16,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from xrun.contract import RDZV_BACKENDS, RDZV_ENDPOINT_DEFAULT_PORT
+from xrun.contract import (
+    MAX_DURATION_S,
+    MAX_NODES,
+    MAX_NPROC_PER_NODE,
+    RDZV_BACKENDS,
+    RDZV_ENDPOINT_DEFAULT_PORT,
+)
 from xrun.errors import UsageError
+from xrun.limits import capped_int, check_duration, is_digits, shown
 
 from .config import DEFAULT_SIGNALS, LaunchConfig
 
@@ -167,37 +174,48 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# A count flag (--max-restarts, --node-rank, --master-port) past this is a typo, not a plan;
+# past Python's int-string limit int() would raise instead of saying so.
+_MAX_INT_FLAG = 2**31 - 1
+
+
 def _int(flag: str, raw: str, lo: int = 0) -> int:
-    try:
-        v = int(raw)
-    except (TypeError, ValueError):
-        v = lo - 1
-    if v < lo:
-        raise UsageError(f"{flag} {raw!r} is invalid: expected an integer >= {lo}")
+    text = str(raw).strip()
+    v = capped_int(text, _MAX_INT_FLAG) if is_digits(text) else lo - 1
+    if v < lo or v > _MAX_INT_FLAG:
+        raise UsageError(
+            f"{flag} {shown(raw)} is invalid: expected an integer from {lo} to {_MAX_INT_FLAG:,}"
+        )
     return v
 
 
 def _float(flag: str, raw: str) -> float:
+    """A duration flag: seconds from 0 to a day (NaN, infinities and absurd values refused)."""
     try:
-        v = float(raw)
-    except (TypeError, ValueError):
-        v = -1.0
-    if not v >= 0:
-        raise UsageError(f"{flag} {raw!r} is invalid: expected a number of seconds >= 0")
-    return v
+        return check_duration(float(str(raw)[:100]), flag)
+    except (TypeError, ValueError, UsageError):  # named as given: 'soon', not nan
+        raise UsageError(
+            f"{flag} {shown(raw)} is invalid: expected a number of seconds from 0 to "
+            f"{MAX_DURATION_S:g} (one day)"
+        ) from None
 
 
 def parse_nnodes(raw: str) -> tuple[int, int]:
     """``"2"`` -> (2, 2); ``"1:4"`` -> (1, 4) (torch's ``parse_min_max_nnodes``)."""
-    parts = raw.split(":")
-    try:
-        lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) <= 2 else (0, -1)
-    except ValueError:
+    parts = [p.strip() for p in raw.split(":")]
+    if len(parts) <= 2 and all(is_digits(p) for p in parts):
+        lo, hi = capped_int(parts[0], MAX_NODES), capped_int(parts[-1], MAX_NODES)
+    else:
         lo, hi = 0, -1
     if not 0 < lo <= hi:
         raise NnodesError(
-            f"--nnodes {raw!r} is invalid: expected N or MIN:MAX with 0 < MIN <= MAX "
+            f"--nnodes {shown(raw)} is invalid: expected N or MIN:MAX with 0 < MIN <= MAX "
             "(e.g. --nnodes 2 or --nnodes 1:4)"
+        )
+    if hi > MAX_NODES:
+        raise NnodesError(
+            f"--nnodes {shown(raw)} is over the limit of {MAX_NODES:,} nodes; "
+            f"ask for at most {MAX_NODES:,}"
         )
     return lo, hi
 
@@ -232,8 +250,16 @@ def cpu_count() -> int:
 
 
 def parse_nproc(raw: str) -> int:
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
+    """``--nproc-per-node``: 1 to MAX_NPROC_PER_NODE (4,096; each worker costs the agent a
+    process and a log directory), or auto/cpu/gpu."""
+    n = capped_int(raw, MAX_NPROC_PER_NODE) if is_digits(raw) else 0
+    if n > MAX_NPROC_PER_NODE:
+        raise UsageError(
+            f"--nproc-per-node {shown(raw)} is over the limit of {MAX_NPROC_PER_NODE:,} "
+            f"workers per node; ask for at most {MAX_NPROC_PER_NODE:,}"
+        )
+    if n > 0:
+        return n
     if raw == "cpu":
         return cpu_count()
     if raw in ("gpu", "auto"):
@@ -247,7 +273,8 @@ def parse_nproc(raw: str) -> int:
             "use an integer, 'cpu' or 'auto'"
         )
     raise UsageError(
-        f"--nproc-per-node {raw!r} is invalid: expected a positive integer, auto, cpu or gpu"
+        f"--nproc-per-node {shown(raw)} is invalid: expected a positive integer (at most "
+        f"{MAX_NPROC_PER_NODE:,}), auto, cpu or gpu"
     )
 
 

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xrun.contract import RDZV_BACKENDS
+from xrun.contract import MAX_NODES, MAX_NPROC_PER_NODE, RDZV_BACKENDS
 from xrun.errors import UsageError
+from xrun.limits import check_count, check_duration
 
 if TYPE_CHECKING:
     from .workers.streams import Std
@@ -116,10 +117,10 @@ def validate(cfg: LaunchConfig) -> None:
             f"nnodes {cfg.min_nodes}:{cfg.max_nodes} is invalid: expected 0 < MIN <= MAX "
             "(e.g. --nnodes 2 or --nnodes 1:4)"
         )
-    if cfg.nproc_per_node < 1:
-        raise UsageError(
-            f"nproc_per_node {cfg.nproc_per_node} is invalid: expected a positive integer"
-        )
+    # The documented bounds (xrun.contract): every node and worker costs the agent a loop
+    # iteration, a directory or a process, so an absurd count is refused before any of them.
+    check_count(cfg.max_nodes, "nnodes", MAX_NODES)
+    check_count(cfg.nproc_per_node, "nproc_per_node", MAX_NPROC_PER_NODE)
     if cfg.max_restarts < 0:
         raise UsageError(f"max_restarts {cfg.max_restarts} is invalid: expected an integer >= 0")
     if cfg.rdzv_backend not in RDZV_BACKENDS:
@@ -152,10 +153,11 @@ def validate(cfg: LaunchConfig) -> None:
         raise UsageError(
             f"start_method {cfg.start_method!r} is invalid: expected spawn, fork or forkserver"
         )
-    if cfg.shutdown_timeout < 0 or cfg.monitor_interval <= 0:
+    check_duration(cfg.shutdown_timeout, "shutdown_timeout")
+    check_duration(cfg.monitor_interval, "monitor_interval")
+    if cfg.monitor_interval <= 0:
         raise UsageError(
-            f"shutdown_timeout {cfg.shutdown_timeout} / monitor_interval {cfg.monitor_interval} "
-            "are invalid: expected shutdown_timeout >= 0 and monitor_interval > 0"
+            f"monitor_interval {cfg.monitor_interval} is invalid: expected a number of seconds > 0"
         )
     parse_signals(cfg.signals_to_handle)
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 
+from xrun.errors import UsageError
+from xrun.limits import shown
+
 __all__ = ["AttemptDirs"]
 
 
@@ -25,14 +28,38 @@ class AttemptDirs:
         self._attempt = 0  # worker group starts so far
         self._temp = ""  # the temp dir this agent made, if it made one
 
-    def next(self) -> str:
-        """Create and return the next attempt's directory."""
+    def prepare(self) -> None:
+        """Create the run's directory now (the agent calls it before the rendezvous): a log dir
+        the agent cannot use is a usage error before any peer waits for this node."""
         if not self._run_dir:
             self._run_dir = self._make_run_dir()
+
+    def next(self, nproc: int = 0) -> str:
+        """Create and return the next attempt's directory, with one subdirectory per local
+        rank ``0..nproc-1`` (the workers write their error.json there, redirected or not)."""
+        self.prepare()
         path = os.path.join(self._run_dir, f"attempt_{self._attempt}")
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        self._mkdirs(path)
+        for lr in range(nproc):
+            self._mkdirs(os.path.join(path, str(lr)))
         self._attempt += 1
         return path
+
+    def _mkdirs(self, path: str) -> None:
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except FileExistsError as e:  # a file where a directory belongs
+            e.strerror = "a file is in the way (not a directory)"
+            raise self._unusable(path, e) from None
+        except OSError as e:
+            raise self._unusable(path, e) from None
+
+    def _unusable(self, path: str, e: OSError) -> UsageError:
+        flag = f"--log-dir {shown(self._log_dir, 200)}" if self._log_dir else "the temp dir"
+        return UsageError(
+            f"{flag} cannot hold the agent's logs: {path}: {e.strerror or e}; give a "
+            "directory the agent can create and write (or --log-dir /dev/null for no logs)"
+        )
 
     def _make_run_dir(self) -> str:
         if self._log_dir:
@@ -40,8 +67,11 @@ class AttemptDirs:
         else:
             import tempfile  # only without a log dir: the agent starts faster
 
-            base = self._temp = tempfile.mkdtemp(prefix="xrun_")
-        os.makedirs(base, mode=0o700, exist_ok=True)
+            try:
+                base = self._temp = tempfile.mkdtemp(prefix="xrun_")
+            except OSError as e:
+                raise self._unusable(tempfile.gettempdir(), e) from None
+        self._mkdirs(base)
         # Several agents of one job may share a host and a log dir: the first one gets
         # <run_id>, the others <run_id>.1, .2 ... (os.mkdir is atomic, so no two collide).
         for i in range(1000):
@@ -51,6 +81,8 @@ class AttemptDirs:
                 break
             except FileExistsError:
                 continue
+            except OSError as e:
+                raise self._unusable(path, e) from None
         return path
 
     @property

@@ -36,12 +36,14 @@ class SignalWatch:
         self.signum = 0
         self.raising = False
         self.fd = -1  # the wakeup pipe's read end while installed
+        self._pid = os.getpid()  # the agent's (install() sets it again)
 
     def install(self) -> Callable[[], None]:
         """Handle the signals (main thread only: elsewhere nothing is handled); returns the
         undo function."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
+        self._pid = os.getpid()
         r, w = os.pipe()
         os.set_blocking(r, False)
         os.set_blocking(w, False)
@@ -60,6 +62,13 @@ class SignalWatch:
         return restore
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._pid:
+            # A child forked while the agent starts workers, before its exec (the handler is
+            # inherited, and so is a signal the agent got just before the fork): not the
+            # agent. Die of it, as a process without this handler would.
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         self.signum = self.signum or signum
         if self.raising:
             raise AgentSignal(signum)

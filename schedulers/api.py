@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import difflib
 import enum
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from xrun.contract import RESTARTS_IN_PLACE
 from xrun.errors import UsageError
+from xrun.limits import check_duration, shown
 from xrun.specs import AppDef, AppState, Role, RoleStatus
 
 T = TypeVar("T")
@@ -47,6 +49,8 @@ class runopt:  # noqa: N801 - TorchX's name
     default: CfgVal = None
     required: bool = False
     aliases: tuple[str, ...] = ()  # other spellings accepted (TorchX's, e.g. mail-user)
+    # A number of seconds: 0 to MAX_DURATION_S (a day), like every duration xrun takes.
+    seconds: bool = False
 
 
 _TYPE_NAMES: dict[type, str] = {
@@ -86,20 +90,25 @@ def _to_bool(value: object) -> bool:
 def _to_int(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+    # ASCII digits, and few enough of them for int() (Python reads at most 4,300).
+    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]{1,4000}", value.strip()):
         return int(value)
     raise _NotConvertible
 
 
 def _to_float(value: object) -> float:
+    """A finite number: no run option means anything by NaN or an infinity."""
+    out = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
+        out = float(value) if abs(value) < 1e308 else None
+    elif isinstance(value, str):
         try:
-            return float(value)
+            out = float(value)
         except ValueError:
             pass
-    raise _NotConvertible
+    if out is None or not math.isfinite(out):
+        raise _NotConvertible
+    return out
 
 
 def _to_str(value: object) -> str:
@@ -144,18 +153,25 @@ _CONVERTERS: dict[type, Callable[[object], CfgVal]] = {
 }
 
 
-def _convert(name: str, type_: type, value: object) -> CfgVal:
-    """Convert a config value (often a string from the CLI or a config file) to ``type_``."""
+def _convert(opt: runopt, value: object) -> CfgVal:
+    """Convert a config value (often a string from the CLI or a config file) to the option's
+    type; a duration must be 0 to a day."""
     if value is None:
         return None
-    converter = _CONVERTERS.get(type_)
+    converter = _CONVERTERS.get(opt.type_)
     if converter is not None:
         try:
-            return converter(value)
+            out = converter(value)
         except _NotConvertible:
             pass
-    expected = _TYPE_NAMES.get(type_, type_.__name__)
-    raise UsageError(f"run option {name}={value!r} is not a valid {expected}")
+        else:
+            if opt.seconds:
+                check_duration(out, f"run option {opt.name}")  # type: ignore[arg-type]
+            return out
+    expected = _TYPE_NAMES.get(opt.type_, opt.type_.__name__)
+    if opt.type_ is float:
+        expected = "finite float"
+    raise UsageError(f"run option {opt.name}={shown(value)} is not a valid {expected}")
 
 
 class runopts:  # noqa: N801 - TorchX's name
@@ -173,8 +189,9 @@ class runopts:  # noqa: N801 - TorchX's name
         default: CfgVal = None,
         required: bool = False,
         aliases: tuple[str, ...] = (),
+        seconds: bool = False,
     ) -> None:
-        self._opts[name] = runopt(name, type_, help, default, required, aliases)
+        self._opts[name] = runopt(name, type_, help, default, required, aliases, seconds)
         self._aliases.update(dict.fromkeys(aliases, name))
 
     def __iter__(self) -> Iterator[runopt]:
@@ -213,7 +230,7 @@ class runopts:  # noqa: N801 - TorchX's name
         out: dict[str, CfgVal] = {}
         for opt in self._opts.values():
             if opt.name in cfg and cfg[opt.name] is not None:
-                out[opt.name] = _convert(opt.name, opt.type_, cfg[opt.name])
+                out[opt.name] = _convert(opt, cfg[opt.name])
             elif opt.required:
                 raise UsageError(
                     f"run option {opt.name!r} is required for scheduler {scheduler or '?'}: "

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xrun.contract import TOKEN_ENV, TOKEN_FILE_ENV
+from xrun.contract import MAX_DURATION_S, TOKEN_ENV, TOKEN_FILE_ENV
 from xrun.errors import UsageError
 
 __all__ = ["CONF_KEYS", "RdzvConfig", "config_from_conf", "load_token", "parse_rdzv_conf"]
@@ -79,11 +79,12 @@ TORCH_ONLY_KEYS = (
 _BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
-def parse_rdzv_conf(s: str) -> dict[str, str]:
+def parse_rdzv_conf(s: str, strict: bool = False) -> dict[str, str]:
     """Split and validate ``--rdzv-conf`` (``"join_timeout=60,last_call_timeout=5"``).
 
     Returns the raw ``key -> value`` strings (what ``RendezvousParams.conf`` holds) after checking
-    every key and value, so the agent can reject a typo before it starts anything.
+    every key and value, so the agent can reject a typo before it starts anything. ``strict``
+    (the components, at submit time) refuses a key no backend knows instead of warning.
     """
     out: dict[str, str] = {}
     text = s.strip()
@@ -100,11 +101,11 @@ def parse_rdzv_conf(s: str) -> dict[str, str]:
                 f"'join_timeout=600,last_call_timeout=30'"
             )
         out[key] = value.strip()
-    config_from_conf(out)
+    config_from_conf(out, strict)
     return out
 
 
-def config_from_conf(conf: Mapping[str, str]) -> RdzvConfig:
+def config_from_conf(conf: Mapping[str, str], strict: bool = False) -> RdzvConfig:
     """Typed, validated config; raises UsageError naming the bad key, its form and the fix."""
     values: dict[str, Any] = {}
     for key, raw in conf.items():
@@ -119,18 +120,15 @@ def config_from_conf(conf: Mapping[str, str]) -> RdzvConfig:
         if key in TORCH_ONLY_KEYS:
             continue
         if key not in CONF_KEYS:
+            if strict:
+                raise UsageError(
+                    f"--rdzv-conf key {key!r} is not known to any rendezvous backend; "
+                    f"xrun's keys: {', '.join((*CONF_KEYS, *_KEEP_ALIVE_KEYS))}"
+                )
             _warn_unknown(key)
             continue
         if key in _SECONDS_KEYS or key == "timeout":
-            try:
-                v = float(raw)
-            except ValueError:
-                v = float("nan")
-            if not v > 0 or v == float("inf"):
-                raise UsageError(
-                    f"--rdzv-conf {key}={raw!r} is not a positive number of seconds; "
-                    f"write e.g. {key}={int(getattr(RdzvConfig, key, 600))}"
-                )
+            v = _seconds(key, raw)
             # torchrun's static rendezvous calls its join timeout plain "timeout".
             values["join_timeout" if key == "timeout" else key] = v
         elif key == "is_host":
@@ -151,6 +149,11 @@ def config_from_conf(conf: Mapping[str, str]) -> RdzvConfig:
         values.setdefault("heartbeat_interval", interval or RdzvConfig.heartbeat_interval)
         values.setdefault("heartbeat_timeout", values["heartbeat_interval"] * (attempts or 3))
     cfg = RdzvConfig(**values)
+    if cfg.heartbeat_timeout > MAX_DURATION_S:
+        raise UsageError(
+            f"--rdzv-conf keep_alive_interval x keep_alive_max_attempt = "
+            f"{cfg.heartbeat_timeout:g}s is over a day ({MAX_DURATION_S:g}s); give smaller values"
+        )
     if cfg.heartbeat_interval >= cfg.heartbeat_timeout:
         raise UsageError(
             f"--rdzv-conf heartbeat_interval={cfg.heartbeat_interval:g} must be smaller than "
@@ -179,13 +182,31 @@ def _warn_unknown(key: str) -> None:
     )
 
 
+def _seconds(key: str, raw: str) -> float:
+    """A timeout: more than 0, at most a day (NaN and infinities refused)."""
+    try:
+        v = float(raw)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v <= MAX_DURATION_S:
+        raise UsageError(
+            f"--rdzv-conf {key}={raw[:40]!r} is not a number of seconds above 0 and up to "
+            f"{MAX_DURATION_S:g} (a day); write e.g. {key}={int(getattr(RdzvConfig, key, 600))}"
+        )
+    return v
+
+
 def _positive(key: str, raw: str) -> float:
     try:
         v = float(raw)
     except ValueError:
         v = float("nan")
-    if not v > 0 or v == float("inf"):
-        raise UsageError(f"--rdzv-conf {key}={raw!r} is not a positive number; write e.g. {key}=5")
+    # keep_alive_interval is seconds, keep_alive_max_attempt a count: a day bounds both
+    if not 0 < v <= MAX_DURATION_S:
+        raise UsageError(
+            f"--rdzv-conf {key}={raw[:40]!r} is not a positive number up to "
+            f"{MAX_DURATION_S:g}; write e.g. {key}=5"
+        )
     return v
 
 

@@ -11,7 +11,9 @@ client); the rest connect with retry and backoff. ``static``: node rank 0 serves
 from __future__ import annotations
 
 import errno
+import socket
 import threading
+import time
 
 from xrun.errors import UsageError
 
@@ -71,6 +73,32 @@ class StoreLink:
                 f"cannot resolve the rendezvous endpoint host {host!r}: {e}; use a resolvable "
                 f"host name or an IP address"
             ) from None
+        # The port can be taken by a socket that serves nothing: another program's outgoing
+        # connection got it as its local port, or a peer agent is between its bind and listen.
+        # Then nobody would ever serve the store and every agent would retry connecting until
+        # join_timeout ("connection refused"): instead bind again until one agent serves it.
+        deadline = time.monotonic() + cfg.join_timeout
+        delay = 0.01
+        while True:
+            taken = self._serve(addr, port, must)
+            if self.server is not None:
+                return addr, self.server.port
+            # EADDRNOTAVAIL: not an address of this host, the store is served elsewhere.
+            if taken == errno.EADDRNOTAVAIL or _serving(addr, port):
+                return addr, port  # (or another agent on this host serves it)
+            if time.monotonic() + delay > deadline:
+                raise UsageError(
+                    f"cannot serve the rendezvous store on {format_endpoint(addr, port)}: the "
+                    f"port is taken on this host by a socket that serves nothing (for "
+                    f"join_timeout={cfg.join_timeout:g}s); pick a free port"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _serve(self, addr: str, port: int, must: bool) -> int:
+        """Serve the store on ``addr:port`` (sets ``server``: 0), or the errno that says it is
+        someone else's to serve (EADDRINUSE, EADDRNOTAVAIL; only when not ``must``)."""
+        run_id = self.params.run_id
         try:
             # Which job this store belongs to, there before any peer can ask (see the handler's
             # host check).
@@ -78,18 +106,17 @@ class StoreLink:
                 addr,
                 port,
                 self._token,
-                seed={HOST_KEY: p.run_id.encode()},
-                workers_key=Keys(p.run_id).workers,
+                seed={HOST_KEY: run_id.encode()},
+                workers_key=Keys(run_id).workers,
             )
         except OSError as e:
-            # EADDRINUSE: another agent on this host serves it. EADDRNOTAVAIL: not our address.
-            if must or e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
-                raise UsageError(
-                    f"cannot serve the rendezvous store on {format_endpoint(addr, port)}: "
-                    f"{e.strerror or e}; pick a free port (or port 0 on a single node)"
-                ) from None
-            return addr, port
-        return addr, self.server.port
+            if not must and e.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+                return e.errno
+            raise UsageError(
+                f"cannot serve the rendezvous store on {format_endpoint(addr, port)}: "
+                f"{e.strerror or e}; pick a free port (or port 0 on a single node)"
+            ) from None
+        return 0
 
     @property
     def endpoint(self) -> str:
@@ -145,3 +172,17 @@ class StoreLink:
             self._client.close()
         if self.server is not None:
             self.server.stop()
+
+
+def _serving(addr: str, port: int) -> bool:
+    """Whether something accepts connections on ``addr:port`` (a refused connect: nothing)."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect((addr, port))
+        except ConnectionRefusedError:
+            return False
+        except OSError:
+            return True  # e.g. a timeout: a busy server; the client's connect retries
+    return True

@@ -129,6 +129,17 @@ def start_watcher(app_id: str, session: str) -> None:
     )
 
 
+def being_removed(e: Any) -> bool:
+    """The engine's answer about a container that is gone or going: 404, or 409 "dead or
+    marked for removal" (asked for its logs while ``docker rm`` runs)."""
+    import docker
+
+    if isinstance(e, docker.errors.NotFound):
+        return True
+    text = str(getattr(e, "explanation", "") or e)
+    return getattr(e, "status_code", None) == 409 and "removal" in text
+
+
 def stop_timeout(attrs: Mapping[str, Any]) -> int:
     """The stop timeout a container was created with (the app's ``stop_timeout`` run option)."""
     value = ((attrs.get("Config") or {}).get("Labels") or {}).get(LABEL_STOP_TIMEOUT, "")
@@ -185,12 +196,18 @@ class DockerScheduler(Scheduler[DockerJob]):
             int,
             "seconds between the SIGTERM and the engine's SIGKILL when a replica is stopped "
             "(cancel, or a sibling failed); above the agent's shutdown timeout (30 s) the agent "
-            "ends its workers itself",
+            "ends its workers itself; 0 to 86400",
             default=STOP_TIMEOUT,
+            seconds=True,
         )
         return opts
 
     def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        from xrun.limits import check_env_name
+
+        env = cfg.get("env")
+        for name in env if isinstance(env, dict) else {}:
+            check_env_name(name, "run option env")
         for role in app.roles:
             if not role.image:
                 raise UsageError(
@@ -262,6 +279,9 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     # ------------------------------------------------------------------ status
     def _containers(self, app_id: str) -> list[Any]:
+        """The app's containers, each inspected. The SDK lists, then inspects one by one: a
+        container removed in between (another process finalising the app) is a NotFound,
+        which the callers take as "someone is finalising: wait for the record"."""
         return list(
             self._client().containers.list(all=True, filters={"label": f"{LABEL_APP_ID}={app_id}"})
         )
@@ -271,7 +291,17 @@ class DockerScheduler(Scheduler[DockerJob]):
         if final is not None:
             return self._from_final(app_id, final)  # no engine needed for an ended app
         with self._engine_errors():
-            return self._describe_live(app_id)
+            import docker  # here: a missing SDK is _client()'s usage error, not an ImportError
+
+            try:
+                return self._describe_live(app_id)
+            except docker.errors.APIError as e:
+                if not being_removed(e):
+                    raise
+                # A container vanished under us: another reader (another shell, the watcher)
+                # is finalising the app. Every concurrent reader must get the final state, so
+                # wait for that finaliser's lock and read its record.
+                return self._finalize(app_id)
 
     def _describe_live(self, app_id: str) -> DescribeAppResponse | None:
         containers = self._containers(app_id)
@@ -306,7 +336,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             final = self._store.load_final(app_id)
             if final is not None:
                 return self._from_final(app_id, final)
-            containers = self._containers(app_id)
+            containers = self._settled_containers(app_id)
             before = {c.name: replica_state(c.attrs)[0] for c in containers}
             cancelled = self._store.is_cancelled(app_id)
             state = containers_app_state(containers, cancelled, before)
@@ -349,6 +379,18 @@ class DockerScheduler(Scheduler[DockerJob]):
                 net.remove()
         return self._from_final(app_id, record)
 
+    def _settled_containers(self, app_id: str) -> list[Any]:
+        """The app's containers, listed again while one vanishes mid-listing (under the lock
+        only something outside xrun, a `docker rm`, removes them; a few tries settle it)."""
+        import docker
+
+        for _ in range(4):
+            try:
+                return self._containers(app_id)
+            except docker.errors.NotFound:
+                continue
+        return self._containers(app_id)
+
     def _from_final(self, app_id: str, final: dict[str, Any]) -> DescribeAppResponse:
         return DescribeAppResponse(
             app_id=app_id,
@@ -380,7 +422,14 @@ class DockerScheduler(Scheduler[DockerJob]):
         if self._store.load_final(app_id) is not None:
             return  # already ended: cancelling changes nothing
         with self._engine_errors():
-            self._cancel(app_id)
+            import docker  # (after _client(), as in describe)
+
+            try:
+                self._cancel(app_id)
+            except docker.errors.APIError as e:  # being finalised by another process: it ended
+                if not being_removed(e):
+                    raise
+                self._finalize(app_id)
 
     def _cancel(self, app_id: str) -> None:
         containers = self._containers(app_id)
@@ -430,8 +479,9 @@ class DockerScheduler(Scheduler[DockerJob]):
                     f"{LABEL_ROLE}={role}",
                     f"{LABEL_REPLICA}={k}",
                 ]
-                found = client.containers.list(all=True, filters={"label": labels})
+                chunks = None
                 try:
+                    found = client.containers.list(all=True, filters={"label": labels})
                     if found:
                         chunks = found[0].logs(
                             stdout="stdout" in streams,
@@ -441,10 +491,15 @@ class DockerScheduler(Scheduler[DockerJob]):
                             since=since,
                             until=until,
                         )
-                        yield from split_lines(chunks)
-                        return
-                except docker.errors.NotFound:
-                    pass  # removed by a finaliser meanwhile: its logs are in the state dir now
+                except docker.errors.APIError as e:
+                    if not being_removed(e):
+                        raise
+                    # A finaliser (another reader, the watcher) is removing the container: wait
+                    # for it; it keeps the logs in the state dir before it removes anything.
+                    self._finalize(app_id)
+                if chunks is not None:
+                    yield from split_lines(chunks)
+                    return
         if self._store.has_logs(app_id, role, k):
             yield from self._store.read_logs(app_id, role, k, streams, since, until)
             return
@@ -460,9 +515,17 @@ class DockerScheduler(Scheduler[DockerJob]):
     # Last in the class: below this point `list` would name the method, not the builtin.
     def list(self) -> list[ListAppResponse]:
         """This session's apps: those with containers, then those that ended (from the state dir)."""
+        labels = [LABEL_APP_ID, f"{LABEL_SESSION}={self.session_name}"]
         with self._engine_errors() as client:
-            labels = [LABEL_APP_ID, f"{LABEL_SESSION}={self.session_name}"]
-            containers = client.containers.list(all=True, filters={"label": labels})
+            import docker  # (after _client(), as in describe)
+
+            for attempt in range(5):  # an app finalised while we list: list again
+                try:
+                    containers = client.containers.list(all=True, filters={"label": labels})
+                    break
+                except docker.errors.NotFound:
+                    if attempt == 4:
+                        raise
         apps: dict[str, list[Any]] = {}
         for c in containers:
             apps.setdefault(c.labels[LABEL_APP_ID], []).append(c)

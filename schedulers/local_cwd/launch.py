@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from xrun.errors import SchedulerError
+from xrun.errors import SchedulerError, UsageError
 
 from ..logs import POLL_S
 from . import store
@@ -78,14 +78,39 @@ def launch(req: LocalRequest) -> Child:
             "schedule() runs the replicas in the dry run's cwd: change back, or dry-run again"
         )
     paths = store.AppPaths(req.app_dir)
-    store.make_private_dirs(os.path.dirname(req.app_dir))
+    log_dir = os.path.dirname(req.app_dir)
     try:
+        store.make_private_dirs(log_dir)
         os.mkdir(req.app_dir, 0o700)
     except FileExistsError:
         raise SchedulerError(
             f"{req.app_dir} already exists: this dry run was already scheduled; "
             "make a new one (submit_dryrun) for another run"
         ) from None
+    except OSError as e:
+        raise UsageError(
+            f"cannot create the app's dir in log_dir {log_dir!r}: {e.strerror or e}; give a "
+            "writable directory (-cfg log_dir=DIR)"
+        ) from None
+    try:
+        _make_files(req, paths)
+        store.register(req.app_id, req.app_dir)
+    except BaseException as e:
+        # Nothing of an app that cannot start stays behind (a half-made dir, an index entry).
+        import shutil
+
+        store.unregister(req.app_id)
+        shutil.rmtree(req.app_dir, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise UsageError(
+                f"cannot write the app's files under {req.app_dir!r}: {e.strerror or e}; give "
+                "a writable directory with room to spare (-cfg log_dir=DIR)"
+            ) from None
+        raise
+    return start_supervisor(paths, req.cwd)
+
+
+def _make_files(req: LocalRequest, paths: store.AppPaths) -> None:
     os.mkdir(paths.state_dir, 0o700)
     for r in req.replicas:
         store.make_private_dirs(paths.replica_dir(r.role, r.id))
@@ -93,8 +118,6 @@ def launch(req: LocalRequest) -> Child:
         for f in (r.stdout, r.stderr):
             os.close(os.open(f, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     write_json_atomic(paths.request, req.to_json())
-    store.register(req.app_id, req.app_dir)
-    return start_supervisor(paths, req.cwd)
 
 
 def start_supervisor(paths: store.AppPaths, cwd: str) -> Child:
@@ -114,12 +137,37 @@ def start_supervisor(paths: store.AppPaths, cwd: str) -> Child:
     if not ready:
         killpg(child.pid, signal.SIGKILL)
     code = child.wait(None)
-    with open(paths.supervisor_log, errors="replace") as f:
-        tail = f.read()[-2000:].strip()
+    st = store.read_json(paths.state)
+    cause = st.get("msg", "") if st is not None else ""
+    if not cause:  # it died before it could say why: the last line of its log
+        try:
+            with open(paths.supervisor_log, errors="replace") as f:
+                lines = [line.strip() for line in f.read()[-4000:].splitlines() if line.strip()]
+        except OSError:
+            lines = []
+        cause = lines[-1] if lines else "no output"
+        _record_failed(paths, f"the supervisor did not start the app: {cause}")
     raise SchedulerError(
-        f"the local_cwd supervisor did not start the app (exit code {code}); "
-        f"its log {paths.supervisor_log}:\n{tail}"
+        f"the local_cwd supervisor did not start the app (exit code {code}): {cause}; "
+        f"its log: {paths.supervisor_log}"
     )
+
+
+def _record_failed(paths: store.AppPaths, msg: str) -> None:
+    """The app is FAILED with ``msg`` (``status`` and ``list`` say so, not SUBMITTED)."""
+    st = {
+        "app_id": os.path.basename(paths.app_dir),
+        "state": "FAILED",
+        "msg": msg,
+        "supervisor": {"pid": 0, "start": None},
+        "started_at": time.time(),
+        "ended_at": time.time(),
+        "replicas": [],
+    }
+    try:
+        write_json_atomic(paths.state, st)
+    except OSError:
+        pass
 
 
 def _fork_supervisor(paths: store.AppPaths, ready_fd: int) -> Child | None:

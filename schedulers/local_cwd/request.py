@@ -16,13 +16,17 @@ from typing import Any
 
 from xrun.contract import (
     AGENT_LOG_DIR_ENV,
+    APP_DIR_ENV,
+    EXIT_RECORD_ENV,
     MASTER_PORT_DEFAULT,
     RANK0_HOST_ENV,
     RDZV_PORT_ENV,
     TOKEN_ENV,
 )
 from xrun.errors import UsageError
+from xrun.limits import check_duration
 from xrun.specs import AppDef, Role, appdef_to_dict, macros
+from xrun.xdg import check_writable_dir
 
 from ..api import CfgVal, replicas_role_may_lose
 from . import store
@@ -148,11 +152,10 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
     """The request for ``app`` with resolved run options ``cfg``: pure, no side effects."""
     app_id = make_app_id(app.name)
     log_dir = os.path.abspath(os.path.expanduser(str(cfg["log_dir"] or store.default_log_dir())))
+    check_writable_dir(log_dir, "-cfg log_dir=DIR, default $XDG_STATE_HOME/xrun/local_cwd/logs")
     paths = store.AppPaths(os.path.join(log_dir, app_id))
     cwd = os.getcwd()
-    grace = float(cfg["stop_grace_s"])  # type: ignore[arg-type]
-    if grace < 0:
-        raise UsageError(f"run option stop_grace_s={grace:g} must be >= 0 (seconds)")
+    grace = check_duration(float(cfg["stop_grace_s"]), "run option stop_grace_s")  # type: ignore[arg-type]
     first = [os.path.dirname(sys.executable)] + ([cwd] if cfg["prepend_cwd"] else [])
     path = _path_with(first, os.environ.get("PATH", os.defpath))
     gpus = assign_gpus(app.roles, visible_gpus()) if cfg["auto_set_cuda_visible_devices"] else {}
@@ -178,6 +181,9 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
             if (role.name, i) in gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
             env.update(r.env)  # the role's own env wins, PATH included
+            # ... but not over what status and cancel rely on (see xrun.contract)
+            env[APP_DIR_ENV] = paths.app_dir
+            env[EXIT_RECORD_ENV] = paths.exit_record(role.name, i)
             check_entrypoint(role.name, r.entrypoint, env["PATH"], cwd)
             replicas.append(
                 ReplicaRequest(

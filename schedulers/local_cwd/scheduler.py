@@ -53,7 +53,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from xrun.errors import AppNotFoundError, UsageError
+from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.specs import AppDef, AppState, make_app_handle
 
 from ..api import (
@@ -67,7 +67,7 @@ from ..api import (
     runopts,
 )
 from ..logs import POLL_S, iter_log_lines
-from . import store
+from . import procs, store
 from .launch import Child, launch
 from .request import (
     LocalRequest,
@@ -76,7 +76,7 @@ from .request import (
     format_request,
     with_rdzv_env,
 )
-from .status import describe_app, stop_orphans, supervisor_pidfd
+from .status import describe_app, request_grace, stop_orphans, supervisor_pidfd
 from .supervisor import TERMINAL, is_alive
 
 # States in which an app may still change (UNKNOWN: its supervisor died, replicas run on).
@@ -115,8 +115,9 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
             "stop_grace_s",
             float,
             "seconds a stopped replica gets between SIGTERM and SIGKILL (on cancel, or when a "
-            "sibling fails)",
+            "sibling fails), 0 to 86400",
             10.0,
+            seconds=True,
         )
         return opts
 
@@ -143,7 +144,21 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         paths = store.find(app_id)
-        return None if paths is None else describe_app(app_id, paths)
+        if paths is not None:
+            return describe_app(app_id, paths)
+        found = procs.app_processes(app_id=app_id) if store.valid_app_id(app_id) else {}
+        if not found:
+            return None
+        # Its files are gone (the state dir was deleted) but it runs: say so, and how to stop it.
+        handle = make_app_handle(self.backend, self.session_name, app_id)
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=AppState.UNKNOWN,
+            msg=(
+                f"the app's files are gone ({sorted(set(found.values()))[0]} was deleted) but "
+                f"{len(found)} of its processes still run; `xrun cancel {handle}` stops them"
+            ),
+        )
 
     def list(self) -> list[ListAppResponse]:
         """This user's apps (from the index, whatever their log_dir), oldest first."""
@@ -245,24 +260,53 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     # ---- cancel
     def cancel(self, app_id: str) -> None:
-        paths = self._paths(app_id)
+        """Stop the app and return once every one of its processes has ended (the supervisor's
+        word is not taken for it: the processes are looked up, see :mod:`.procs`);
+        SchedulerError naming those that would not end."""
+        paths = store.find(app_id)
+        if paths is None:
+            self._cancel_lost(app_id)
+            return
         st = store.read_json(paths.state)
         deadline = time.monotonic() + 10
         while st is None and time.monotonic() < deadline:  # another process is scheduling it
             time.sleep(POLL_S)
             st = store.read_json(paths.state)
-        if st is None or st["state"] in TERMINAL:
+        grace = request_grace(paths)
+        if st is not None and st["state"] not in TERMINAL:
+            sup = st["supervisor"]
+            fd = supervisor_pidfd(paths)
+            if fd is not None:
+                os.close(fd)
+                os.kill(sup["pid"], signal.SIGTERM)  # the supervisor stops the replicas
+                self.wait(app_id, timeout=grace + 5)
+            st = store.read_json(paths.state) or st
+            if st["state"] not in TERMINAL and not is_alive(sup["pid"], sup["start"]):
+                stop_orphans(paths, st, grace)  # it died (before or during the stop)
+        self._check_all_ended(app_id, procs.app_processes(app_dir=paths.app_dir), grace)
+
+    def _cancel_lost(self, app_id: str) -> None:
+        """Cancel an app whose files are gone (its state dir was deleted) by its processes."""
+        found = procs.app_processes(app_id=app_id)
+        if not found:
+            raise AppNotFoundError(
+                f"local_cwd app {app_id!r} not found (no entry in {store.index_dir()}, and no "
+                "process of it runs); `xrun list -s local_cwd` shows this user's apps"
+            )
+        self._check_all_ended(app_id, found, 10.0)
+
+    def _check_all_ended(self, app_id: str, found: dict[procs.Proc, str], grace: float) -> None:
+        """Stop what is left of the app (a replica's process that outlived it, workers whose
+        agent is gone) and raise unless all of it ended."""
+        if not found:
             return
-        req = store.read_json(paths.request) or {}
-        grace = float(req.get("grace_s", 10.0))
-        sup = st["supervisor"]
-        fd = supervisor_pidfd(paths)
-        if fd is not None:
-            os.close(fd)
-            os.kill(sup["pid"], signal.SIGTERM)  # the supervisor stops the replicas
-            self.wait(app_id, timeout=grace + 5)
-        elif not is_alive(sup["pid"], sup["start"]):
-            stop_orphans(paths, st, grace)
+        left = procs.stop(list(found), grace)
+        if left:
+            pids = ", ".join(str(pid) for pid, _ in left)
+            raise SchedulerError(
+                f"cancel of {app_id} could not stop process(es) {pids} (still running after "
+                f"SIGTERM, {grace:g}s and SIGKILL); see `ps -o pid,stat,cmd -p {pids}`"
+            )
 
     def close(self) -> None:
         # Reap supervisors that have ended; live ones go on without us (by design).

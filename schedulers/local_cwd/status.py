@@ -1,7 +1,9 @@
 """Reading a local_cwd app's state, from any process: describe, liveness, orphan clean-up.
 
 ``state.json`` is the supervisor's record. When the supervisor is gone before the app ended
-(killed), the record is completed here from the replicas' liveness (pid + start time).
+(killed), the record is completed here from the replicas' liveness (pid + start time) and, for
+a replica that ended, from its own exit record (``exit.json``, written by the runtime agent in
+it): the replicas' records are the truth; a replica that left none ended UNKNOWN.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ import signal
 import time
 from typing import Any
 
-from xrun.specs import AppState, ReplicaStatus, RoleStatus, appdef_from_dict, is_terminal
+from xrun.specs import AppState, ReplicaStatus, Role, RoleStatus, appdef_from_dict, is_terminal
 
 from ..api import DescribeAppResponse
-from ..logs import POLL_S
 from . import store
 from .launch import killpg
-from .supervisor import TERMINAL, is_alive, write_json_atomic
+from .procs import group_alive
+from .supervisor import TERMINAL, grace_of, is_alive, write_json_atomic
 
 _REPLICA_STATES = {
     "PENDING": AppState.PENDING,
@@ -27,6 +29,9 @@ _REPLICA_STATES = {
     "FAILED": AppState.FAILED,
     "CANCELLED": AppState.CANCELLED,
 }
+# How long an app may go without a state file before its supervisor counts as never started
+# (launch() itself waits this long for it; see launch._START_TIMEOUT_S).
+_NEVER_STARTED_S = 90.0
 
 
 def describe_app(app_id: str, paths: store.AppPaths) -> DescribeAppResponse | None:
@@ -37,34 +42,139 @@ def describe_app(app_id: str, paths: store.AppPaths) -> DescribeAppResponse | No
     st = store.read_json(paths.state)
     roles = appdef_from_dict(req["app"], paths.request).roles
     resp = DescribeAppResponse(app_id=app_id, roles=roles)
-    if st is None:  # schedule() is starting the supervisor right now
-        resp.state = AppState.SUBMITTED
-        return resp
+    if st is None:
+        return _without_state(resp, paths)
     resp.state = AppState[st["state"]]
     resp.msg = st.get("msg", "")
     reps = st["replicas"]
     states = [_REPLICA_STATES.get(r["state"], AppState.UNKNOWN) for r in reps]
+    codes = [r["exit_code"] for r in reps]
     sup = st["supervisor"]
     if st["state"] not in TERMINAL and not is_alive(sup["pid"], sup["start"]):
-        alive = [is_alive(r["pid"], r["start"]) for r in reps]
-        states = [
-            AppState.RUNNING if a else (s if is_terminal(s) else AppState.UNKNOWN)
-            for a, s in zip(alive, states, strict=True)
-        ]
-        if any(alive):
-            resp.state = AppState.UNKNOWN
-            resp.msg = (
-                f"the supervisor (pid {sup['pid']}) is gone but {sum(alive)} replica(s) still "
-                f"run; `xrun cancel` stops them (its log: {paths.supervisor_log})"
+        states, codes = _orphaned(resp, paths, st, states, codes, req)
+    _disk_trouble(resp, paths, st)
+    resp.roles_statuses = _role_statuses(resp, paths, roles, reps, states, codes)
+    return resp
+
+
+def _without_state(resp: DescribeAppResponse, paths: store.AppPaths) -> DescribeAppResponse:
+    """No state.json: schedule() is starting the supervisor right now (SUBMITTED), or it never
+    started (FAILED, once launch() would have given up waiting for it)."""
+    try:
+        age = time.time() - os.stat(paths.request).st_mtime
+    except OSError:
+        age = 0.0
+    if age < _NEVER_STARTED_S:
+        resp.state = AppState.SUBMITTED
+        return resp
+    resp.state = AppState.FAILED
+    resp.msg = (
+        f"its supervisor never started (no state {age:.0f}s after the submission); "
+        f"see {paths.supervisor_log}"
+    )
+    return resp
+
+
+def _disk_trouble(resp: DescribeAppResponse, paths: store.AppPaths, st: dict[str, Any]) -> None:
+    """Say so when the supervisor could not write its record (a full disk), or, while the app
+    runs, cannot: the disk is full now."""
+    error = st.get("disk_error")
+    if not error and st["state"] not in TERMINAL:
+        try:
+            vfs = os.statvfs(paths.state_dir)
+        except OSError:
+            return
+        if vfs.f_bavail > 0:
+            return
+        error = f"No space left on device under {paths.app_dir}"
+    if not error:
+        return
+    note = f"the supervisor could not keep its record up to date: {error}"
+    resp.msg = f"{resp.msg}; {note}" if resp.msg else note
+
+
+def _orphaned(
+    resp: DescribeAppResponse,
+    paths: store.AppPaths,
+    st: dict[str, Any],
+    states: list[AppState],
+    codes: list[int | None],
+    req: dict[str, Any],
+) -> tuple[list[AppState], list[int | None]]:
+    """The supervisor died before the app ended: each replica's state from its liveness, else
+    its own exit record, else UNKNOWN; the app's from those (gang rules as the supervisor's)."""
+    sup = st["supervisor"]
+    reps = st["replicas"]
+    alive = [is_alive(r["pid"], r["start"]) for r in reps]
+    states, codes = list(states), list(codes)
+    for i, r in enumerate(reps):
+        if alive[i]:
+            states[i] = AppState.RUNNING
+        elif not is_terminal(states[i]):
+            code = read_exit_record(paths.exit_record(r["role"], r["id"]))
+            codes[i] = code
+            states[i] = (
+                AppState.UNKNOWN
+                if code is None
+                else (AppState.SUCCEEDED if code == 0 else AppState.FAILED)
             )
-        else:
-            resp.state = AppState.FAILED
-            resp.msg = (
-                f"the supervisor (pid {sup['pid']}) died before the app ended; "
-                f"see {paths.supervisor_log}"
-            )
+    died = f"the supervisor (pid {sup['pid']}) died before the app ended"
+    if any(alive):
+        resp.state = AppState.UNKNOWN
+        resp.msg = (
+            f"the supervisor (pid {sup['pid']}) is gone but {sum(alive)} replica(s) still "
+            f"run; `xrun cancel` stops them (its log: {paths.supervisor_log})"
+        )
+        return states, codes
+    unknown = sum(s == AppState.UNKNOWN for s in states)
+    failed_roles = _failed_roles(reps, states, req)
+    if failed_roles:
+        resp.state = AppState.FAILED
+        resp.msg = f"{died}; role(s) {', '.join(failed_roles)} failed (their exit records say)"
+    elif unknown:
+        resp.state = AppState.UNKNOWN
+        resp.msg = (
+            f"{died}; {unknown} replica(s) ended without an exit record, so how they ended is "
+            f"unknown (see their logs, and {paths.supervisor_log})"
+        )
+    else:
+        resp.state = AppState.SUCCEEDED
+        resp.msg = f"{died}; every replica's exit record says it succeeded"
+    return states, codes
+
+
+def _failed_roles(
+    reps: list[dict[str, Any]], states: list[AppState], req: dict[str, Any]
+) -> list[str]:
+    """Roles with more failed replicas than they may lose (the supervisor's gang rule)."""
+    tolerate: dict[str, int] = dict(req.get("tolerate", {}))
+    failures: dict[str, int] = {}
+    for r, s in zip(reps, states, strict=True):
+        if s == AppState.FAILED:
+            failures[r["role"]] = failures.get(r["role"], 0) + 1
+    return sorted(role for role, n in failures.items() if n > tolerate.get(role, 0))
+
+
+def read_exit_record(path: str) -> int | None:
+    """The exit code in a replica's ``exit.json``, or None (none written, or unreadable)."""
+    try:
+        data = store.read_json(path)
+    except OSError:
+        return None
+    code = (data or {}).get("exitcode")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _role_statuses(
+    resp: DescribeAppResponse,
+    paths: store.AppPaths,
+    roles: list[Role],
+    reps: list[dict[str, Any]],
+    states: list[AppState],
+    codes: list[int | None],
+) -> list[RoleStatus]:
     by_role: dict[str, RoleStatus] = {r.name: RoleStatus(r.name) for r in roles}
-    for r, state in zip(reps, states, strict=True):
+    for r, state, code in zip(reps, states, codes, strict=True):
         err = ""
         if state == AppState.FAILED:
             err = store.read_error_summary(paths.error_file(r["role"], r["id"]))
@@ -78,12 +188,11 @@ def describe_app(app_id: str, paths: store.AppPaths) -> DescribeAppResponse | No
                 state=state,
                 role=r["role"],
                 hostname="localhost",
-                exit_code=r["exit_code"],
+                exit_code=code,
                 structured_error_msg=err,
             )
         )
-    resp.roles_statuses = list(by_role.values())
-    return resp
+    return list(by_role.values())
 
 
 def supervisor_pidfd(paths: store.AppPaths) -> int | None:
@@ -92,6 +201,8 @@ def supervisor_pidfd(paths: store.AppPaths) -> int | None:
     if st is None or not hasattr(os, "pidfd_open"):
         return None
     sup = st["supervisor"]
+    if not sup.get("pid"):
+        return None
     try:
         fd = os.pidfd_open(sup["pid"])
     except OSError:
@@ -104,17 +215,23 @@ def supervisor_pidfd(paths: store.AppPaths) -> int | None:
     return fd
 
 
+def live_groups(st: dict[str, Any]) -> list[dict[str, Any]]:
+    """The replicas whose process groups still have members."""
+    return [r for r in st["replicas"] if group_alive(r["pid"], r["start"])]
+
+
 def stop_orphans(paths: store.AppPaths, st: dict[str, Any], grace: float) -> None:
-    """Cancel an app whose supervisor died: stop its replicas ourselves and record CANCELLED."""
-    live = [r for r in st["replicas"] if is_alive(r["pid"], r["start"])]
-    for r in live:
-        killpg(r["pid"], signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while live and time.monotonic() < deadline:
-        time.sleep(POLL_S)
-        live = [r for r in live if is_alive(r["pid"], r["start"])]
-    for r in live:
-        killpg(r["pid"], signal.SIGKILL)
+    """Cancel an app whose supervisor died: stop its replicas' process groups ourselves
+    (SIGTERM, ``grace``, SIGKILL) and record CANCELLED (the caller checks that every process
+    of the app ended)."""
+    live = live_groups(st)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        for r in live:
+            killpg(r["pid"], sig)
+        deadline = time.monotonic() + wait
+        while live and time.monotonic() < deadline:
+            time.sleep(0.05)
+            live = live_groups({"replicas": live})
     for r in st["replicas"]:
         if r["state"] not in TERMINAL:
             r["state"] = "CANCELLED"
@@ -123,4 +240,11 @@ def stop_orphans(paths: store.AppPaths, st: dict[str, Any], grace: float) -> Non
         msg="cancelled by request (after the supervisor died)",
         ended_at=time.time(),
     )
-    write_json_atomic(paths.state, st)
+    try:
+        write_json_atomic(paths.state, st)
+    except OSError:
+        pass  # the processes are what matter; the caller checks them
+
+
+def request_grace(paths: store.AppPaths) -> float:
+    return grace_of(store.read_json(paths.request) or {})

@@ -6,6 +6,7 @@ Layout of one app (``log_dir`` is the run option; see :func:`default_log_dir`)::
         <role>/<replica>/stdout.log           0600, the replica's stdout
         <role>/<replica>/stderr.log           0600
         <role>/<replica>/error.json           TORCHELASTIC_ERROR_FILE (written by the replica)
+        <role>/<replica>/exit.json            XRUN_EXIT_RECORD: the runtime agent's exit code
         .xrun/request.json                    what to run (written by schedule())
         .xrun/state.json                      pids, start times, exit codes, states (supervisor)
         .xrun/supervisor.log                  the supervisor's own output (normally empty)
@@ -14,7 +15,9 @@ Role names cannot start with ``.``, so ``.xrun`` never clashes with a role.
 
 An index in a fixed per-user place, ``$XDG_STATE_HOME/xrun/local_cwd/index/<app_id>`` (a
 symlink to the app's dir), lets ``status``/``log``/``cancel``/``list`` find an app whatever
-``log_dir`` it was given, from any process and any cwd.
+``log_dir`` it was given, from any process and any cwd. Without its index entry (the state
+dir was deleted) a running app is still found through its processes' ``XRUN_APP_DIR`` (see
+:mod:`.procs`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from xrun.errors import UsageError
 from xrun.xdg import state_dir
 
 from .supervisor import LOG_FILE, REQUEST_FILE, STATE_FILE
@@ -79,6 +83,9 @@ class AppPaths:
     def error_file(self, role: str, replica_id: int) -> str:
         return os.path.join(self.replica_dir(role, replica_id), "error.json")
 
+    def exit_record(self, role: str, replica_id: int) -> str:
+        return os.path.join(self.replica_dir(role, replica_id), "exit.json")
+
 
 def make_private_dirs(path: str) -> None:
     """``mkdir -p`` with mode 0700 for every dir created (logs may hold secrets)."""
@@ -86,13 +93,21 @@ def make_private_dirs(path: str) -> None:
 
 
 def register(app_id: str, app_dir: str) -> None:
-    """Add ``app_id -> app_dir`` to the per-user index (a symlink: atomic, one syscall)."""
+    """Add ``app_id -> app_dir`` to the per-user index (a symlink: atomic, one syscall);
+    UsageError naming the index dir when it is not writable."""
     idx = index_dir()
-    make_private_dirs(idx)
     link = os.path.join(idx, app_id)
     tmp = f"{link}.{os.getpid()}.tmp"
-    os.symlink(os.path.abspath(app_dir), tmp)
-    os.replace(tmp, link)
+    try:
+        make_private_dirs(idx)
+        os.symlink(os.path.abspath(app_dir), tmp)
+        os.replace(tmp, link)
+    except OSError as e:
+        raise UsageError(
+            f"cannot write local_cwd's app index {idx}: {e.strerror or e}; it lives in the "
+            "state dir ($XDG_STATE_HOME/xrun, default ~/.local/state/xrun): make that dir "
+            "writable, or point XDG_STATE_HOME at a writable dir"
+        ) from None
 
 
 def unregister(app_id: str) -> None:
@@ -103,12 +118,19 @@ def unregister(app_id: str) -> None:
 
 
 def find(app_id: str) -> AppPaths | None:
-    """The app's paths, or None when no app of this user has that id."""
+    """The app's paths, or None when no app of this user has that id. Without an index entry,
+    a running app's processes name its dir (the index may have been deleted)."""
     if not valid_app_id(app_id):
         return None
     candidates = [os.path.join(index_dir(), app_id), os.path.join(default_log_dir(), app_id)]
     for path in candidates:
         paths = AppPaths(os.path.realpath(path))
+        if os.path.isfile(paths.request):
+            return paths
+    from .procs import app_processes
+
+    for app_dir in sorted(set(app_processes(app_id=app_id).values())):
+        paths = AppPaths(app_dir)
         if os.path.isfile(paths.request):
             return paths
     return None
@@ -117,17 +139,18 @@ def find(app_id: str) -> AppPaths | None:
 def indexed_app_ids() -> list[str]:
     try:
         names = os.listdir(index_dir())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     return sorted(n for n in names if valid_app_id(n) and not n.endswith(".tmp"))
 
 
 def read_json(path: str) -> dict[str, Any] | None:
-    """The file's JSON object, or None when it does not exist (yet)."""
+    """The file's JSON object, or None when it does not exist (yet) or is not one (a file
+    truncated by a full disk reads as missing, not as a crash)."""
     try:
         with open(path) as f:
             data = json.load(f)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 

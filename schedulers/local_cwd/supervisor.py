@@ -22,6 +22,13 @@ What it does, in order:
 5. writes the final state only after every replica has been reaped, then exits. So "the state
    file says terminal" implies "all output is in the log files" (log followers rely on it).
 
+When a write of ``state.json`` fails (a full disk: ENOSPC), the temp file is removed, the error
+goes to ``supervisor.log`` and into the state (``disk_error``, which ``status`` shows), and the
+supervisor carries on: a small reserve file made at start is given up first, so that the
+record of the failure itself has room. A supervisor that fails in any other way stops the
+replicas it started and records the app FAILED with the cause, so no app stays SUBMITTED or
+RUNNING for ever behind a dead supervisor.
+
 Standard library only, and nothing from xrun: it runs with ``-S`` (no site-packages scan) to
 start ~15 ms sooner, which is on every local job's critical path. It is exec'd by its file's
 path, not with ``-m``, so not even this package's ``__init__`` runs. The rest of ``local_cwd``
@@ -43,6 +50,12 @@ from typing import Any
 STATE_FILE = "state.json"
 REQUEST_FILE = "request.json"
 LOG_FILE = "supervisor.log"
+# Disk space kept back for the record of a full disk (see the module doc).
+RESERVE_FILE = "reserve"
+RESERVE_BYTES = 64 * 1024
+# The longest grace period a request may carry (xrun.contract.MAX_DURATION_S: this file imports
+# nothing from xrun); the run option is checked at submit, this guards a hand-edited request.
+MAX_GRACE_S = 86_400.0
 
 RUNNING, SUCCEEDED, FAILED, CANCELLED = "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
@@ -50,12 +63,29 @@ TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 # --------------------------------------------------------------------------- shared helpers
 def write_json_atomic(path: str, data: Any) -> None:
-    """Write ``data`` as JSON so readers see the old or the new file, never half of one."""
+    """Write ``data`` as JSON so readers see the old or the new file, never half of one. On a
+    failure (ENOSPC...) the temp file is removed before the error propagates."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def grace_of(request: dict[str, Any]) -> float:
+    """The request's grace period in seconds, 0..MAX_GRACE_S (NaN: the default, 10)."""
+    try:
+        grace = float(request.get("grace_s", 10.0))
+    except (TypeError, ValueError):
+        grace = 10.0
+    return 10.0 if grace != grace else min(max(grace, 0.0), MAX_GRACE_S)
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -104,7 +134,7 @@ class Supervisor:
         self.kill_deadline: float | None = None  # set while stopping replicas: SIGKILL then
         with open(os.path.join(state_dir, REQUEST_FILE)) as f:
             self.request: dict[str, Any] = json.load(f)
-        self.grace_s = float(self.request.get("grace_s", 10.0))
+        self.grace_s = grace_of(self.request)
         # Gang semantics, relaxed for elastic roles: a role may lose this many replicas
         # (num_replicas - max(min_replicas, 1)) before the app fails.
         self.tolerate: dict[str, int] = dict(self.request.get("tolerate", {}))
@@ -133,8 +163,39 @@ class Supervisor:
         }
 
     # ---- state
+    def reserve_space(self) -> None:
+        """Keep :data:`RESERVE_BYTES` of the disk for the record of a full disk."""
+        try:
+            fd = os.open(
+                os.path.join(self.state_dir, RESERVE_FILE), os.O_WRONLY | os.O_CREAT, 0o600
+            )
+            try:
+                os.write(fd, bytes(RESERVE_BYTES))
+            finally:
+                os.close(fd)
+        except OSError:  # already full: nothing to keep back
+            pass
+
     def save(self) -> None:
-        write_json_atomic(os.path.join(self.state_dir, STATE_FILE), self.state)
+        """Write state.json; a failed write is logged and recorded, never fatal."""
+        path = os.path.join(self.state_dir, STATE_FILE)
+        try:
+            write_json_atomic(path, self.state)
+            return
+        except OSError as e:
+            error = f"{e.strerror or e} writing {path}"
+        first = self.state.get("disk_error") is None
+        self.state["disk_error"] = f"{error} at {time.strftime('%H:%M:%S')}"
+        try:  # the reserve's space is for this record (and the log line)
+            os.unlink(os.path.join(self.state_dir, RESERVE_FILE))
+        except OSError:
+            pass
+        if first:
+            _log(f"error: {error}; the app goes on, its recorded state may lag behind")
+        try:
+            write_json_atomic(path, self.state)
+        except OSError:
+            pass  # still no room: status reads the disk's state itself (statvfs)
 
     # ---- spawning
     def spawn_all(self) -> None:
@@ -224,6 +285,7 @@ class Supervisor:
 
     def run(self) -> str:
         self.handle_signals(self.drain_wakeups())
+        self.reserve_space()
         self.spawn_all()
         self.reap()
         self.save()
@@ -250,7 +312,32 @@ class Supervisor:
             self.state["state"] = SUCCEEDED
         self.state["ended_at"] = time.time()
         self.save()
+        try:
+            os.unlink(os.path.join(self.state_dir, RESERVE_FILE))
+        except OSError:
+            pass
         return str(self.state["state"])
+
+    def crashed(self, cause: str) -> None:
+        """This supervisor failed (a bug, a request it cannot run): stop every replica it
+        started (SIGTERM, grace, SIGKILL) and record the app FAILED with ``cause``."""
+        self.kill_deadline = None
+        for proc in self.procs.values():
+            _killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + min(self.grace_s, 30.0)
+        while any(p.poll() is None for p in self.procs.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for proc in self.procs.values():
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for i, proc in self.procs.items():
+            self.replicas[i].update(exit_code=proc.returncode, state=CANCELLED)
+        for rep in self.replicas:
+            if rep["state"] == "PENDING":  # never started
+                rep["state"] = CANCELLED
+        self.procs.clear()
+        self.state.update(state=FAILED, msg=cause, ended_at=time.time())
+        self.save()
 
     def handle_signals(self, signums: list[int]) -> None:
         if (signal.SIGTERM in signums or signal.SIGINT in signums) and not self.cancel_requested:
@@ -326,9 +413,40 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)  # the wake-up byte is what matters
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    sup = Supervisor(argv[0], rfd, int(argv[2]) if len(argv) == 3 else None)
-    final = sup.run()
+    sup: Supervisor | None = None
+    try:
+        sup = Supervisor(argv[0], rfd, int(argv[2]) if len(argv) == 3 else None)
+        final = sup.run()
+    except Exception as e:
+        import traceback
+
+        _log(traceback.format_exc().rstrip())
+        cause = f"the supervisor failed: {type(e).__name__}: {e}"
+        if sup is not None:
+            sup.crashed(f"{cause} (its log: {os.path.join(argv[0], LOG_FILE)})")
+        else:
+            _record_failure(argv[0], cause)
+        return 1
     return {SUCCEEDED: 0, FAILED: 1, CANCELLED: 3}.get(final, 1)
+
+
+def _record_failure(state_dir: str, cause: str) -> None:
+    """state.json for a supervisor that failed before it knew the replicas (an unreadable
+    request): FAILED with the cause, so status says so instead of SUBMITTED for ever."""
+    log = os.path.join(state_dir, LOG_FILE)
+    state = {
+        "app_id": os.path.basename(os.path.dirname(os.path.abspath(state_dir))),
+        "state": FAILED,
+        "msg": f"{cause} (its log: {log})",
+        "supervisor": {"pid": os.getpid(), "start": proc_start_time(os.getpid())},
+        "started_at": time.time(),
+        "ended_at": time.time(),
+        "replicas": [],
+    }
+    try:
+        write_json_atomic(os.path.join(state_dir, STATE_FILE), state)
+    except OSError as e:
+        _log(f"error: cannot record the failure: {e}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from xrun.contract import AGENT_LOG_DIR_ENV, RANK0_HOST_ENV
 from xrun.errors import UsageError
+from xrun.limits import capped_int, is_digits
 from xrun.specs import AppDef, BindMount, Role, macros
 
 from ..api import scheduler_retries
@@ -196,15 +197,18 @@ def signal_name(cfg: dict[str, object]) -> str | None:
         return None
     name = text.split(":", 1)[-1].split("@", 1)[0].strip().upper()
     name = name.removeprefix("SIG")
-    if name.isdigit():
+    if is_digits(name):
         try:
-            name = signal.Signals(int(name)).name.removeprefix("SIG")
+            name = signal.Signals(capped_int(name, 128)).name.removeprefix("SIG")
         except ValueError:
             name = ""
-    if not name or not hasattr(signal, f"SIG{name}") or "@" not in text:
+    seconds = text.rpartition("@")[2].strip()
+    # Slurm takes 0..65535 seconds before the end (sbatch refuses more, at submit).
+    in_range = is_digits(seconds) and capped_int(seconds, 65535) <= 65535
+    if not name or not hasattr(signal, f"SIG{name}") or "@" not in text or not in_range:
         raise UsageError(
             f"run option signal={text!r} is invalid; expected SIG@SECONDS, e.g. USR2@90 "
-            "(the signal name or number, then how many seconds before the end)"
+            "(the signal name or number, then how many seconds before the end, 0..65535)"
         )
     return name
 

@@ -216,12 +216,9 @@ def load_app(runner: Runner, component: str, comp_args: list[str]) -> AppDef:
                 f"{component} is a saved AppDef and takes no arguments (got {comp_args[0]!r}); "
                 "edit the file instead"
             )
-        try:
-            with open(component, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise UsageError(f"cannot read spec {component!r}: {e.strerror}") from None
-        return appdef_from_yaml(text, source=component)
+        from xrun.fields import read_text
+
+        return appdef_from_yaml(read_text(component, "spec"), source=component)
     return runner.component_app(component, comp_args)
 
 

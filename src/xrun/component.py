@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import Any
 
 from xrun.errors import UsageError
+from xrun.limits import shown
 from xrun.specs import AppDef
 
 BUILTIN_PACKAGE = "xrun.components"
@@ -77,7 +78,7 @@ def _scalar(type_: type, text: str) -> Any:
     try:
         return type_(text.strip())
     except ValueError:
-        raise UsageError(f"{text!r} is not a valid {type_.__name__}") from None
+        raise UsageError(f"{shown(text)} is not a valid {type_.__name__}") from None
 
 
 def _parse_dict(text: str) -> dict[str, str]:
@@ -421,7 +422,7 @@ def _store(comp: Component, out: ParsedArgs, param: Param, flag: str, value: str
     else:
         first = out.options[param.name]
         raise UsageError(
-            f"{comp.name}: option {flag} is given twice ({first!r}, then {value!r}); give it "
+            f"{comp.name}: option {flag} is given twice ({shown(first)}, then {shown(value)}); give it "
             "once (only list options may repeat)"
         )
 
@@ -446,7 +447,7 @@ def convert_value(comp: Component, param: Param, raw: str, source: str) -> Any:
     try:
         return param.type.convert(raw)
     except UsageError as e:
-        raise UsageError(f"{comp.name}: {source}={raw!r}: {e}") from None
+        raise UsageError(f"{comp.name}: {source}={shown(raw)}: {e}") from None
 
 
 def call_component(
@@ -482,7 +483,10 @@ def call_component(
     try:
         app = comp.fn(*args, **kwargs)
     except ValueError as e:  # TorchX's components report a bad argument so: one line, exit 2
-        raise UsageError(f"{comp.name}: {e}") from None
+        msg = str(e)  # named once: xrun's own components already name themselves
+        raise UsageError(
+            msg if msg.startswith(f"{comp.name}: ") else f"{comp.name}: {msg}"
+        ) from None
     if not isinstance(app, AppDef) and type(app).__module__.startswith("torchx."):
         from xrun.torchx_compat import from_torchx  # a TorchX file, with TorchX installed
 

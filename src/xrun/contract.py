@@ -20,10 +20,9 @@ MASTER_PORT_DEFAULT = 29500
 
 # The job's rendezvous secret: a scheduler makes one per job and exports it as the first
 # variable (or a file named by the second); never a command line, and the agent keeps both out
-# of its workers' environment.
+# of its workers' environment (``AGENT_ONLY_ENV``, below).
 TOKEN_ENV = "XRUN_RDZV_TOKEN"
 TOKEN_FILE_ENV = "XRUN_RDZV_TOKEN_FILE"
-AGENT_ONLY_ENV = (TOKEN_ENV, TOKEN_FILE_ENV)
 
 # A free rendezvous port a scheduler picked for a multi-replica role (local_cwd, where every
 # replica shares one host); the components' default endpoint defers to it.
@@ -50,3 +49,27 @@ AGENT_LOG_DIR_ENV = "PET_LOG_DIR"
 SWEEP_ENV_PREFIX = "XRUN_SWEEP_"
 TRIAL_INDEX_ENV = "XRUN_TRIAL_INDEX"
 SWEEP_SIZE_ENV = "XRUN_SWEEP_SIZE"
+
+# The documented upper bounds of a job's size, checked wherever a size enters: the ``-j``
+# grammar, AppDef validation (``num_replicas``) and the runtime's flags (``--nnodes``,
+# ``--nproc-per-node``) and ``LaunchConfig``. Far above any real job, and low enough that no
+# per-node or per-worker loop (directories, processes, request entries) can run away with an
+# absurd number: a bigger value is a usage error (exit 2) that names the limit.
+MAX_NODES = 65_536
+MAX_NPROC_PER_NODE = 4_096
+MAX_REPLICAS = 65_536
+# The longest duration any option takes (grace periods, timeouts, rendezvous conf values), in
+# seconds: one day. NaN, infinities and longer values are refused where they enter.
+MAX_DURATION_S = 86_400.0
+
+# Where a replica's runtime agent writes its exit record (``{"exitcode": N, ...}`` as JSON,
+# atomically) when it ends. local_cwd sets it to ``<app dir>/<role>/<i>/exit.json``: after its
+# supervisor is killed, ``status`` reads the replicas' own records instead of guessing. Agent
+# only: workers never see it (a nested agent must not overwrite its parent's record).
+EXIT_RECORD_ENV = "XRUN_EXIT_RECORD"
+AGENT_ONLY_ENV = (TOKEN_ENV, TOKEN_FILE_ENV, EXIT_RECORD_ENV)
+
+# A local_cwd app's own directory, in every replica's environment and so in that of every
+# process a replica starts (the agent's workers too): with the state dir deleted, ``cancel``
+# and ``status`` still find the app's processes by it (``/proc/PID/environ``).
+APP_DIR_ENV = "XRUN_APP_DIR"

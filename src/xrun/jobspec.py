@@ -8,7 +8,9 @@
     0:1x4   elastic: 0 or 1 node (the scheduler may start the job with none running)
 
 Anything else is a :class:`~xrun.errors.UsageError` that names the bad part and shows these
-examples. Standard library only: this is on the start-up path of every ``xrun run``.
+examples, and so is a size over the documented limits (:data:`~xrun.contract.MAX_NODES` nodes,
+:data:`~xrun.contract.MAX_NPROC_PER_NODE` processes per node). Standard library only: this is
+on the start-up path of every ``xrun run``.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from xrun.contract import MAX_NODES, MAX_NPROC_PER_NODE
 from xrun.errors import UsageError
+from xrun.limits import capped_int, is_digits, shown
 
 _EXAMPLES = "e.g. -j 4 (1 node x 4), -j 2x4 (2 nodes x 4), -j 1:3x8 (elastic 1..3 nodes x 8)"
 _FORM = "[[MIN:]NNODES x]NPROC"
-# Parts are plain decimal digits: no sign, no spaces, no '0x' surprises from int().
-_J_RE = re.compile(r"(?:(?:(?P<min>\d+):)?(?P<nnodes>\d+)x)?(?P<nproc>\d+)")
-_NODES_RE = re.compile(r"(?:(?P<min>\d+):)?(?P<nnodes>\d+)")
+# Parts are plain ASCII digits: no sign, no spaces, no '0x' surprises from int(), and none of
+# the other scripts' digits that \d and int() accept ('-j １x２').
+_J_RE = re.compile(r"(?:(?:(?P<min>[0-9]+):)?(?P<nnodes>[0-9]+)x)?(?P<nproc>[0-9]+)")
+_NODES_RE = re.compile(r"(?:(?P<min>[0-9]+):)?(?P<nnodes>[0-9]+)")
 
 
 class JobSize(NamedTuple):
@@ -71,8 +76,8 @@ def _why(text: str) -> str:
             return f"{part!r} is negative"
         if not part:
             return "a number is missing around ':'"
-        if not part.isdigit():
-            return f"{part!r} is not a whole number"
+        if not is_digits(part):
+            return f"{shown(part)} is not a whole number (ASCII digits 0-9)"
     return "it does not match the form"
 
 
@@ -80,20 +85,36 @@ def parse_j(text: str) -> JobSize:
     """Parse ``-j``; raise UsageError naming the bad part and the expected form."""
     m = _J_RE.fullmatch(text)
     if m is None:
-        raise UsageError(f"-j {text!r} is invalid: {_why(text)}; expected {_FORM}, {_EXAMPLES}")
-    nproc = int(m["nproc"])
-    nnodes = int(m["nnodes"]) if m["nnodes"] is not None else 1
-    min_nnodes = int(m["min"]) if m["min"] is not None else nnodes
+        raise UsageError(
+            f"-j {shown(text)} is invalid: {_why(text)}; expected {_FORM}, {_EXAMPLES}"
+        )
+    nproc = capped_int(m["nproc"], MAX_NPROC_PER_NODE)
+    nnodes = capped_int(m["nnodes"], MAX_NODES) if m["nnodes"] is not None else 1
+    min_nnodes = capped_int(m["min"], MAX_NODES) if m["min"] is not None else nnodes
+    _check_limits(text, min_nnodes, nnodes, nproc)
     if nproc < 1:
-        raise UsageError(f"-j {text!r} is invalid: NPROC must be >= 1; {_EXAMPLES}")
+        raise UsageError(f"-j {shown(text)} is invalid: NPROC must be >= 1; {_EXAMPLES}")
     if nnodes < 1:
-        raise UsageError(f"-j {text!r} is invalid: NNODES must be >= 1; {_EXAMPLES}")
+        raise UsageError(f"-j {shown(text)} is invalid: NNODES must be >= 1; {_EXAMPLES}")
     if min_nnodes > nnodes:
         raise UsageError(
-            f"-j {text!r} is invalid: MIN {min_nnodes} is greater than NNODES {nnodes} "
+            f"-j {shown(text)} is invalid: MIN {min_nnodes} is greater than NNODES {nnodes} "
             f"(write MIN:MAX, e.g. -j {nnodes}:{min_nnodes}x{nproc}); {_EXAMPLES}"
         )
     return JobSize(min_nnodes, nnodes, nproc)
+
+
+def _check_limits(text: str, min_nnodes: int, nnodes: int, nproc: int) -> None:
+    for value, limit, what in (
+        (nnodes, MAX_NODES, "NNODES"),
+        (min_nnodes, MAX_NODES, "MIN"),
+        (nproc, MAX_NPROC_PER_NODE, "NPROC"),
+    ):
+        if value > limit:
+            raise UsageError(
+                f"-j {shown(text)} is invalid: {what} is over the limit of {limit:,} "
+                f"(at most {MAX_NODES:,} nodes of {MAX_NPROC_PER_NODE:,} processes); {_EXAMPLES}"
+            )
 
 
 def parse_nnodes(text: str) -> tuple[int, int]:
@@ -101,13 +122,14 @@ def parse_nnodes(text: str) -> tuple[int, int]:
     m = _NODES_RE.fullmatch(text)
     if m is None:
         raise UsageError(
-            f"-j {text!r} is invalid: expected [MIN:]NNODES, e.g. -j 2 or -j 1:4 "
+            f"-j {shown(text)} is invalid: expected [MIN:]NNODES, e.g. -j 2 or -j 1:4 "
             "(processes per node come from the named resource's GPUs)"
         )
-    nnodes = int(m["nnodes"])
-    min_nnodes = int(m["min"]) if m["min"] is not None else nnodes
+    nnodes = capped_int(m["nnodes"], MAX_NODES)
+    min_nnodes = capped_int(m["min"], MAX_NODES) if m["min"] is not None else nnodes
+    _check_limits(text, min_nnodes, nnodes, 1)
     if nnodes < 1 or min_nnodes > nnodes:
         raise UsageError(
-            f"-j {text!r} is invalid: need NNODES >= 1 and MIN <= NNODES, e.g. -j 2 or -j 1:4"
+            f"-j {shown(text)} is invalid: need NNODES >= 1 and MIN <= NNODES, e.g. -j 2 or -j 1:4"
         )
     return min_nnodes, nnodes

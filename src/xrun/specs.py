@@ -17,10 +17,12 @@ from __future__ import annotations
 import copy
 import enum
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, NamedTuple
 
+from xrun.contract import MAX_REPLICAS
 from xrun.errors import UsageError
+from xrun.limits import check_env_name, shown
 
 
 # --------------------------------------------------------------------------- resources
@@ -180,21 +182,51 @@ class Role:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
-        if not self.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
+        if not isinstance(self.name, str) or not re.fullmatch(
+            r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name
+        ):
             raise UsageError(
                 f"role name {self.name!r} is invalid; use letters, digits, '_', '.', '-'"
             )
         if not self.entrypoint:
             raise UsageError(f"role {self.name!r} has no entrypoint")
+        self._validate_counts()
+        where = f"role {self.name!r}"
+        if not all(isinstance(a, str) for a in self.args):
+            raise UsageError(f"{where}: args must be strings, got {self.args!r:.200}")
+        for key, value in self.env.items():
+            check_env_name(key, f"{where}: env")
+            if not isinstance(value, str):
+                raise UsageError(f"{where}: env {key}={value!r:.80} must be a string")
+        for port_name, port in self.port_map.items():
+            if not _is_int(port) or not 0 <= port <= 65535:
+                raise UsageError(f"{where}: port_map {port_name}={port!r} must be 0..65535")
+
+    def _validate_counts(self) -> None:
+        where = f"role {self.name!r}"
+        for key in ("num_replicas", "max_retries"):
+            if not _is_int(getattr(self, key)):
+                raise UsageError(f"{where}: {key}={getattr(self, key)!r:.80} must be an integer")
         if self.num_replicas < 1:
-            raise UsageError(f"role {self.name!r}: num_replicas={self.num_replicas} must be >= 1")
-        if self.min_replicas is not None and not 0 <= self.min_replicas <= self.num_replicas:
+            raise UsageError(f"{where}: num_replicas={self.num_replicas} must be >= 1")
+        if self.num_replicas > MAX_REPLICAS:
             raise UsageError(
-                f"role {self.name!r}: min_replicas={self.min_replicas} must be between 0 and "
+                f"{where}: num_replicas={shown(self.num_replicas)} is over the limit of "
+                f"{MAX_REPLICAS:,} replicas per role"
+            )
+        if self.min_replicas is not None and not (
+            _is_int(self.min_replicas) and 0 <= self.min_replicas <= self.num_replicas
+        ):
+            raise UsageError(
+                f"{where}: min_replicas={shown(self.min_replicas)} must be between 0 and "
                 f"num_replicas={self.num_replicas}"
             )
         if self.max_retries < 0:
-            raise UsageError(f"role {self.name!r}: max_retries={self.max_retries} must be >= 0")
+            raise UsageError(f"{where}: max_retries={self.max_retries} must be >= 0")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -206,6 +238,8 @@ class AppDef:
     metadata: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
+        if not isinstance(self.name, str):
+            raise UsageError(f"app name {self.name!r:.80} must be a string")
         if not self.roles:
             raise UsageError(f"app {self.name!r} has no roles")
         seen: set[str] = set()
@@ -390,46 +424,40 @@ def _mount_to_dict(m: Mount) -> dict[str, Any]:
 
 
 _ROLE_FIELDS = set(Role.__dataclass_fields__)
-_RESOURCE_FIELDS = set(Resource.__dataclass_fields__)
+_RESOURCE_FIELDS = ("cpu", "gpu", "memMB", "capabilities", "devices")
+_MOUNT_TYPES: dict[str, type[Mount]] = {
+    "bind": BindMount,
+    "volume": VolumeMount,
+    "device": DeviceMount,
+}
 
 
 def appdef_from_dict(data: Any, source: str = "spec") -> AppDef:
-    """Build an AppDef from :func:`appdef_to_dict`'s form, with errors naming the bad field."""
+    """Build an AppDef from :func:`appdef_to_dict`'s form (a saved YAML spec, a scheduler's
+    record), checking every field's type: a wrong one is a UsageError naming the field
+    (``spec.yaml: roles[0].num_replicas: expected an integer, got a string 'abc'``)."""
+    from xrun import fields as f
+
     if not isinstance(data, dict) or "name" not in data or "roles" not in data:
-        raise UsageError(f"{source}: expected a mapping with 'name' and 'roles' (an AppDef)")
-    roles: list[Role] = []
-    for i, rd in enumerate(data["roles"] or []):
-        where = f"{source}: roles[{i}]"
-        if not isinstance(rd, dict):
-            raise UsageError(f"{where}: expected a mapping, got {type(rd).__name__}")
-        unknown = set(rd) - _ROLE_FIELDS
-        if unknown:
-            raise UsageError(
-                f"{where}: unknown field {sorted(unknown)[0]!r}; valid: {', '.join(sorted(_ROLE_FIELDS))}"
-            )
-        rd = dict(rd)
-        res = rd.pop("resource", None)
-        if res is not None:
-            if not isinstance(res, dict) or set(res) - _RESOURCE_FIELDS:
-                raise UsageError(f"{where}.resource: expected keys {sorted(_RESOURCE_FIELDS)}")
-            rd["resource"] = Resource(**res)
-        mounts = rd.pop("mounts", None) or []
-        rd["mounts"] = [_mount_from_dict(m, f"{where}.mounts") for m in mounts]
-        if "retry_policy" in rd:
-            try:
-                rd["retry_policy"] = RetryPolicy(rd["retry_policy"])
-            except ValueError:
-                raise UsageError(
-                    f"{where}.retry_policy: {rd['retry_policy']!r}; expected one of "
-                    f"{[p.value for p in RetryPolicy]}"
-                ) from None
-        rd["args"] = [str(a) for a in rd.get("args") or []]
-        rd["env"] = {str(k): str(v) for k, v in (rd.get("env") or {}).items()}
-        try:
-            roles.append(Role(**rd))
-        except TypeError as e:
-            raise UsageError(f"{where}: {e}") from None
-    app = AppDef(name=str(data["name"]), roles=roles, metadata=dict(data.get("metadata") or {}))
+        got = f.type_name(data)
+        raise UsageError(
+            f"{source}: expected a mapping with 'name' and 'roles' (an AppDef), got {got}"
+        )
+    f.check_size(data, source)
+    unknown = set(data) - {"name", "roles", "metadata"}
+    if unknown:
+        raise UsageError(
+            f"{source}: unknown field {sorted(map(str, unknown))[0]!r}; valid: metadata, name, roles"
+        )
+    roles = [
+        _role_from_dict(rd, f"{source}: roles[{i}]")
+        for i, rd in enumerate(f.as_list(data["roles"], f"{source}: roles"))
+    ]
+    app = AppDef(
+        name=f.as_str(data["name"], f"{source}: name"),
+        roles=roles,
+        metadata=f.as_str_map(data.get("metadata"), f"{source}: metadata"),
+    )
     try:
         app.validate()
     except UsageError as e:
@@ -437,18 +465,105 @@ def appdef_from_dict(data: Any, source: str = "spec") -> AppDef:
     return app
 
 
+def _role_from_dict(rd: Any, where: str) -> Role:
+    from xrun import fields as f
+
+    rd = f.as_map(rd, where)
+    unknown = set(rd) - _ROLE_FIELDS
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown field {sorted(map(str, unknown))[0]!r}; "
+            f"valid: {', '.join(sorted(_ROLE_FIELDS))}"
+        )
+    for key in ("name", "image"):  # required: Role has no default for them
+        if rd.get(key) is None:
+            raise UsageError(f"{where}: the role has no {key}; add {key}: {key.upper()}")
+    kw: dict[str, Any] = {"name": f.as_str(rd["name"], f"{where}.name")}
+    for key in ("image", "entrypoint"):
+        if rd.get(key) is not None:
+            kw[key] = f.as_str(rd[key], f"{where}.{key}")
+    kw["args"] = f.as_str_list(rd.get("args"), f"{where}.args")
+    kw["env"] = f.as_str_map(rd.get("env"), f"{where}.env")
+    for key in ("num_replicas", "min_replicas", "max_retries"):  # ranges: Role.validate
+        if rd.get(key) is not None:
+            kw[key] = f.as_int(rd[key], f"{where}.{key}")
+    if rd.get("retry_policy") is not None:
+        try:
+            kw["retry_policy"] = RetryPolicy(rd["retry_policy"])
+        except ValueError:
+            raise UsageError(
+                f"{where}.retry_policy: {rd['retry_policy']!r}; expected one of "
+                f"{[p.value for p in RetryPolicy]}"
+            ) from None
+    if rd.get("resource") is not None:
+        kw["resource"] = _resource_from_dict(rd["resource"], f"{where}.resource")
+    kw["port_map"] = {
+        f.as_str(k, f"{where}.port_map key"): f.as_int(v, f"{where}.port_map.{k}", 0, 65535)
+        for k, v in f.as_map(rd.get("port_map"), f"{where}.port_map").items()
+    }
+    kw["mounts"] = [
+        _mount_from_dict(m, f"{where}.mounts[{i}]")
+        for i, m in enumerate(f.as_list(rd.get("mounts"), f"{where}.mounts"))
+    ]
+    kw["metadata"] = {
+        f.as_str(k, f"{where}.metadata key"): v
+        for k, v in f.as_map(rd.get("metadata"), f"{where}.metadata").items()
+    }
+    return Role(**kw)
+
+
+def _resource_from_dict(res: Any, where: str) -> Resource:
+    from xrun import fields as f
+
+    res = f.as_map(res, where)
+    unknown = set(res) - set(_RESOURCE_FIELDS)
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown field {sorted(map(str, unknown))[0]!r}; "
+            f"valid: {', '.join(_RESOURCE_FIELDS)}"
+        )
+    ints = {k: f.as_int(res.get(k, -1), f"{where}.{k}", -1) for k in ("cpu", "gpu", "memMB")}
+    devices = {
+        f.as_str(k, f"{where}.devices key"): f.as_int(v, f"{where}.devices.{k}", 0)
+        for k, v in f.as_map(res.get("devices"), f"{where}.devices").items()
+    }
+    caps = {
+        f.as_str(k, f"{where}.capabilities key"): v
+        for k, v in f.as_map(res.get("capabilities"), f"{where}.capabilities").items()
+    }
+    return Resource(ints["cpu"], ints["gpu"], ints["memMB"], caps, devices)
+
+
 def _mount_from_dict(d: Any, where: str) -> Mount:
-    if not isinstance(d, dict) or "type" not in d:
-        raise UsageError(f"{where}: expected a mapping with type=bind|volume|device")
-    d = dict(d)
-    kind = d.pop("type")
-    cls = {"bind": BindMount, "volume": VolumeMount, "device": DeviceMount}.get(kind)
+    from xrun import fields as f
+
+    d = dict(f.as_map(d, where))
+    kind = d.pop("type", None)
+    cls = _MOUNT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise UsageError(f"{where}: unknown mount type {kind!r}; expected bind, volume or device")
+        raise UsageError(
+            f"{where}: unknown mount type {kind!r}; expected type: bind, volume or device"
+        )
+    fields_ = cls.__dataclass_fields__
+    unknown = set(d) - set(fields_)
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown field {sorted(map(str, unknown))[0]!r} for a {kind} mount; "
+            f"valid: type, {', '.join(fields_)}"
+        )
+    kw: dict[str, Any] = {}
+    for key, value in d.items():
+        if key == "read_only":
+            if not isinstance(value, bool):
+                raise f.fail(f"{where}.read_only", value, "true or false")
+            kw[key] = value
+        else:
+            kw[key] = f.as_str(value, f"{where}.{key}")
     try:
-        return cls(**d)
-    except TypeError as e:
-        raise UsageError(f"{where}: {e}") from None
+        return cls(**kw)
+    except TypeError:  # a required path missing
+        need = [k for k, v in fields_.items() if v.default is MISSING]
+        raise UsageError(f"{where}: a {kind} mount needs {' and '.join(need)}") from None
 
 
 def appdef_to_yaml(app: AppDef) -> str:
@@ -466,4 +581,9 @@ def appdef_from_yaml(text: str, source: str = "spec") -> AppDef:
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0] if str(e) else "invalid YAML"
         raise UsageError(f"{source}: not valid YAML ({first})") from None
+    except ValueError as e:  # an int past Python's 4,300 digits, a date like 2024-13-45
+        why = str(e).split(";")[0]
+        raise UsageError(f"{source}: a value in it cannot be read ({why})") from None
+    except RecursionError:  # lists nested thousands deep
+        raise UsageError(f"{source}: its YAML is nested too deeply to be an AppDef") from None
     return appdef_from_dict(data, source)

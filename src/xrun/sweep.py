@@ -34,12 +34,17 @@ from typing import Any
 
 from xrun.contract import SWEEP_ENV_PREFIX, SWEEP_SIZE_ENV, TRIAL_INDEX_ENV
 from xrun.errors import UsageError
+from xrun.limits import capped_int, is_digits, shown
 from xrun.specs import AppDef, appdef_from_dict, appdef_to_dict
 
 PARAM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PLACEHOLDER_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 SWEEP_FORM = "--sweep NAME=V1,V2,... (e.g. --sweep lr=0.1,0.01; NAME: letters, digits, '_')"
 FILE_FORM = "a YAML list with one mapping per trial, e.g. [{lr: 0.1, wd: 0}, {lr: 0.01, wd: 0}]"
+# The most trials one sweep may have: a grid grows as the product of its value lists, and every
+# trial is a row of the table, an entry of the request and (local_cwd, docker) an app. Slurm's
+# own MaxArraySize defaults to 1,001.
+MAX_TRIALS = 10_000
 # Values that no component quotes or escapes (shlex.quote leaves them as they are): only these
 # may take the one-template path when they reach a command line.
 _PLAIN_RE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
@@ -106,6 +111,20 @@ class Sweep:
                 )
         if self.max_parallel is not None and self.max_parallel < 1:
             raise UsageError(f"--max-parallel {self.max_parallel} must be an integer >= 1")
+        self._check_size()
+
+    def _check_size(self) -> None:
+        lengths = [len(self.trials)] if self.trials else []
+        lengths += [len(v) for v in self.params.values()]
+        size = 1
+        for n in lengths:
+            size *= n
+            if size > MAX_TRIALS:  # checked as it grows: the product itself may be huge
+                shape = " x ".join(map(str, lengths))
+                raise UsageError(
+                    f"the sweep has more than {MAX_TRIALS:,} trials ({shape}); the limit is "
+                    f"{MAX_TRIALS:,}: sweep fewer values, or split the sweep"
+                )
 
     def expand(self) -> list[dict[str, str]]:
         """Every trial, in order: file trials (outer) x the grid (the last --sweep fastest)."""
@@ -168,14 +187,18 @@ def load_sweep_file(path: str) -> list[dict[str, str]]:
     """The trials of a ``--sweep-file`` (YAML or JSON): a list of mappings name -> value."""
     import yaml  # lazy: only a sweep file needs it
 
+    from xrun.fields import check_size, read_text
+
+    text = read_text(path, "--sweep-file")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise UsageError(f"cannot read --sweep-file {path!r}: {e.strerror}") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0] if str(e) else "invalid YAML"
         raise UsageError(f"--sweep-file {path!r} is not valid YAML ({first})") from None
+    except (ValueError, RecursionError) as e:  # an int past 4,300 digits; nesting too deep
+        why = str(e).split(";")[0] or "nested too deeply"
+        raise UsageError(f"--sweep-file {path!r}: a value in it cannot be read ({why})") from None
+    check_size(data, f"--sweep-file {path!r}")
     if not isinstance(data, list) or not data:
         raise UsageError(f"--sweep-file {path!r}: expected {FILE_FORM}")
     trials = []
@@ -194,11 +217,12 @@ def sweep_from_cli(
     k: int | None = None
     if max_parallel is not None:
         text = str(max_parallel).strip()
-        if not text.isdigit() or int(text) < 1:
+        # Beyond MAX_TRIALS a bound changes nothing: capped, never a huge int.
+        k = capped_int(text, MAX_TRIALS) if is_digits(text) else 0
+        if k < 1:
             raise UsageError(
-                f"--max-parallel {max_parallel!r} is invalid; expected an integer >= 1"
+                f"--max-parallel {shown(max_parallel)} is invalid; expected an integer >= 1"
             )
-        k = int(text)
     trials = load_sweep_file(sweep_file) if sweep_file else []
     sweep = Sweep(params=parse_sweep_flags(flags), trials=trials, max_parallel=k)
     sweep.validate()

@@ -51,7 +51,15 @@ def assert_usage_error(code: int, err: str, *must_contain: str) -> None:
 
 # --------------------------------------------------------------------------- -j
 def reference_j(text: str) -> JobSize | None:
-    """An independent reading of [[MIN:]NNODES x]NPROC (None = invalid)."""
+    """An independent reading of [[MIN:]NNODES x]NPROC (None = invalid), with the documented
+    limits: at most 65,536 nodes of 4,096 processes."""
+    size = _reference_j(text)
+    if size is None or size.nproc_per_node > 4096 or size.max_nnodes > 65536:
+        return None
+    return size
+
+
+def _reference_j(text: str) -> JobSize | None:
     nodes, sep, nproc = text.partition("x") if "x" in text else ("", "", text)
     if not nproc.isdigit() or not nproc.isascii() or "x" in nproc or int(nproc) < 1:
         return None

@@ -75,3 +75,37 @@ def test_parse_nnodes() -> None:
     for bad in ("0", "3:2", "2x2", "", "a"):
         with pytest.raises(UsageError, match="-j"):
             parse_nnodes(bad)
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("99999999999999999999999999x1", "NNODES is over the limit of 65,536"),
+        ("65537x1", "NNODES is over the limit of 65,536"),
+        ("1:65537x1", "NNODES is over the limit of 65,536"),
+        ("1x4097", "NPROC is over the limit of 4,096"),
+        ("99999999999999999999", "NPROC is over the limit of 4,096"),
+        # past Python's int-string limit (4,300 digits): the same one line, not a ValueError
+        ("9" * 6000 + "x1", "NNODES is over the limit of 65,536"),
+        ("1x" + "9" * 6000, "NPROC is over the limit of 4,096"),
+        # only ASCII digits: \d and int() would read these as 1x2
+        ("\uff11x\uff12", "is not a whole number (ASCII digits 0-9)"),
+        ("\u0661x2", "is not a whole number (ASCII digits 0-9)"),
+    ],
+)
+def test_sizes_over_the_limits_and_foreign_digits_are_refused(text: str, why: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_j(text)
+    msg = str(info.value)
+    assert why in msg and "\n" not in msg
+    assert len(msg) < 400  # a 6,000-digit value is named, not repeated
+
+
+def test_the_limits_themselves_are_valid() -> None:
+    assert parse_j("65536x4096") == JobSize(65536, 65536, 4096)
+    assert parse_j("0:65536x1") == JobSize(0, 65536, 1)
+    assert parse_j("0000002x0003") == JobSize(2, 2, 3)
+    assert parse_nnodes("1:65536") == (1, 65536)
+    for bad in ("65537", "1:" + "9" * 5000, "\uff12"):
+        with pytest.raises(UsageError, match="-j"):
+            parse_nnodes(bad)

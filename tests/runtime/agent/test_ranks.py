@@ -54,7 +54,7 @@ def test_two_agents_env(
 
 def test_two_agents_over_ipv6(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
     """`--rdzv-endpoint [::1]:PORT`: the store serves and the agents join over IPv6."""
-    port = free_port()
+    port = free_port("::1")
     agents = [
         popen(
             procs,

@@ -121,8 +121,12 @@ def test_a_worker_cannot_see_the_rendezvous_keys(tmp_path: Path) -> None:
 
 
 def _pick_then_bind(lost: list[int]) -> None:
-    """The old design's race: pick a free port, release it, bind it a second later."""
-    port = free_port()
+    """The old design's race: pick a free port, release it, bind it a second later. The old
+    design let the kernel pick it (from the ephemeral range, where the thief steals; the tests'
+    free_port() picks below that range since issue #17)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
     time.sleep(1.0)
     with socket.socket() as s:
         try:
