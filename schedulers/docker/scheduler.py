@@ -289,6 +289,10 @@ class DockerScheduler(Scheduler[DockerJob]):
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         final = self._store.load_final(app_id)
         if final is not None:
+            if not final.get("cleaned", True):
+                # Recorded, but the finaliser is still removing the containers: wait for it
+                # (its lock), so a caller that sees the end never sees what is left of it.
+                return self._finalize(app_id)
             return self._from_final(app_id, final)  # no engine needed for an ended app
         with self._engine_errors():
             import docker  # here: a missing SDK is _client()'s usage error, not an ImportError
@@ -335,6 +339,9 @@ class DockerScheduler(Scheduler[DockerJob]):
         with self._store.lock(app_id):
             final = self._store.load_final(app_id)
             if final is not None:
+                if not final.get("cleaned", True):  # a finaliser died before cleaning up
+                    self._remove_app(app_id, self._settled_containers(app_id))
+                    self._store.save_final(app_id, {**final, "cleaned": True})
                 return self._from_final(app_id, final)
             containers = self._settled_containers(app_id)
             before = {c.name: replica_state(c.attrs)[0] for c in containers}
@@ -368,16 +375,22 @@ class DockerScheduler(Scheduler[DockerJob]):
                 ),
                 "msg": msg,
                 "roles": replicas_to_json(roles),
+                "cleaned": False,  # True once the containers and the network are gone
             }
             if self._store.load_job(app_id) is None and containers:
                 # Submitted from elsewhere: keep what `xrun log`/`describe` need after cleanup.
                 self._store.save_job(app_id, job_from_containers(app_id, containers))
             self._store.save_final(app_id, record)
-            client = self._client()
-            parallel(lambda c: c.remove(force=True), containers)
-            for net in client.networks.list(filters={"label": f"{LABEL_APP_ID}={app_id}"}):
-                net.remove()
+            self._remove_app(app_id, containers)
+            record["cleaned"] = True
+            self._store.save_final(app_id, record)
         return self._from_final(app_id, record)
+
+    def _remove_app(self, app_id: str, containers: list[Any]) -> None:
+        """Remove the app's containers and its network (the lock held)."""
+        parallel(lambda c: c.remove(force=True), containers)
+        for net in self._client().networks.list(filters={"label": f"{LABEL_APP_ID}={app_id}"}):
+            net.remove()
 
     def _settled_containers(self, app_id: str) -> list[Any]:
         """The app's containers, listed again while one vanishes mid-listing (under the lock

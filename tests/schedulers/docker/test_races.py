@@ -157,3 +157,35 @@ def test_logs_asked_while_the_container_is_removed_come_from_the_state_dir(
     assert sorted(out[0]) == ["a\n", "e\n"]
     first.close()
     second.close()
+
+
+def test_an_ended_app_is_reported_only_once_its_containers_are_gone(docker_engine: str) -> None:
+    """The finaliser records the end, then removes the containers and the network. A reader
+    that finds the record before the removal is done (``cleaned: false``) goes through the
+    finaliser's lock, and a finaliser that died in between has its clean-up finished by the
+    next reader: whoever sees the end never sees what is left of it (the flake of
+    ``test_an_elastic_role_loses_a_replica_and_the_survivor_finishes``)."""
+    import docker
+
+    sched = DockerScheduler("default")
+    app_id = sched.submit(_plain("race", docker_engine, "echo a"), {}, "")
+    resp = sched.wait(app_id, timeout=60)
+    assert resp is not None and resp.state == AppState.SUCCEEDED
+    assert _leftovers(app_id) == []
+    # What a finaliser that died between its record and the removal leaves behind.
+    label = {"xrun.app_id": app_id}
+    client = docker.from_env()
+    try:
+        client.containers.create(docker_engine, "true", labels=label)
+        client.networks.create(f"xrun-left-{app_id[-8:]}", driver="bridge", labels=label)
+        final = sched._store.load_final(app_id)
+        assert final is not None and final["cleaned"] is True
+        sched._store.save_final(app_id, {**final, "cleaned": False})
+        assert len(_leftovers(app_id)) == 2
+        resp = sched.describe(app_id)
+        assert resp is not None and resp.state == AppState.SUCCEEDED
+        assert _leftovers(app_id) == []
+        assert sched._store.load_final(app_id)["cleaned"] is True  # type: ignore[index]
+    finally:
+        client.close()
+        sched.close()
