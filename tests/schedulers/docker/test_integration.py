@@ -92,7 +92,10 @@ def _leftovers(app_id: str) -> list[str]:
     client = docker.from_env()
     try:
         label = {"label": f"xrun.app_id={app_id}"}
-        return [c.name for c in client.containers.list(all=True, filters=label)] + [
+        # sparse: the listing alone, no inspect per container (one removed between the two by
+        # the app's finaliser would be a 404 here, not a leftover)
+        containers = client.containers.list(all=True, filters=label, sparse=True)
+        return [c.attrs["Names"][0].lstrip("/") for c in containers] + [
             n.name for n in client.networks.list(filters=label)
         ]
     finally:
