@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from xrun.contract import EXIT_RECORD_ENV
-from xrun.errors import UsageError
+from xrun.errors import UsageError, printable
 
 PROG = "xrun-agent"
 
@@ -34,7 +34,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         config, entrypoint, args = parse(argv)
     except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {printable(e)}", file=sys.stderr)
         return 2
 
     from .agent import Agent
@@ -45,7 +45,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         result = Agent(config, entrypoint, args, name=name).run()
     except UsageError as e:  # found late, e.g. an endpoint host that does not resolve
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {printable(e)}", file=sys.stderr)
         return 2
     if config.event_log_handler != "null":
         from .eventlog import record_run

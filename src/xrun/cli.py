@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from xrun.errors import AppNotFoundError, SchedulerError, UsageError
+from xrun.errors import AppNotFoundError, SchedulerError, UsageError, printable
 
 PROG = "xrun"
 
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _error(msg: str) -> None:
     sys.stdout.flush()
-    print(f"{PROG}: error: {msg}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {printable(msg)}", file=sys.stderr, flush=True)
 
 
 def _dispatch(args: list[str]) -> int:

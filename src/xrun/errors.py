@@ -21,3 +21,14 @@ class AppNotFoundError(XrunError, LookupError):
 
 class SchedulerError(XrunError, RuntimeError):
     """The scheduler's backend refused or failed (the message carries its own words)."""
+
+
+def printable(msg: object, width: int = 120) -> str:
+    """An error message as the CLI prints it: any single word longer than ``width`` (a bad
+    value of 6,000 digits, quoted back to the user) is cut to its ends and its length, so the
+    error stays one readable line whatever the input was."""
+    words = str(msg).split(" ")
+    for i, w in enumerate(words):
+        if len(w) > width:
+            words[i] = f"{w[: width // 2]}...{w[-10:]} ({len(w):,} characters)"
+    return " ".join(words)

@@ -187,6 +187,7 @@ def test_any_j(j: str) -> None:
 @GUARD
 @given(st.lists(st.tuples(st.sampled_from(DDP_FLAGS), flag_values), max_size=3))
 @example([("--rdzv_conf", "join_timeout=abc")])
+@example([("--rdzv_conf", "9" * 6_000)])  # found by the stress run: quoted back whole
 @example([("--env", "A B=1")])
 @example([("--memMB", HUGE)])
 def test_any_component_arguments(flags: list[tuple[str, str]]) -> None:
