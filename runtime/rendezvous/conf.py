@@ -184,28 +184,26 @@ def _warn_unknown(key: str) -> None:
 
 def _seconds(key: str, raw: str) -> float:
     """A timeout: more than 0, at most a day (NaN and infinities refused)."""
-    try:
-        v = float(raw)
-    except ValueError:
-        v = float("nan")
-    if not 0 < v <= MAX_DURATION_S:
-        raise UsageError(
-            f"--rdzv-conf {key}={raw[:40]!r} is not a number of seconds above 0 and up to "
-            f"{MAX_DURATION_S:g} (a day); write e.g. {key}={int(getattr(RdzvConfig, key, 600))}"
-        )
-    return v
+    example = int(getattr(RdzvConfig, key, 600))
+    return _in_range(
+        key, raw, f"a number of seconds above 0 and up to {MAX_DURATION_S:g} (a day)", example
+    )
 
 
 def _positive(key: str, raw: str) -> float:
+    # keep_alive_interval is seconds, keep_alive_max_attempt a count: a day bounds both
+    return _in_range(key, raw, f"a positive number up to {MAX_DURATION_S:g}", 5)
+
+
+def _in_range(key: str, raw: str, form: str, example: int) -> float:
+    """``raw`` as a float in (0, MAX_DURATION_S], else one line naming ``form``."""
     try:
         v = float(raw)
     except ValueError:
         v = float("nan")
-    # keep_alive_interval is seconds, keep_alive_max_attempt a count: a day bounds both
     if not 0 < v <= MAX_DURATION_S:
         raise UsageError(
-            f"--rdzv-conf {key}={raw[:40]!r} is not a positive number up to "
-            f"{MAX_DURATION_S:g}; write e.g. {key}=5"
+            f"--rdzv-conf {key}={raw[:40]!r} is not {form}; write e.g. {key}={example}"
         )
     return v
 
