@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 # The real backends: session fixtures that start them (idempotent scripts under scripts/).
-from tests.helpers.docker import docker_engine  # noqa: F401
+from tests.helpers.docker import docker_engine, no_watcher  # noqa: F401
 from tests.helpers.paths import REPO
 from tests.helpers.slurm import slurm_cluster  # noqa: F401
 

@@ -45,3 +45,18 @@ def docker_engine() -> Iterator[str]:
         yield image
     finally:
         _engine("down")
+
+
+@pytest.fixture
+def no_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Apps submitted in this test get no detached watcher (``schedulers/docker/watch.py``).
+
+    The watcher is a finaliser and a gang stopper that polls every second at most: a test that
+    waits for containers to be "exited" while nobody asks, or forces one reader against one
+    finaliser, races it (it may remove the containers first, or stop a replica the test expects
+    to end by itself). Such tests take this fixture; the watcher itself is tested with nobody
+    watching in ``test_integration.py``.
+    """
+    from xrun.schedulers.docker import scheduler
+
+    monkeypatch.setattr(scheduler, "start_watcher", lambda app_id, session: None)

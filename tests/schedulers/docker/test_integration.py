@@ -262,8 +262,7 @@ def test_run_and_wait_through_the_cli(docker_engine: str, workspace: Path) -> No
 
 
 def test_concurrent_describes_finalize_once(
-    sched: DockerScheduler,
-    docker_engine: str,
+    sched: DockerScheduler, docker_engine: str, no_watcher: None
 ) -> None:
     import docker
 
@@ -271,7 +270,7 @@ def test_concurrent_describes_finalize_once(
     client = docker.from_env()
     label = {"label": f"xrun.app_id={app_id}"}
     deadline = time.monotonic() + 30
-    # Both replicas end with nobody asking; then several processes ask at once.
+    # Both replicas end with nobody asking (no watcher either); then several processes ask at once.
     while {c.status for c in client.containers.list(all=True, filters=label)} != {"exited"}:
         assert time.monotonic() < deadline
         time.sleep(0.1)

@@ -30,13 +30,6 @@ from xrun.schedulers.docker import DockerScheduler
 from xrun.specs import AppState
 
 
-@pytest.fixture
-def no_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
-    from xrun.schedulers.docker import scheduler
-
-    monkeypatch.setattr(scheduler, "start_watcher", lambda app_id, session: None)
-
-
 def _wait_exited(app_id: str) -> None:
     import docker
 

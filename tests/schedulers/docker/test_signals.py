@@ -207,7 +207,7 @@ def test_a_worker_that_ignores_sigterm_is_sigkilled_after_the_grace_period(
     )
 
 
-def test_sigterm_to_one_container_fails_the_app(jobs: Jobs) -> None:
+def test_sigterm_to_one_container_fails_the_app(no_watcher: None, jobs: Jobs) -> None:
     import docker
 
     job = jobs.submit("2x1")
@@ -218,8 +218,8 @@ def test_sigterm_to_one_container_fails_the_app(jobs: Jobs) -> None:
         # As a node drain would: SIGTERM to one container's PID 1 (tini), nothing else.
         client.containers.get(container_name(job.app_id, ROLE, 1)).kill(signal="SIGTERM")
 
-        # Nobody asks xrun meanwhile, so no gang stop can race the agents: the drained agent
-        # closes the (fixed-size) rendezvous and its peer ends by itself.
+        # Nobody asks xrun meanwhile (no watcher either), so no gang stop can race the agents:
+        # the drained agent closes the (fixed-size) rendezvous and its peer ends by itself.
         def all_exited() -> bool:
             return {c.status for c in client.containers.list(all=True, filters=label)} == {"exited"}
 
