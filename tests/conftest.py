@@ -5,11 +5,14 @@
 - A skipped test is a test that does not exist: a run with skips fails, unless
   XRUN_ALLOW_SKIPS=1 is set on purpose (e.g. a developer without root).
 - The real Slurm cluster and Docker Engine fixtures live in their own modules.
+- SIGINT is at its default in the suite's processes, whatever the suite was started from (see
+  below).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,15 @@ from tests.helpers.slurm import slurm_cluster  # noqa: F401
 _STATE = tempfile.mkdtemp(prefix="xrun-test-state-")
 os.environ["XDG_STATE_HOME"] = _STATE
 os.environ.setdefault("NO_COLOR", "1")
+
+# Tests press Ctrl-C (SIGINT) on the xrun commands they start, as a terminal would. A suite
+# started from a background job (`cmd &` in a script, nohup, some CI runners) inherits SIGINT
+# ignored, and an ignored signal stays ignored in every child across exec: the xrun CLI rightly
+# keeps it so (a background job must not die of the terminal's Ctrl-C), and those tests then
+# waited for an exit that never came. Catching SIGINT here, as an interactive Python does,
+# gives every child the default again. Runs in the controller and in each xdist worker.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import Env
-from tests.helpers.paths import XRUN
+from tests.helpers.paths import REPO, XRUN
 from xrun.cli_logs import LogPrinter
 from xrun.cli_run import REQUEST_MARKER
 from xrun.specs import AppDef, appdef_from_yaml
@@ -402,6 +402,25 @@ def test_ctrl_c_on_a_local_run_cancels_the_app_and_cancel_command(cli: Env) -> N
     # `xrun cancel` on a finished app: idempotent, still CANCELLED
     again = cli.run("cancel", handle)
     assert again.returncode == 0 and "State: CANCELLED" in cli.run("status", handle).stdout
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_tests_pass_when_the_suite_starts_with_sigint_ignored() -> None:
+    """The suite run from a background job (`bash scripts/stress-suite.sh &`, nohup, a CI
+    runner) inherits SIGINT ignored, and so did every xrun it started: the Ctrl-C test above
+    waited 30 s for an exit that never came (found by scripts/stress-suite.sh under nohup).
+    conftest gives the suite's processes a terminal's disposition; this runs that test in a
+    pytest started exactly so."""
+    test = "tests/core/test_cli.py::test_ctrl_c_on_a_local_run_cancels_the_app_and_cancel_command"
+    r = subprocess.run(
+        ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
+        + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", test],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
 
 
 @pytest.mark.timeout(60)
