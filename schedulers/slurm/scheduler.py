@@ -67,7 +67,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from xrun import xdg
-from xrun.errors import AppNotFoundError, UsageError
+from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.specs import (
     AppDef,
     AppState,
@@ -90,6 +90,8 @@ from ..api import (
     runopts,
 )
 from ..logs import iter_log_lines
+from .commands import NOT_FOUND
+from .commands import run as _run
 from .request import (
     LOG_SUBDIR,
     ArrayJob,
@@ -114,23 +116,13 @@ from .status import (
     parse_squeue_text,
 )
 
-NOT_FOUND = "Slurm commands not found ({cmd}); is this a Slurm login node?"
 # While following logs, how often to ask Slurm whether the job has ended.
 FOLLOW_POLL_S = 0.5
-_CMD_TIMEOUT_S = 60
 
 
 def state_dir() -> str:
     """Where submitted jobs are recorded: ``$XDG_STATE_HOME/xrun/slurm`` (~/.local/state/...)."""
     return xdg.state_dir("slurm")
-
-
-def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    if shutil.which(argv[0]) is None:
-        raise UsageError(NOT_FOUND.format(cmd=argv[0]))
-    return subprocess.run(
-        argv, input=stdin, capture_output=True, text=True, timeout=_CMD_TIMEOUT_S, check=False
-    )
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -220,7 +212,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         try:
             out = _run(argv).stdout
             mems = [int(m) for m in re.findall(r"\d+", out)]
-        except UsageError:
+        except (UsageError, SchedulerError):  # no sinfo, or no answer: node memory is optional
             pass
         info = ClusterInfo(version=version, node_mem_mb=min(mems) if mems else None)
         self._info[key] = info
@@ -295,7 +287,14 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
                 f"`{' '.join(req.sbatch_argv)}` rejected the job (exit {proc.returncode}): "
                 f"{said or proc.stdout.strip()} (xrun run --dryrun prints the script it was given)"
             )
-        job_id = proc.stdout.strip().split(";")[0]
+        job_id = proc.stdout.strip().split(";")[0]  # --parsable: ID or ID;CLUSTER
+        if not job_id.isdigit():
+            # A handle without a job id would name nothing that status or cancel can find.
+            raise SchedulerError(
+                f"`{' '.join(req.sbatch_argv)}` exited 0 but printed no job id "
+                f"(stdout {proc.stdout.strip()!r}); check `squeue --me` before "
+                f"submitting again"
+            )
         self._record(job_id, req, dryrun_info.app)
         return job_id
 

@@ -17,8 +17,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,21 +32,15 @@ from ..api import Scheduler, Stream, filter_regex
 from ..logs import iter_log_lines
 from ..sweeps import SweepBackend, check_trial
 from .array import array_job, array_template
+from .commands import run as _run
 from .status import SlurmJobRecord, app_state, expand_hostlist, explain
 
 # %F: the array's job id, %K: the task's index, %A: its own job id (the array's, while pending).
 SQUEUE_ARRAY_FORMAT = "%F|%K|%A|%T|%r|%N"
-_CMD_TIMEOUT_S = 60
 # While following a trial's logs, how often to ask Slurm whether it has ended.
 FOLLOW_POLL_S = 0.5
 # A requeue marker older than this is stale (see scheduler._requeueing).
 _REQUEUE_WINDOW_S = 10
-
-
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    if shutil.which(argv[0]) is None:
-        raise UsageError(f"Slurm commands not found ({argv[0]}); is this a Slurm login node?")
-    return subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT_S, check=False)
 
 
 def parse_array_squeue(text: str) -> dict[str, dict[int, SlurmJobRecord]]:
