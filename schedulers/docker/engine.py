@@ -23,6 +23,10 @@ _DEFAULT_HOST = "unix:///var/run/docker.sock"
 # Workspace images kept on the engine: every change of the workspace (or of xrun) makes a new
 # one, and a developer's edit-run loop would pile them up.
 KEEP_WORKSPACE_IMAGES = 20
+# How long one Engine API call may take before xrun gives up on it (the SDK's own default,
+# named so that the message can say it and a test can shorten it). An engine that accepts
+# connections and never answers otherwise surfaced as a requests ReadTimeout traceback.
+TIMEOUT_S = 60.0
 _X = TypeVar("_X")
 
 
@@ -38,10 +42,12 @@ def connect() -> Any:
         raise UsageError(
             "the docker scheduler needs the docker SDK: pip install 'xrun[docker]'"
         ) from None
+    import requests
+
     try:
-        client = docker.from_env()
+        client = docker.from_env(timeout=TIMEOUT_S)
         client.ping()
-    except docker.errors.DockerException as e:
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UsageError(
             f"cannot reach the Docker Engine at {engine_host()} (DOCKER_HOST) ({reason}); start "
@@ -52,8 +58,9 @@ def connect() -> Any:
 
 @contextlib.contextmanager
 def engine_errors() -> Iterator[None]:
-    """The engine's refusals become one-line SchedulerErrors (the CLI prints them without a
-    traceback); a lost connection becomes the same kind of UsageError as no engine at all."""
+    """The engine's refusals, and a call it did not answer within ``TIMEOUT_S``, become
+    one-line SchedulerErrors (the CLI prints them without a traceback); a lost connection
+    becomes the same kind of UsageError as no engine at all."""
     import docker
     import requests
 
@@ -61,6 +68,12 @@ def engine_errors() -> Iterator[None]:
         yield
     except docker.errors.APIError as e:
         raise SchedulerError(f"the Docker Engine refused: {e.explanation or e}") from None
+    except requests.exceptions.Timeout:
+        raise SchedulerError(
+            f"the Docker Engine at {engine_host()} (DOCKER_HOST) did not answer within "
+            f"{TIMEOUT_S:g} s; is it overloaded or stuck? (`docker info` asks it; on a dev "
+            f"machine: scripts/docker-engine.sh up)"
+        ) from None
     except requests.exceptions.ConnectionError as e:
         raise UsageError(
             f"lost the Docker Engine at {engine_host()} (DOCKER_HOST) ({e}); is it still "

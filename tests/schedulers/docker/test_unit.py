@@ -3,6 +3,7 @@ the workspace build context, and the two setup errors (no SDK, no engine)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -424,3 +425,92 @@ def test_stop_timeout_run_option_is_in_the_request_and_validated() -> None:
     assert sched.submit_dryrun(app, {}).request.containers[0].stop_timeout == 10
     with pytest.raises(UsageError, match="stop_timeout=-1"):
         sched.submit_dryrun(app, {"stop_timeout": -1})
+
+
+# ------------------------------------------------------------ an engine that does not answer
+# A real engine that accepts connections and never answers cannot be had on demand; this one
+# speaks just enough HTTP on a unix socket: it answers the endpoints named in `answers` and
+# holds every other request forever. Before the fix, `xrun list -s docker` against it waited
+# the SDK's 60 s and printed a requests ReadTimeout traceback.
+_ANSWERS = {
+    b"/_ping": b"OK",
+    b"/version": b'{"ApiVersion": "1.41", "Version": "20.10.24"}',
+}
+
+
+def _serve_fake_engine(path: str, answers: set[bytes]):  # type: ignore[no-untyped-def]
+    import socket
+    import threading
+
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(16)
+
+    def serve(conn: socket.socket) -> None:
+        buf = b""
+        with conn:
+            while data := conn.recv(65536):
+                buf += data
+                while b"\r\n\r\n" in buf:
+                    head, buf = buf.split(b"\r\n\r\n", 1)
+                    target = head.split(b" ")[1].split(b"?")[0]
+                    name = b"/" + target.rsplit(b"/", 1)[-1]
+                    if name not in answers:
+                        continue  # held forever
+                    body = _ANSWERS[name]
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+                    )
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # closed at teardown
+            while True:
+                threading.Thread(target=serve, args=(srv.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv
+
+
+@pytest.fixture
+def fake_engine(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    from xrun.schedulers.docker import engine
+
+    monkeypatch.setattr(engine, "TIMEOUT_S", 0.5)
+    servers = []
+
+    def start(answers: set[bytes]) -> None:
+        path = str(tmp_path / "engine.sock")
+        servers.append(_serve_fake_engine(path, answers))
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+
+    yield start
+    for srv in servers:
+        srv.close()
+
+
+def test_an_engine_that_stops_answering_mid_command_is_one_line(fake_engine, capsys) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from xrun.cli import main
+
+    fake_engine({b"/_ping", b"/version"})  # connects, then `containers/json` is never answered
+    t0 = time.monotonic()
+    rc = main(["list", "-s", "docker"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert time.monotonic() - t0 < 10
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert "xrun: error: the Docker Engine at unix://" in err
+    assert "did not answer within 0.5 s" in err and "docker info" in err
+
+
+def test_an_engine_that_never_answers_its_ping_is_the_no_engine_error(fake_engine, capsys) -> None:  # type: ignore[no-untyped-def]
+    from xrun.cli import main
+
+    fake_engine({b"/version"})  # the SDK's version probe is answered, the ping is not
+    rc = main(["list", "-s", "docker"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert "cannot reach the Docker Engine at unix://" in err and "timed out" in err
