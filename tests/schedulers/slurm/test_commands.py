@@ -32,7 +32,6 @@ FULL_TABLE = "sbatch: error: Slurm temporarily unable to accept job, sleeping an
 def _stuck_slurm(bin_dir: Path, **said: str) -> None:
     """``sbatch --version`` answers; every command named in ``said`` prints its text to stderr
     and then hangs."""
-    bin_dir.mkdir(exist_ok=True)
     for cmd, text in said.items():
         version = 'if [ "$1" = --version ]; then echo "slurm 22.05.8"; exit 0; fi\n'
         body = (version if cmd == "sbatch" else "") + f"echo '{text}' >&2\nexec sleep 120\n"
@@ -46,6 +45,8 @@ def stuck(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
 
     monkeypatch.setattr(commands, "TIMEOUT_S", 0.5)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)  # a submission makes ./slurm-logs before it calls sbatch
+    (tmp_path / "bin").mkdir()
     return tmp_path / "bin"
 
 
@@ -88,7 +89,6 @@ def test_status_of_a_controller_that_does_not_answer_says_so(stuck: Path) -> Non
 
 
 def test_an_sbatch_that_prints_no_job_id_is_an_error_not_a_handle(stuck: Path) -> None:
-    (stuck / "sbatch").parent.mkdir(exist_ok=True)
     (stuck / "sbatch").write_text(
         '#!/bin/sh\n[ "$1" = --version ] && echo "slurm 22.05.8"\nexit 0\n'
     )
