@@ -273,7 +273,11 @@ class macros:  # noqa: N801 - a namespace, named like TorchX's for familiarity
         rank0_env: str
 
         def substitute(self, text: str) -> str:
-            values = asdict(self)
+            if "$" not in text:
+                return text
+            # The fields as they are: asdict() deep-copies them, once per substituted string,
+            # which was half the time of a 16,384-replica dry run.
+            values = vars(self)
 
             def repl(m: re.Match[str]) -> str:
                 return "$" if m.group(0) == "$$" else str(values[m.group(1)])
