@@ -161,6 +161,7 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
     gpus = assign_gpus(app.roles, visible_gpus()) if cfg["auto_set_cuda_visible_devices"] else {}
     replicas = []
     notes = []
+    found: set[tuple[str, str]] = set()  # (entrypoint, PATH) checked: once, not per replica
     for role in app.roles:
         if role.mounts:
             notes.append(f"role {role.name}: mounts are ignored (local_cwd uses the host's files)")
@@ -168,7 +169,10 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
             values = macros.Values(
                 img_root=cwd, app_id=app_id, replica_id=str(i), rank0_env=RANK0_HOST_ENV
             )
-            r = values.apply(role)
+            # What a replica takes from its role, macros filled in (values.apply would
+            # deep-copy the whole role per replica: most of a 65,536-replica dry run's work).
+            args = [values.substitute(a) for a in role.args]
+            role_env = {k: values.substitute(v) for k, v in role.env.items()}
             env = {
                 "PATH": path,
                 "PYTHONUNBUFFERED": "1",
@@ -180,16 +184,18 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
             }
             if (role.name, i) in gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
-            env.update(r.env)  # the role's own env wins, PATH included
+            env.update(role_env)  # the role's own env wins, PATH included
             # ... but not over what status and cancel rely on (see xrun.contract)
             env[APP_DIR_ENV] = paths.app_dir
             env[EXIT_RECORD_ENV] = paths.exit_record(role.name, i)
-            check_entrypoint(role.name, r.entrypoint, env["PATH"], cwd)
+            if (role.entrypoint, env["PATH"]) not in found:
+                check_entrypoint(role.name, role.entrypoint, env["PATH"], cwd)
+                found.add((role.entrypoint, env["PATH"]))
             replicas.append(
                 ReplicaRequest(
                     role=role.name,
                     id=i,
-                    argv=[r.entrypoint, *r.args],
+                    argv=[role.entrypoint, *args],
                     env=env,
                     stdout=paths.log_file(role.name, i, "stdout"),
                     stderr=paths.log_file(role.name, i, "stderr"),
