@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from xrun.cli import main
-from xrun.contract import MAX_NODES
+from xrun.contract import MAX_NODES, MAX_REPLICAS
 
 # A dry run takes milliseconds; a few seconds of its own CPU is a loop, not a slow machine.
 # CPU time (ITIMER_PROF), not the clock: on a loaded box (the stress script runs the suite
@@ -210,6 +210,14 @@ def test_any_j(j: str) -> None:
     xrun(*argv, replicas=replicas_asked(j))
 
 
+def test_replicas_in_counts_only_integer_num_replicas_within_the_limit() -> None:
+    role = {"name": "r", "image": "i"}
+    spec = {"roles": [{**role, "num_replicas": 4097}, {**role, "num_replicas": 3}, role]}
+    assert replicas_in(spec) == 4100
+    bad = [{**role, "num_replicas": v} for v in (65537, 10**11, "4", True, -2, 2.0)]
+    assert [replicas_in(s) for s in ({"roles": bad}, {"roles": 5}, [1], None)] == [0] * 4
+
+
 def test_replicas_asked_reads_only_well_formed_j_within_the_limits() -> None:
     assert [replicas_asked(j) for j in ("4", "2x4", "1:3x8", "65536x1", "0065536x2")] == [
         0, 2, 3, 65536, 65536
@@ -253,7 +261,19 @@ def test_any_saved_appdef(spec: object) -> None:
     path = _TMP / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, allow_unicode=True))
     for scheduler in ("local_cwd", "docker"):
-        xrun("run", "--dryrun", "-s", scheduler, str(path))
+        xrun("run", "--dryrun", "-s", scheduler, str(path), replicas=replicas_in(spec))
+
+
+def replicas_in(spec: object) -> int:
+    """How many replicas a saved AppDef's roles legitimately ask for: each integer
+    ``num_replicas`` within the limit counts (the bounds grow by that many allowances)."""
+    roles = spec.get("roles") if isinstance(spec, dict) else None
+    counts = (
+        [r.get("num_replicas") for r in roles if isinstance(r, dict)]
+        if isinstance(roles, list)
+        else []
+    )
+    return sum(n for n in counts if type(n) is int and 0 < n <= MAX_REPLICAS)
 
 
 @settings(max_examples=30, deadline=None)
