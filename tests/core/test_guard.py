@@ -205,6 +205,7 @@ def appdefs(draw: st.DrawFn) -> object:
 @example("１x２")
 @example(HUGE + "x1")
 @example(f"{MAX_NODES}x1")  # at the limit: accepted, within the per-replica allowance
+@example("4096x4096")  # found by the stress runs: over the flat 5 s of CPU on a loaded box
 def test_any_j(j: str) -> None:
     argv = ("run", "--dryrun", "-s", "local_cwd", "dist.ddp", "-j", j, "--script", "s.py")
     xrun(*argv, replicas=replicas_asked(j))
