@@ -169,10 +169,9 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
             values = macros.Values(
                 img_root=cwd, app_id=app_id, replica_id=str(i), rank0_env=RANK0_HOST_ENV
             )
-            # What a replica takes from its role, macros filled in (values.apply would
-            # deep-copy the whole role per replica: most of a 65,536-replica dry run's work).
-            args = [values.substitute(a) for a in role.args]
-            role_env = {k: values.substitute(v) for k, v in role.env.items()}
+            # Only the args and env, not values.apply's deep copy of the whole role per
+            # replica (most of a 65,536-replica dry run's work).
+            args, role_env = values.fill(role)
             env = {
                 "PATH": path,
                 "PYTHONUNBUFFERED": "1",

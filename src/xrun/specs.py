@@ -284,11 +284,18 @@ class macros:  # noqa: N801 - a namespace, named like TorchX's for familiarity
 
             return macros._PATTERN.sub(repl, text)
 
+        def fill(self, role: Role) -> tuple[list[str], dict[str, str]]:
+            """``role``'s args and env with every macro substituted (new list and dict; the role
+            is not copied: a scheduler that needs only these skips a deep copy per replica)."""
+            return (
+                [self.substitute(a) for a in role.args],
+                {k: self.substitute(v) for k, v in role.env.items()},
+            )
+
         def apply(self, role: Role) -> Role:
             """A copy of ``role`` with every macro substituted; ``role`` itself is untouched."""
             out = copy.deepcopy(role)
-            out.args = [self.substitute(a) for a in out.args]
-            out.env = {k: self.substitute(v) for k, v in out.env.items()}
+            out.args, out.env = self.fill(out)
             return out
 
 
