@@ -15,12 +15,15 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from xrun.contract import RESTARTS_IN_PLACE
 from xrun.errors import UsageError
 from xrun.limits import check_duration, shown
-from xrun.specs import AppDef, AppState, Role, RoleStatus
+from xrun.specs import AppDef, AppState, AppStatus, Role, RoleStatus
+
+if TYPE_CHECKING:
+    from xrun.sweeps.backend import SweepBackend
 
 T = TypeVar("T")
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
@@ -262,6 +265,17 @@ class DescribeAppResponse:
     roles_statuses: list[RoleStatus] = field(default_factory=list)
     roles: list[Role] = field(default_factory=list)
 
+    def app_status(self) -> AppStatus:
+        """What the Python API and ``xrun status`` show of it."""
+        return AppStatus(
+            state=self.state,
+            num_restarts=self.num_restarts,
+            msg=self.msg,
+            structured_error_msg=self.structured_error_msg,
+            ui_url=self.ui_url,
+            roles=list(self.roles_statuses),
+        )
+
 
 @dataclass
 class ListAppResponse:
@@ -275,6 +289,35 @@ class Stream(str, enum.Enum):
     STDOUT = "stdout"
     STDERR = "stderr"
     COMBINED = "combined"
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    """Which lines of one replica's log: made once at the edge (the CLI, ``Runner.log_lines``,
+    TorchX's ``log_iter``), carried as one value through runner, sweeps and schedulers.
+
+    ``since``/``until``: epoch seconds (schedulers whose files carry no timestamps ignore
+    them); ``follow``: keep reading until the app ends; ``streams``: None is the scheduler's
+    combined log.
+    """
+
+    role: str
+    k: int = 0
+    regex: str | None = None
+    since: float | None = None
+    until: float | None = None
+    follow: bool = False
+    streams: Stream | None = None
+
+    def stream_names(self) -> list[str]:
+        """The files' stream names: ``["stdout"]``, ``["stderr"]`` or both."""
+        return {Stream.STDOUT: ["stdout"], Stream.STDERR: ["stderr"]}.get(
+            self.streams or Stream.COMBINED, ["stdout", "stderr"]
+        )
+
+    def filter(self, lines: Iterable[str]) -> Iterator[str]:
+        """``lines`` that match ``regex``."""
+        return filter_regex(self.regex, lines)
 
 
 # --------------------------------------------------------------------------- the interface
@@ -335,7 +378,18 @@ class Scheduler(abc.ABC, Generic[T]):
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterable[str]:
+        """TorchX's signature; xrun's schedulers implement :meth:`logs`."""
+        return self.logs(app_id, LogQuery(role_name, k, regex, since, until, should_tail, streams))
+
+    def logs(self, app_id: str, query: LogQuery) -> Iterable[str]:
+        """The lines of one replica's log that ``query`` asks for."""
         raise UsageError(f"scheduler {self.backend} does not support logs")
+
+    def sweep_backend(self) -> SweepBackend | None:
+        """How this scheduler runs a sweep as one request of its own (Slurm: one job array).
+        None, the default: :mod:`xrun.sweeps` runs each trial as an ordinary app of this
+        scheduler, at most K at once (:class:`xrun.sweeps.trials.TrialsBackend`)."""
+        return None
 
     @abc.abstractmethod
     def cancel(self, app_id: str) -> None:

@@ -73,9 +73,8 @@ from ..api import (
     CfgVal,
     DescribeAppResponse,
     ListAppResponse,
+    LogQuery,
     Scheduler,
-    Stream,
-    filter_regex,
     runopts,
 )
 from .engine import (
@@ -455,22 +454,11 @@ class DockerScheduler(Scheduler[DockerJob]):
         self._finalize(app_id)
 
     # ------------------------------------------------------------------ logs
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
-        names = {Stream.STDOUT: ["stdout"], Stream.STDERR: ["stderr"]}.get(
-            streams or Stream.COMBINED, ["stdout", "stderr"]
-        )
-        return filter_regex(
-            regex, self._log_lines(app_id, role_name, k, names, since, until, should_tail)
+    def logs(self, app_id: str, query: LogQuery) -> Iterable[str]:
+        role_name, k = query.role, query.k
+        names = query.stream_names()
+        return query.filter(
+            self._log_lines(app_id, role_name, k, names, query.since, query.until, query.follow)
         )
 
     def _log_lines(

@@ -61,9 +61,8 @@ from ..api import (
     CfgVal,
     DescribeAppResponse,
     ListAppResponse,
+    LogQuery,
     Scheduler,
-    Stream,
-    filter_regex,
     runopts,
 )
 from ..logs import POLL_S, iter_log_lines
@@ -227,17 +226,8 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
                 os.close(fd)
 
     # ---- logs
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
+    def logs(self, app_id: str, query: LogQuery) -> Iterable[str]:
+        role_name, k = query.role, query.k
         paths = self._paths(app_id)
         req = store.read_json(paths.request) or {}
         counts: dict[str, int] = {}
@@ -252,11 +242,9 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
                 f"role {role_name!r} of app {app_id} has replicas 0..{counts[role_name] - 1}, "
                 f"not {k}"
             )
-        kinds = {Stream.STDOUT: ["stdout"], Stream.STDERR: ["stderr"]}.get(
-            streams or Stream.COMBINED, ["stdout", "stderr"]
-        )
+        kinds = query.stream_names()
         files = [paths.log_file(role_name, k, s) for s in kinds]
-        return filter_regex(regex, self._follow(app_id, paths, files, should_tail))
+        return query.filter(self._follow(app_id, paths, files, query.follow))
 
     # ---- cancel
     def cancel(self, app_id: str) -> None:

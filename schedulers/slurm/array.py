@@ -17,7 +17,7 @@ own id) while ``max_retries`` allow, and a failed task does not stop the others.
 What one array cannot hold, refused before anything is submitted (exit 2): several roles
 (heterogeneous jobs cannot be arrays: run such a sweep on local_cwd or docker), placeholders
 outside the command line and env (every task gets the same allocation), and trials that need
-one AppDef each (see :class:`xrun.sweep.SweepPlan`).
+one AppDef each (see :class:`xrun.sweeps.plan.SweepPlan`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import re
 from xrun.contract import RDZV_PORT_ENV, SWEEP_SIZE_ENV, TRIAL_INDEX_ENV
 from xrun.errors import UsageError
 from xrun.specs import AppDef, appdef_to_dict
-from xrun.sweep import PLACEHOLDER_RE, SweepPlan, env_name, placeholders, substitute
+from xrun.sweeps.plan import PLACEHOLDER_RE, SweepPlan, env_name, placeholders, substitute
 
 from .request import ArrayJob, task_env
 

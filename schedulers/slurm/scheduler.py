@@ -84,9 +84,8 @@ from ..api import (
     CfgVal,
     DescribeAppResponse,
     ListAppResponse,
+    LogQuery,
     Scheduler,
-    Stream,
-    filter_regex,
     runopts,
 )
 from ..logs import iter_log_lines
@@ -472,19 +471,10 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         return ReplicaStatus(id=k, state=state, role=role, hostname=host, exit_code=code)
 
     # ------------------------------------------------------------------ logs
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
+    def logs(self, app_id: str, query: LogQuery) -> Iterable[str]:
         """Replica ``k``'s log files (all attempts of a requeued job, appended); ``since`` and
         ``until`` are ignored: the files carry no timestamps."""
+        role_name, k = query.role, query.k
         recs = self._records(app_id)
         if not recs:
             raise AppNotFoundError(f"slurm job {app_id} is unknown to squeue, scontrol and sacct")
@@ -503,9 +493,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             raise UsageError(
                 f"role {role_name!r} of app {app_id} has replicas 0..{roles[role_name] - 1}, not {k}"
             )
-        kinds = {Stream.STDOUT: ["stdout"], Stream.STDERR: ["stderr"]}.get(
-            streams or Stream.COMBINED, ["stdout", "stderr"]
-        )
+        kinds = query.stream_names()
         files = [os.path.join(log_dir, role_name, f"{k}.{kind}") for kind in kinds]
 
         def wait_done(timeout: float) -> bool:
@@ -513,8 +501,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             resp = self.describe(app_id)
             return resp is None or is_terminal(resp.state)
 
-        done = wait_done if should_tail else (lambda _t: True)
-        return filter_regex(regex, iter_log_lines(files, should_tail, done))
+        done = wait_done if query.follow else (lambda _t: True)
+        return query.filter(iter_log_lines(files, query.follow, done))
 
     # ------------------------------------------------------------------ cancel / list
     def cancel(self, app_id: str) -> None:

@@ -2,7 +2,7 @@
 
 - submit: the array's script from :mod:`.array` through the scheduler's own dry run and
   ``schedule`` (workspace copy, sbatch); the sweep's handle is ``slurm://SESSION/<array job
-  id>``, recorded in :mod:`xrun.sweep_store` (and the trial table in
+  id>``, recorded in :mod:`xrun.sweeps.records` (and the trial table in
   ``slurm-logs/<id>/sweep.json``, next to the trials' logs).
 - status: ``squeue -h -r -t all -j ID`` (``-r``: one line per task, pending ones too) is the
   only Slurm command, whatever the number of trials; then each trial's files, read only for
@@ -22,15 +22,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xrun import sweep_store
 from xrun.errors import SchedulerError, UsageError
 from xrun.specs import AppState, is_terminal
-from xrun.sweep import SweepPlan
-from xrun.sweep_status import SweepStatus, TrialStatus
+from xrun.sweeps import records
+from xrun.sweeps.backend import SweepBackend, check_trial
+from xrun.sweeps.plan import SweepPlan
+from xrun.sweeps.status import SweepStatus, TrialStatus
 
-from ..api import Scheduler, Stream, filter_regex
+from ..api import LogQuery, Scheduler
 from ..logs import iter_log_lines
-from ..sweeps import SweepBackend, check_trial
 from .array import array_job, array_template
 from .commands import run as _run
 from .status import SlurmJobRecord, app_state, expand_hostlist, explain
@@ -174,9 +174,9 @@ class ArrayBackend(SweepBackend):
             "parallel_why": why,
             "created": time.time(),
         }
-        sweep_store.create(self.backend, job_id, spec, replace=True)
+        records.create(self.backend, job_id, spec, replace=True)
         os.makedirs(log_dir, exist_ok=True)
-        sweep_store.write_json(os.path.join(log_dir, sweep_store.SPEC_FILE), spec)
+        records.write_json(os.path.join(log_dir, records.SPEC_FILE), spec)
         return job_id
 
     # ------------------------------------------------------------------ status
@@ -192,21 +192,19 @@ class ArrayBackend(SweepBackend):
         return {}, f"squeue failed: {proc.stderr.strip()}"
 
     def status(self, sweep_id: str) -> SweepStatus | None:
-        path = sweep_store.find(self.backend, sweep_id)
+        path = records.find(self.backend, sweep_id)
         if path is None:
             return None
-        spec = sweep_store.load_spec(path)
+        spec = records.load_spec(path)
         recs, err = self._squeue([spec["job_id"]])
         return self._status(sweep_id, path, spec, recs.get(spec["job_id"], {}), err)
 
     def list(self) -> list[SweepStatus]:
         """This session's sweeps, from ONE squeue call for all of them."""
         found = []
-        for sweep_id in sweep_store.sweep_ids(self.backend):
-            path = sweep_store.find(self.backend, sweep_id)
-            spec = (
-                sweep_store.read_json(os.path.join(path, sweep_store.SPEC_FILE)) if path else None
-            )
+        for sweep_id in records.sweep_ids(self.backend):
+            path = records.find(self.backend, sweep_id)
+            spec = records.read_json(os.path.join(path, records.SPEC_FILE)) if path else None
             if path and spec and spec.get("session", "default") == self.sched.session_name:
                 found.append((sweep_id, path, spec))
         if not found:
@@ -227,7 +225,7 @@ class ArrayBackend(SweepBackend):
     ) -> SweepStatus:
         plan, log_dir = spec["plan"], spec["log_dir"]
         roles = {str(k): int(v) for k, v in spec["roles"].items()}
-        cancel_all, cancelled = sweep_store.cancel_requests(path)
+        cancel_all, cancelled = records.cancel_requests(path)
         try:
             started = set(os.listdir(log_dir))
         except OSError:
@@ -252,33 +250,21 @@ class ArrayBackend(SweepBackend):
 
     def cancel(self, sweep_id: str, trial: int | None) -> None:
         path = self.find(sweep_id)
-        spec = sweep_store.load_spec(path)
+        spec = records.load_spec(path)
         if trial is not None:
             check_trial(sweep_id, trial, len(spec["plan"]["trials"]))
-        sweep_store.request_cancel(path, trial)
+        records.request_cancel(path, trial)
         target = spec["job_id"] if trial is None else f"{spec['job_id']}_{trial}"
         proc = _run(["scancel", target])
         if proc.returncode != 0 and "invalid job id" not in proc.stderr.lower():
             raise SchedulerError(f"`scancel {target}` failed: {proc.stderr.strip()}")
 
     # ------------------------------------------------------------------ logs
-    def log_iter(
-        self,
-        sweep_id: str,
-        trial: int,
-        role: str,
-        k: int,
-        regex: str | None,
-        should_tail: bool,
-        streams: Stream | None,
-    ) -> Iterable[str]:
-        spec = sweep_store.load_spec(self.find(sweep_id))
+    def logs(self, sweep_id: str, trial: int, query: LogQuery) -> Iterable[str]:
+        spec = records.load_spec(self.find(sweep_id))
         check_trial(sweep_id, trial, len(spec["plan"]["trials"]))
-        kinds = {Stream.STDOUT: ["stdout"], Stream.STDERR: ["stderr"]}.get(
-            streams or Stream.COMBINED, ["stdout", "stderr"]
-        )
-        base = os.path.join(spec["log_dir"], str(trial), role, str(k))
-        files = [f"{base}.{kind}" for kind in kinds]
+        base = os.path.join(spec["log_dir"], str(trial), query.role, str(query.k))
+        files = [f"{base}.{kind}" for kind in query.stream_names()]
         task = f"{spec['job_id']}_{trial}"
 
         def wait_done(timeout: float) -> bool:
@@ -289,11 +275,11 @@ class ArrayBackend(SweepBackend):
             states = [app_state(s) for s in proc.stdout.split()]
             return not states or all(is_terminal(s) for s in states)
 
-        done = wait_done if should_tail else (lambda _t: True)
-        return filter_regex(regex, iter_log_lines(files, should_tail, done))
+        done = wait_done if query.follow else (lambda _t: True)
+        return query.filter(iter_log_lines(files, query.follow, done))
 
     def roles(self, sweep_id: str, trial: int) -> dict[str, int]:
-        spec = sweep_store.load_spec(self.find(sweep_id))
+        spec = records.load_spec(self.find(sweep_id))
         check_trial(sweep_id, trial, len(spec["plan"]["trials"]))
         return {str(k): int(v) for k, v in spec["roles"].items()}
 

@@ -19,20 +19,34 @@ session), and closed by :meth:`Runner.close`.
 
 from __future__ import annotations
 
+import copy
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from xrun.config import Config
+from xrun.component import call_component, get_component
+from xrun.config import Config, resolve_run_options
 from xrun.config import load as load_config
 from xrun.errors import UsageError
-from xrun.specs import AppDef, AppHandle, AppStatus, macros, make_app_handle
+from xrun.schedulers.api import LogQuery, get_scheduler
+from xrun.specs import AppDef, AppStatus, macros, make_app_handle
+from xrun.sweeps.backend import check_trial
+from xrun.sweeps.handles import Target, backend_for, resolve
+from xrun.sweeps.plan import SweepPlan, plan_from_app, plan_from_args
+from xrun.tracking import job_env
 
 if TYPE_CHECKING:
-    from xrun.schedulers.api import AppDryRunInfo, ListAppResponse, Scheduler, Stream
-    from xrun.schedulers.sweeps import SweepBackend
-    from xrun.sweep import Sweep, SweepPlan
-    from xrun.sweep_status import SweepStatus
+    from xrun.schedulers.api import (
+        AppDryRunInfo,
+        DescribeAppResponse,
+        ListAppResponse,
+        Scheduler,
+        Stream,
+    )
+    from xrun.sweeps.backend import SweepBackend
+    from xrun.sweeps.plan import Sweep
+    from xrun.sweeps.status import SweepStatus
 
 
 class Runner:
@@ -60,21 +74,13 @@ class Runner:
 
     def scheduler(self, name: str, session: str | None = None) -> Scheduler[Any]:
         """The (cached) scheduler ``name`` for ``session`` (default: this runner's)."""
-        from xrun.schedulers.api import get_scheduler
-
         key = (name, session or self.session_name)
         if key not in self._schedulers:
             self._schedulers[key] = get_scheduler(name, key[1], **self._params.get(name, {}))
         return self._schedulers[key]
 
-    def _for_handle(self, handle: str) -> tuple[Scheduler[Any], str]:
-        h = AppHandle.parse(handle)
-        return self.scheduler(h.scheduler, h.session), h.app_id
-
     def run_cfg(self, scheduler: str, cfg: Mapping[str, object] | None) -> dict[str, object]:
         """The config files' run options for ``scheduler`` under the explicit ``cfg``."""
-        from xrun.config import resolve_run_options
-
         sched = self.scheduler(scheduler)
         defaults = self.config.scheduler_defaults(scheduler)
         opts = sched.run_opts()
@@ -85,8 +91,6 @@ class Runner:
     # ------------------------------------------------------------------ submitting
     def component_app(self, component: str, args: Sequence[str]) -> AppDef:
         """Call a component with CLI-style ``args`` (its config-file defaults applied)."""
-        from xrun.component import call_component, get_component
-
         comp = get_component(component)
         return call_component(comp, args, self.config.component_defaults(comp.name))
 
@@ -94,10 +98,6 @@ class Runner:
         """A copy of ``app`` whose roles' env tells the replicas their job (``TORCHX_JOB_ID``,
         the tracking variables: see :mod:`xrun.tracking`); ``app`` itself is untouched, so the
         YAML ``--dryrun`` prints runs again on any scheduler."""
-        import copy
-
-        from xrun.tracking import job_env
-
         out = copy.deepcopy(app)
         env = job_env(
             make_app_handle(scheduler, self.session_name, macros.app_id), parent_run_id, self.config
@@ -158,21 +158,56 @@ class Runner:
         return self.run(self.component_app(component, args), scheduler, cfg, workspace)
 
     # ------------------------------------------------------------------ watching
-    def status(self, handle: str) -> AppStatus | None:
-        """The app's status, or None when its scheduler does not know it."""
-        sched, app_id = self._for_handle(handle)
-        return _to_status(sched.describe(app_id))
+    # Every verb below takes any handle: an app's, a sweep's, or a trial's (SWEEP/TRIAL).
+    def target(self, handle: str, max_rest: int = 0) -> Target:
+        """What ``handle`` names (see :mod:`xrun.sweeps.handles`)."""
+        return resolve(handle, max_rest)
 
-    def wait(self, handle: str, timeout: float | None = None) -> AppStatus | None:
-        """Block until the app ends (or ``timeout`` seconds pass); None when unknown."""
-        sched, app_id = self._for_handle(handle)
-        return _to_status(sched.wait(app_id, timeout))
+    def status(self, handle: str) -> AppStatus | SweepStatus | None:
+        """The app's (or trial's) status; a sweep's: every trial's (a
+        :class:`~xrun.sweeps.status.SweepStatus`). None when unknown."""
+        t = resolve(handle)
+        if t.is_sweep:
+            backend, sweep_id = self._sweep(t)
+            if t.trial is None:
+                return backend.status(sweep_id)
+            return backend.trial_status(sweep_id, t.trial)
+        return _app_status(self._scheduler_of(t).describe(t.handle.app_id))
+
+    def wait(self, handle: str, timeout: float | None = None) -> AppStatus | SweepStatus | None:
+        """Block until the app, trial or sweep ends (or ``timeout`` seconds pass); None when
+        unknown."""
+        t = resolve(handle)
+        if not t.is_sweep:
+            return _app_status(self._scheduler_of(t).wait(t.handle.app_id, timeout))
+        backend, sweep_id = self._sweep(t)
+        if t.trial is None:
+            return backend.wait(sweep_id, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = backend.trial_status(sweep_id, t.trial)
+            if st is None or st.is_terminal():
+                return st
+            if deadline is not None and time.monotonic() >= deadline:
+                return st
+            time.sleep(backend.wait_poll_s)
 
     def describe(self, handle: str) -> AppDef | None:
-        """The app as the scheduler knows it (name = app id), or None when unknown."""
-        sched, app_id = self._for_handle(handle)
-        resp = sched.describe(app_id)
-        return None if resp is None else AppDef(name=app_id, roles=list(resp.roles))
+        """The app as the scheduler knows it (name = app id); a trial's AppDef; a sweep's
+        template AppDef (``{{NAME}}`` placeholders; trial 0's when each trial differs). None
+        when unknown."""
+        t = resolve(handle)
+        if t.is_sweep:
+            backend, sweep_id = self._sweep(t)
+            if backend.status(sweep_id) is None:
+                return None
+            plan = backend.plan(sweep_id)
+            if t.trial is not None:
+                check_trial(sweep_id, t.trial, len(plan))
+                return plan.app(t.trial)
+            return plan.template if plan.template is not None else plan.app(0)
+        resp = self._scheduler_of(t).describe(t.handle.app_id)
+        return None if resp is None else AppDef(name=t.handle.app_id, roles=list(resp.roles))
 
     def log_lines(
         self,
@@ -185,14 +220,42 @@ class Runner:
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterable[str]:
-        """Replica ``k`` of ``role``'s log lines; ``should_tail`` follows until the app ends."""
-        sched, app_id = self._for_handle(handle)
-        return sched.log_iter(app_id, role, k, regex, since, until, should_tail, streams)
+        """Replica ``k`` of ``role``'s log lines (an app's or a trial's: ``SWEEP/TRIAL``);
+        ``should_tail`` follows until it ends."""
+        return self.logs(handle, LogQuery(role, k, regex, since, until, should_tail, streams))
+
+    def logs(self, handle: str, query: LogQuery) -> Iterable[str]:
+        """:meth:`log_lines` with the query as one value."""
+        t = resolve(handle)
+        if t.is_sweep and t.trial is None:
+            raise UsageError(
+                f"{handle} is a sweep: its logs are its trials', name one as {handle}/TRIAL "
+                "(`xrun log SWEEP` prints every trial's)"
+            )
+        if t.trial is not None:
+            backend, sweep_id = self._sweep(t)
+            return backend.logs(sweep_id, t.trial, query)
+        return self._scheduler_of(t).logs(t.handle.app_id, query)
+
+    def roles(self, handle: str) -> dict[str, int] | None:
+        """The app's or trial's roles and their replica counts (``xrun log`` targets); None
+        when unknown."""
+        t = resolve(handle)
+        if t.trial is not None:
+            backend, sweep_id = self._sweep(t)
+            return backend.roles(sweep_id, t.trial)
+        app = self.describe(handle)
+        return None if app is None else {r.name: r.num_replicas for r in app.roles}
 
     def cancel(self, handle: str) -> None:
-        """Stop the app (it ends CANCELLED); AppNotFoundError when unknown."""
-        sched, app_id = self._for_handle(handle)
-        sched.cancel(app_id)
+        """Stop the app, the trial, or every trial of the sweep (they end CANCELLED);
+        AppNotFoundError when unknown."""
+        t = resolve(handle)
+        if t.is_sweep:
+            backend, sweep_id = self._sweep(t)
+            backend.cancel(sweep_id, t.trial)
+            return
+        self._scheduler_of(t).cancel(t.handle.app_id)
 
     def list(self, scheduler: str) -> list[ListAppResponse]:
         """The apps ``scheduler`` knows in this session."""
@@ -200,22 +263,17 @@ class Runner:
 
     # ------------------------------------------------------------------ sweeps
     def sweep_backend(self, scheduler: str, session: str | None = None) -> SweepBackend:
-        """How ``scheduler`` runs sweeps: its own way (``sweep_backend()``: Slurm's one job
-        array), else each trial a normal app (:class:`~xrun.schedulers.trials.TrialsBackend`)."""
-        sched = self.scheduler(scheduler, session)
-        own = getattr(sched, "sweep_backend", None)
-        if own is not None:
-            backend: SweepBackend = own()
-            return backend
-        from xrun.schedulers.trials import TrialsBackend
+        """How ``scheduler`` runs sweeps (see :func:`xrun.sweeps.handles.backend_for`)."""
+        return backend_for(self.scheduler(scheduler, session))
 
-        return TrialsBackend(sched)
+    def _sweep(self, t: Target) -> tuple[SweepBackend, str]:
+        return self.sweep_backend(t.handle.scheduler, t.handle.session), t.handle.app_id
+
+    def _scheduler_of(self, t: Target) -> Scheduler[Any]:
+        return self.scheduler(t.handle.scheduler, t.handle.session)
 
     def sweep_plan(self, component: str, args: Sequence[str], sweep: Sweep) -> SweepPlan:
         """The trials of ``component`` called with ``args`` (``{{name}}`` placeholders)."""
-        from xrun.component import call_component, get_component
-        from xrun.sweep import plan_from_args
-
         comp = get_component(component)
         defaults = self.config.component_defaults(comp.name)
         return plan_from_args(lambda a: call_component(comp, a, defaults), args, sweep)
@@ -231,8 +289,6 @@ class Runner:
         """Submit a sweep; returns its handle at once. ``app``: an AppDef whose strings hold
         ``{{name}}`` placeholders, each trial of ``sweep`` filling in its values (or a plan
         from :meth:`sweep_plan`, ``sweep`` None)."""
-        from xrun.sweep import SweepPlan, plan_from_app
-
         if isinstance(app, SweepPlan):
             plan = app
         elif sweep is None:
@@ -256,24 +312,17 @@ class Runner:
             self.sweep_plan(component, args, sweep), None, scheduler, cfg, workspace
         )
 
-    def _sweep(self, handle: str) -> tuple[SweepBackend, str]:
-        h = AppHandle.parse(handle)
-        return self.sweep_backend(h.scheduler, h.session), h.app_id
+    # Thin aliases of the verbs above, for code written before they took any handle.
+    def sweep_status(self, handle: str) -> AppStatus | SweepStatus | None:
+        return self.status(handle)
 
-    def sweep_status(self, handle: str) -> SweepStatus | None:
-        """Every trial's state; None when ``handle`` is no sweep of this user's."""
-        backend, sweep_id = self._sweep(handle)
-        return backend.status(sweep_id)
-
-    def wait_sweep(self, handle: str, timeout: float | None = None) -> SweepStatus | None:
-        """Block until every trial has ended (or ``timeout`` seconds pass)."""
-        backend, sweep_id = self._sweep(handle)
-        return backend.wait(sweep_id, timeout)
+    def wait_sweep(
+        self, handle: str, timeout: float | None = None
+    ) -> AppStatus | SweepStatus | None:
+        return self.wait(handle, timeout)
 
     def cancel_sweep(self, handle: str, trial: int | None = None) -> None:
-        """Cancel every trial, or only ``trial``; they end CANCELLED."""
-        backend, sweep_id = self._sweep(handle)
-        backend.cancel(sweep_id, trial)
+        self.cancel(handle if trial is None else f"{handle}/{trial}")
 
     def sweep_log_lines(
         self,
@@ -285,9 +334,7 @@ class Runner:
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterable[str]:
-        """Replica ``k`` of ``role`` in trial ``trial``: its log lines."""
-        backend, sweep_id = self._sweep(handle)
-        return backend.log_iter(sweep_id, trial, role, k, regex, should_tail, streams)
+        return self.log_lines(f"{handle}/{trial}", role, k, regex, None, None, should_tail, streams)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -307,17 +354,8 @@ class Runner:
         self.close()
 
 
-def _to_status(resp: Any) -> AppStatus | None:
-    if resp is None:
-        return None
-    return AppStatus(
-        state=resp.state,
-        num_restarts=resp.num_restarts,
-        msg=resp.msg,
-        structured_error_msg=resp.structured_error_msg,
-        ui_url=resp.ui_url,
-        roles=list(resp.roles_statuses),
-    )
+def _app_status(resp: DescribeAppResponse | None) -> AppStatus | None:
+    return None if resp is None else resp.app_status()
 
 
 def get_runner(session_name: str = "default", **kwargs: Any) -> Runner:

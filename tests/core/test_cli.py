@@ -16,8 +16,9 @@ import pytest
 
 from tests.helpers.cli import Env
 from tests.helpers.paths import REPO, XRUN
-from xrun.cli_logs import LogPrinter
-from xrun.cli_run import REQUEST_MARKER
+from xrun.cli.logprint import LogPrinter, LogTarget
+from xrun.cli.run_args import REQUEST_MARKER
+from xrun.schedulers.api import LogQuery
 from xrun.specs import AppDef, appdef_from_yaml
 
 
@@ -331,11 +332,12 @@ class _Tty(io.StringIO):
 
 def test_colour_only_on_a_tty_and_never_with_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
     class FakeRunner:
-        def log_lines(self, handle: str, role: str, k: int, **kw: object) -> list[str]:
-            return [f"line from {role}/{k}\n"]
+        def logs(self, handle: str, query: LogQuery) -> list[str]:
+            return [f"line from {query.role}/{query.k}\n"]
 
     def printed(out: io.StringIO) -> str:
-        LogPrinter(FakeRunner(), "h", [("r", 0), ("r", 1)], out=out, follow=False).run()  # type: ignore[arg-type]
+        targets = [LogTarget("h", "r", 0, "r/0"), LogTarget("h", "r", 1, "r/1")]
+        LogPrinter(FakeRunner(), targets, out=out, follow=False).run()
         return out.getvalue()
 
     monkeypatch.delenv("NO_COLOR", raising=False)

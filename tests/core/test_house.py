@@ -1,5 +1,10 @@
-"""The house rules, checked on the source itself: no import circles, siblings imported
-relatively, the core absolutely, and no module over 600 lines."""
+"""The house rules, checked on the source itself: the layers (the CLI on top, nothing imports
+upward), no import circles, siblings imported relatively, the core absolutely, and no module over
+600 lines.
+
+Every import counts, a function-level one too: it is still a dependency. Imports under
+``if TYPE_CHECKING:`` do not: they never run (a base class may name, in an annotation, the
+type that a layer above implements)."""
 
 from __future__ import annotations
 
@@ -42,12 +47,27 @@ def _is_package(name: str) -> bool:
     return MODULES[name].name == "__init__.py"
 
 
+def _type_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
 def _imports(name: str) -> Iterator[tuple[str, int, bool]]:
-    """(imported module, line, relative?) for every import in module ``name``, lazy ones too:
-    an import inside a function is still a dependency."""
+    """(imported module, line, relative?) for every import in module ``name`` that runs, lazy
+    ones too: an import inside a function is still a dependency."""
     tree = ast.parse(MODULES[name].read_text())
     package = name if _is_package(name) else name.rpartition(".")[0]
+    type_only = _type_only(tree)
     for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno, False
@@ -90,6 +110,105 @@ def test_no_import_circles() -> None:
         if name not in state:
             visit(name)
     assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# The layers, lowest first: a module imports its own layer and those below, never one above.
+# A module's layer is that of the longest prefix listed. The sweep *data* (the plan, its
+# status, its records, the backend interface) sits with the specs, so that a scheduler can
+# run a sweep its own way (Slurm's job array in schedulers/slurm/); running the trials as apps
+# of any scheduler sits above the schedulers.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "specs/config/contract": (
+        "xrun",
+        "xrun.errors",
+        "xrun.limits",
+        "xrun.contract",
+        "xrun.xdg",
+        "xrun.fields",
+        "xrun.yaml_writer",
+        "xrun.specs",
+        "xrun.jobspec",
+        "xrun.named_resources",
+        "xrun.config",
+        "xrun.tracking",
+        "xrun.sweeps.plan",
+        "xrun.sweeps.status",
+        "xrun.sweeps.records",
+        "xrun.sweeps.backend",
+        "xrun.runtime",
+    ),
+    "schedulers/components": (
+        "xrun.schedulers",
+        "xrun.components",
+        "xrun.component",
+        "xrun.torchx_compat",
+    ),
+    "runner/sweeps": ("xrun.runner", "xrun.sweeps"),
+    "cli": ("xrun.cli", "xrun.__main__"),
+}
+_RANK = {prefix: rank for rank, prefixes in enumerate(LAYERS.values()) for prefix in prefixes}
+_LAYER_NAMES = list(LAYERS)
+
+
+def layer_of(name: str) -> int:
+    """The rank of module ``name``'s layer (0: the lowest); KeyError for an unlisted module."""
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in _RANK:
+            return _RANK[prefix]
+    raise KeyError(name)
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``a (layer) imports b (higher layer)`` for every upward import in ``graph``."""
+    bad = []
+    for name, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if layer_of(target) > layer_of(name):
+                bad.append(
+                    f"{name} ({_LAYER_NAMES[layer_of(name)]}) imports {target} "
+                    f"({_LAYER_NAMES[layer_of(target)]})"
+                )
+    return bad
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = []
+    for name in MODULES:
+        try:
+            layer_of(name)
+        except KeyError:
+            missing.append(name)
+    assert not missing, f"modules in no layer (add them to LAYERS): {missing}"
+
+
+def test_layers_cli_on_top_nothing_imports_upward() -> None:
+    bad = layer_violations(_graph())
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def test_the_layer_rule_catches_a_violation() -> None:
+    """The rule itself: a deliberate upward import (the runner importing the CLI, a scheduler
+    importing the runner) is reported, with both layers named."""
+    graph = _graph()
+    graph["xrun.runner"] = {*graph["xrun.runner"], "xrun.cli.cmd_run"}
+    graph["xrun.schedulers.api"] = {*graph["xrun.schedulers.api"], "xrun.runner"}
+    bad = layer_violations(graph)
+    assert "xrun.runner (runner/sweeps) imports xrun.cli.cmd_run (cli)" in bad
+    assert "xrun.schedulers.api (schedulers/components) imports xrun.runner (runner/sweeps)" in bad
+
+
+def test_sweeps_are_one_package() -> None:
+    """Everything about sweeps lives in xrun.sweeps, except what a scheduler does its own way
+    (Slurm's job array) and the CLI's ``run --sweep``."""
+    stray = [
+        str(path.relative_to(REPO))
+        for name, path in MODULES.items()
+        if "sweep" in name.rpartition(".")[2] or "trial" in name.rpartition(".")[2]
+        if not name.startswith(("xrun.sweeps", "xrun.schedulers.slurm", "xrun.cli.run_sweep"))
+    ]
+    assert not stray, f"sweep modules outside xrun.sweeps: {stray}"
 
 
 def _subpackage(name: str) -> str | None:

@@ -243,7 +243,7 @@ def test_sigterm_to_one_container_fails_the_app(no_watcher: None, jobs: Jobs) ->
 
 def test_ctrl_c_on_xrun_run_wait_cancels_the_job(jobs: Jobs) -> None:
     """SIGINT to ``xrun run --wait`` (Ctrl-C in its terminal) is a cancel: documented in
-    src/xrun/cli_run.py, exit 130 (128 + SIGINT)."""
+    src/xrun/cli/cmd_run.py, exit 130 (128 + SIGINT)."""
     run, job = jobs.run_cli("1x2")
     t0 = time.time()
     run.send_signal(signal.SIGINT)

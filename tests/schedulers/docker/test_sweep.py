@@ -41,6 +41,17 @@ def test_three_trial_sweep(docker_engine: str, tmp_path: Path) -> None:
         desc = env.run("describe", f"docker://default/{rows[i][6]}")
         images |= {ln.split(":", 1)[1].strip() for ln in desc.stdout.splitlines() if "image:" in ln}
     assert len(images) == 1, images  # every trial ran the one workspace image
+    # the sweep's handle and a trial's work like an app's: every trial's log, prefixed
+    # TRIAL/role/replica; a trial's own status; the template and the trial table
+    every = env.run("log", handle)
+    assert sorted(every.stdout.splitlines()) == [
+        f"{i}/sh/0 x={i + 1} env={i + 1} trial={i}/3 from the workspace" for i in range(3)
+    ], every
+    one = env.run("status", f"{handle}/1")
+    assert one.stdout.startswith(f"Handle: {handle}/1\nState: FAILED\n"), one.stdout
+    assert "exit_code=1" in one.stdout
+    desc = env.run("describe", handle)
+    assert "test {{x}} != 2" in desc.stdout and "# Trials: 3 trials:" in desc.stdout
     listed = env.run("list", "-s", "docker").stdout.splitlines()
     assert f"{handle}\tFAILED\tsh (sweep: SUCCEEDED=2,FAILED=1)" in listed, listed
     trial_apps = {rows[i][6] for i in range(3)}

@@ -18,7 +18,7 @@ from tests.helpers.paths import SCRIPTS
 from tests.helpers.waiting import wait_for
 from xrun.runner import Runner
 from xrun.specs import AppDef, AppState, Role
-from xrun.sweep import Sweep
+from xrun.sweeps.plan import Sweep
 
 pytestmark = pytest.mark.timeout(180)
 

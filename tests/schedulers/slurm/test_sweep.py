@@ -134,6 +134,17 @@ def test_six_trials_two_at_once_one_failing(shell: Shell) -> None:
     assert (shell.cwd / "slurm-logs" / job / "4" / "sh" / "0.stdout").read_text() == (
         "trial 4 4/6 x=4\n"
     )
+    # the sweep's handle: every trial's lines, prefixed TRIAL/role/replica
+    every = shell.run("log", handle, "--streams", "stdout")
+    assert sorted(every.stdout.splitlines()) == [
+        f"{i}/sh/0 trial {i} {i}/6 x={i}" for i in range(6)
+    ]
+    # a trial's handle: its status as an app's; the sweep's: its template and table
+    one = shell.run("status", f"{handle}/3")
+    assert one.stdout.startswith(f"Handle: {handle}/3\nState: FAILED\n"), one.stdout
+    assert "NonZeroExitCode" in one.stdout
+    desc = shell.run("describe", handle)
+    assert "test {{x}} != 3" in desc.stdout and "# Trials: 6 trials: 5 SUCCEEDED" in desc.stdout
 
     listed = shell.run("list", "-s", "slurm").stdout.splitlines()
     mine = [ln for ln in listed if re.match(rf"slurm://default/{job}(_\d+)?\t", ln)]

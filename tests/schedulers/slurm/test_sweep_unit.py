@@ -24,7 +24,7 @@ from xrun.schedulers.slurm.request import ClusterInfo, build_request, shell_word
 from xrun.schedulers.slurm.status import SlurmJobRecord
 from xrun.schedulers.slurm.sweep import _Replica, _replicas, parse_array_squeue, trial_status
 from xrun.specs import AppDef, AppState, Resource, Role
-from xrun.sweep import Sweep, SweepPlan, plan_from_app, plan_from_args
+from xrun.sweeps.plan import Sweep, SweepPlan, plan_from_app, plan_from_args
 
 GOLDEN = paths.FIXTURES / "slurm" / "golden"
 

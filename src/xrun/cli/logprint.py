@@ -1,5 +1,5 @@
-"""Printing several replicas' logs at once, each line prefixed ``role/replica`` (also a single
-replica's, unless the output is a terminal).
+"""Printing several replicas' logs at once, each line prefixed ``role/replica`` (a sweep's:
+``TRIAL/role/replica``; also a single replica's, unless the output is a terminal).
 
 One thread per replica reads :meth:`Runner.log_lines`; a lock keeps lines whole. Colour (one per
 replica) only on a terminal and only when NO_COLOR is unset (https://no-color.org).
@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Iterable
+from typing import NamedTuple, Protocol, TextIO
 
-if TYPE_CHECKING:
-    from xrun.runner import Runner
-    from xrun.schedulers.api import Stream
+from xrun.errors import UsageError
+from xrun.schedulers.api import LogQuery, Stream
 
 _COLOURS = ("\033[32m", "\033[34m", "\033[35m", "\033[36m", "\033[33m", "\033[31m")
 _RESET = "\033[0m"
@@ -25,14 +25,33 @@ def colour_enabled(stream: TextIO) -> bool:
     return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
 
 
+class LogSource(Protocol):
+    """What the printer reads (a :class:`~xrun.runner.Runner`)."""
+
+    def logs(self, handle: str, query: LogQuery) -> Iterable[str]: ...
+
+
+class LogTarget(NamedTuple):
+    """One replica to print: the app's (or trial's) handle, role, replica, and its label."""
+
+    handle: str
+    role: str
+    k: int
+    label: str
+
+
+def app_targets(handle: str, roles: dict[str, int], prefix: str = "") -> list[LogTarget]:
+    """Every replica of ``roles`` (name -> count), labelled ``[prefix/]role/replica``."""
+    return [LogTarget(handle, r, k, f"{prefix}{r}/{k}") for r, n in roles.items() for k in range(n)]
+
+
 class LogPrinter:
-    """Prints the log lines of ``targets`` (``(role, replica)`` pairs) to ``out``."""
+    """Prints the log lines of ``targets`` to ``out``, each reader in a thread of its own."""
 
     def __init__(
         self,
-        runner: Runner,
-        handle: str,
-        targets: list[tuple[str, int]],
+        runner: LogSource,
+        targets: list[LogTarget],
         out: TextIO,
         follow: bool,
         regex: str | None = None,
@@ -40,7 +59,6 @@ class LogPrinter:
         always_prefix: bool = False,
     ) -> None:
         self._runner = runner
-        self._handle = handle
         self._targets = targets
         self._out = out
         self._follow = follow
@@ -56,26 +74,22 @@ class LogPrinter:
         self.errors: list[BaseException] = []
 
     def start(self) -> None:
-        width = max((len(f"{r}/{k}") for r, k in self._targets), default=0)
-        for i, (role, k) in enumerate(self._targets):
-            label = f"{role}/{k}".ljust(width)
+        width = max((len(t.label) for t in self._targets), default=0)
+        for i, target in enumerate(self._targets):
+            label = target.label.ljust(width)
             if self._colour:
                 label = f"{_COLOURS[i % len(_COLOURS)]}{label}{_RESET}"
             # Daemon: a scheduler whose tail never ends must not keep the CLI alive.
-            t = threading.Thread(target=self._pump, args=(role, k, label), daemon=True)
+            t = threading.Thread(target=self._pump, args=(target, label), daemon=True)
             t.start()
             self._threads.append(t)
 
-    def _pump(self, role: str, k: int, label: str) -> None:
+    def _pump(self, target: LogTarget, label: str) -> None:
         try:
-            lines = self._runner.log_lines(
-                self._handle,
-                role,
-                k,
-                regex=self._regex,
-                should_tail=self._follow,
-                streams=self._streams,
+            query = LogQuery(
+                target.role, target.k, self._regex, follow=self._follow, streams=self._streams
             )
+            lines = self._runner.logs(target.handle, query)
             for line in lines:
                 text = line.rstrip("\n")
                 with self._lock:
@@ -103,8 +117,6 @@ def log_targets(
 ) -> list[tuple[str, int]]:
     """The ``(role, replica)`` pairs of ``xrun log WHAT[/ROLE[/REPLICA,...]]``, checked against
     ``roles`` (name -> replica count); UsageError naming what does not exist."""
-    from xrun.errors import UsageError
-
     if role is not None and role not in roles:
         raise UsageError(f"{what} has no role {role!r}; roles: {', '.join(roles)}")
     targets: list[tuple[str, int]] = []

@@ -2,12 +2,12 @@
 
 A scheduler that can run a whole sweep as one request of its own (Slurm: one job array) says
 so with a ``sweep_backend()`` method returning its backend; every other scheduler (local_cwd,
-docker, plugins) gets :class:`~xrun.schedulers.trials.TrialsBackend`: each trial a normal app,
+docker, plugins) gets :class:`~xrun.sweeps.trials.TrialsBackend`: each trial a normal app,
 at most K at once, started by a small detached sweep supervisor
 (:meth:`xrun.runner.Runner.sweep_backend` picks).
 
 A sweep is found by its handle ``SCHEDULER://SESSION/SWEEP_ID`` through
-:mod:`xrun.sweep_store`, where every backend records it at submit.
+:mod:`xrun.sweeps.records`, where every backend records it at submit.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from xrun import sweep_store
 from xrun.errors import AppNotFoundError, UsageError
-from xrun.specs import make_app_handle
-from xrun.sweep import SweepPlan
-from xrun.sweep_status import SweepStatus
+from xrun.specs import AppStatus, make_app_handle
+from xrun.sweeps import records
+from xrun.sweeps.plan import SweepPlan
+from xrun.sweeps.status import SweepStatus
 
-from .api import Scheduler, Stream
+if TYPE_CHECKING:  # types only: a backend is handed its scheduler, it never looks one up
+    from xrun.schedulers.api import LogQuery, Scheduler
 
 # How often wait() asks for the status of a running sweep.
 WAIT_POLL_S = 0.5
@@ -69,18 +70,19 @@ class SweepBackend(abc.ABC):
         """End one trial (``trial``) or every trial (None): they end CANCELLED."""
 
     @abc.abstractmethod
-    def log_iter(
-        self,
-        sweep_id: str,
-        trial: int,
-        role: str,
-        k: int,
-        regex: str | None,
-        should_tail: bool,
-        streams: Stream | None,
-    ) -> Iterable[str]:
-        """Replica ``k`` of ``role`` in trial ``trial``: its log lines (following: until the
-        trial ends; a trial that has not started yet is waited for)."""
+    def logs(self, sweep_id: str, trial: int, query: LogQuery) -> Iterable[str]:
+        """Trial ``trial``'s lines that ``query`` asks for (following: until the trial ends;
+        a trial that has not started yet is waited for)."""
+
+    def trial_status(self, sweep_id: str, trial: int) -> AppStatus | None:
+        """Trial ``trial`` as an app: its status (``xrun status SWEEP/TRIAL``); None when this
+        user has no such sweep. This default tells what the sweep's table tells."""
+        st = self.status(sweep_id)
+        if st is None:
+            return None
+        check_trial(sweep_id, trial, len(st.trials))
+        t = st.trials[trial]
+        return AppStatus(state=t.state, msg=t.msg)
 
     def wait(
         self,
@@ -106,16 +108,16 @@ class SweepBackend(abc.ABC):
 
     # ---- the record every backend keeps
     def find(self, sweep_id: str) -> str:
-        path = sweep_store.find(self.backend, sweep_id)
+        path = records.find(self.backend, sweep_id)
         if path is None:
             raise AppNotFoundError(
                 f"{self.backend} sweep {sweep_id!r} not found (no record in "
-                f"{sweep_store.root()}); `xrun list -s {self.backend}` shows this user's sweeps"
+                f"{records.root()}); `xrun list -s {self.backend}` shows this user's sweeps"
             )
         return path
 
     def plan(self, sweep_id: str) -> SweepPlan:
-        return SweepPlan.from_json(sweep_store.load_spec(self.find(sweep_id))["plan"])
+        return SweepPlan.from_json(records.load_spec(self.find(sweep_id))["plan"])
 
     def roles(self, sweep_id: str, trial: int) -> dict[str, int]:
         """Trial ``trial``'s roles and their replica counts (for ``xrun log`` targets)."""
@@ -127,11 +129,9 @@ class SweepBackend(abc.ABC):
     def list(self) -> list[SweepStatus]:
         """This session's sweeps on this scheduler, oldest first."""
         out = []
-        for sweep_id in sweep_store.sweep_ids(self.backend):
-            path = sweep_store.find(self.backend, sweep_id)
-            spec = (
-                sweep_store.read_json(os.path.join(path, sweep_store.SPEC_FILE)) if path else None
-            )
+        for sweep_id in records.sweep_ids(self.backend):
+            path = records.find(self.backend, sweep_id)
+            spec = records.read_json(os.path.join(path, records.SPEC_FILE)) if path else None
             if not spec or spec.get("session", "default") != self.sched.session_name:
                 continue
             st = self.status(sweep_id)

@@ -13,7 +13,7 @@ from tests.helpers.cli import Env, xrun
 from xrun.errors import UsageError
 from xrun.runner import Runner
 from xrun.specs import AppDef, AppState, Role, appdef_to_dict
-from xrun.sweep import (
+from xrun.sweeps.plan import (
     Sweep,
     SweepPlan,
     load_sweep_file,
@@ -23,7 +23,7 @@ from xrun.sweep import (
     substitute,
     sweep_from_cli,
 )
-from xrun.sweep_status import SweepStatus, TrialStatus, fold_state, format_duration
+from xrun.sweeps.status import SweepStatus, TrialStatus, fold_state, format_duration
 
 
 def ddp_maker():  # type: ignore[no-untyped-def]

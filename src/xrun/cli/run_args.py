@@ -1,40 +1,30 @@
-"""``xrun run``: its own options, then build the AppDef and dry-run or submit it (and wait,
-streaming logs).
+"""``xrun run``'s own options and inputs, shared by a plain run (:mod:`xrun.cli.cmd_run`) and
+a sweep (:mod:`xrun.cli.run_sweep`).
 
-stdout carries exactly one thing: the app handle, printed as soon as the app is submitted (or
-the dry-run text with ``--dryrun``), so ``h=$(xrun run ...)`` works while progress and logs go
-to stderr. On local_cwd, ``run`` always waits and streams (the job lives on this machine).
-
-``run``'s options are parsed by hand (:func:`parse_run_options`): building argparse parsers
-costs more than the rest of ``xrun run --dryrun`` together (every help string goes through
-gettext, which looks for translation files). The argparse form of the same options
-(:func:`add_run_arguments`, used by ``cli_parser``) handles ``--help`` and mistakes, so the
-messages stay argparse's.
+The options are parsed by hand (:func:`parse_run_options`): building argparse parsers costs
+more than the rest of ``xrun run --dryrun`` together (benchmark 5: every help string goes
+through gettext, which looks for translation files). The argparse form of the same options
+(:func:`add_run_options`) handles ``--help`` and mistakes, so the messages stay argparse's.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xrun.errors import UsageError
-from xrun.specs import AppDef, AppState
+from xrun.fields import read_text
+from xrun.runner import Runner
+from xrun.specs import AppDef, appdef_from_yaml
 
 if TYPE_CHECKING:
     import argparse  # importing it costs start-up time; only --help and mistakes need it
 
-    from xrun.runner import Runner
-
 DEFAULT_SCHEDULER = "local_cwd"
-# Schedulers whose jobs run on this machine: `run` waits and streams their logs by default.
-_WAITING_SCHEDULERS = {"local_cwd"}
 _CFG_FORM = "-cfg key=value,key2=value2 (a list value uses ';': -cfg mounts=a;b)"
 # Starts the scheduler-request part of --dryrun's output (everything above it is the YAML).
 REQUEST_MARKER = "# ----"
-# After the app ends, how long its log readers may take to drain.
-_LOG_DRAIN_S = 30.0
 
 
 # The options of `xrun run` that take a value; the first other non-option token is the
@@ -66,7 +56,7 @@ class RunOptions:
     log: bool = False
     workspace: str | None = None
     parent_run_id: str | None = None
-    sweep: list[str] = field(default_factory=list)  # NAME=V1,V2,...: a sweep (cli_sweep.py)
+    sweep: list[str] = field(default_factory=list)  # NAME=V1,V2,...: a sweep (run_sweep.py)
     sweep_file: str | None = None
     max_parallel: str | None = None
 
@@ -129,8 +119,8 @@ def parse_run_options(own: Sequence[str]) -> RunOptions | None:
     return opts
 
 
-def add_run_arguments(run: argparse.ArgumentParser) -> None:
-    """The same options for argparse (``xrun run --help`` and the messages for mistakes)."""
+def add_run_options(run: argparse.ArgumentParser) -> None:
+    """``run``'s options for argparse."""
     run.add_argument(
         "-s",
         "--scheduler",
@@ -202,28 +192,24 @@ def parse_cfg(texts: list[str]) -> dict[str, str]:
     return out
 
 
-def _is_spec_file(component: str) -> bool:
+def is_spec_file(component: str) -> bool:
     return component.endswith((".yaml", ".yml"))
 
 
 def load_app(runner: Runner, component: str, comp_args: list[str]) -> AppDef:
     """The AppDef from a saved YAML spec or from calling the component with its arguments."""
-    if _is_spec_file(component):
-        from xrun.specs import appdef_from_yaml
-
+    if is_spec_file(component):
         if comp_args:
             raise UsageError(
                 f"{component} is a saved AppDef and takes no arguments (got {comp_args[0]!r}); "
                 "edit the file instead"
             )
-        from xrun.fields import read_text
-
         return appdef_from_yaml(read_text(component, "spec"), source=component)
     return runner.component_app(component, comp_args)
 
 
 def is_sweep(ns: RunOptions) -> bool:
-    """A run with --sweep/--sweep-file/--max-parallel: :func:`xrun.cli_sweep.cmd_run_sweep`."""
+    """A run with --sweep/--sweep-file/--max-parallel: :func:`xrun.cli.run_sweep.cmd_run_sweep`."""
     return bool(ns.sweep or ns.sweep_file or ns.max_parallel is not None)
 
 
@@ -235,49 +221,6 @@ def resolve_component(runner: Runner, component: str | None, comp_args: list[str
     return component
 
 
-def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
-    from xrun.component import HelpRequested, format_help, get_component
-    from xrun.runner import Runner
-
-    cfg = parse_cfg(ns.cfg)
-    if "{{" in "".join(comp_args):
-        from xrun.sweep import reject_placeholders
-
-        reject_placeholders(comp_args, "component argument")
-    with Runner() as runner:
-        component = resolve_component(runner, component, comp_args)
-        try:
-            app = load_app(runner, component, comp_args)
-        except HelpRequested:
-            print(format_help(get_component(component)), end="")
-            return 0
-        if _is_spec_file(component):
-            from xrun.sweep import reject_app_placeholders
-
-            reject_app_placeholders(app, component)
-        scheduler = ns.scheduler or runner.config.default_scheduler() or DEFAULT_SCHEDULER
-        if ns.dryrun:
-            info = runner.dryrun(app, scheduler, cfg, parent_run_id=ns.parent_run_id)
-            _print_dryrun(app, scheduler, str(info))
-            return 0
-        handle = runner.run(
-            app, scheduler, cfg, workspace=ns.workspace, parent_run_id=ns.parent_run_id
-        )
-        print(handle, flush=True)
-        _progress(f"submitted {handle}")
-        stream = ns.log or scheduler in _WAITING_SCHEDULERS
-        if not (stream or ns.wait):
-            return 0
-        try:
-            state = _watch(runner, handle, app, stream)
-        except KeyboardInterrupt:
-            _progress(f"interrupted: cancelling {handle}")
-            runner.cancel(handle)
-            return 130
-        _progress(f"{handle} ended {state.name if state else 'UNKNOWN'}")
-        return 0 if state == AppState.SUCCEEDED else 1
-
-
 def _missing_component(comp_args: list[str]) -> UsageError:
     fix = "name one, e.g. xrun run dist.ddp -j 1x2 --script train.py (`xrun builtins` lists them)"
     fix += ", or set a default: [cli:run] component = NAME in .xrunconfig"
@@ -287,40 +230,3 @@ def _missing_component(comp_args: list[str]) -> UsageError:
             f"named before it; {fix}"
         )
     return UsageError(f"xrun run: missing COMPONENT; {fix}")
-
-
-def _print_dryrun(app: AppDef, scheduler: str, request: str) -> None:
-    from xrun.specs import appdef_to_yaml
-
-    out = sys.stdout
-    out.write(
-        f"# AppDef: save the YAML part as FILE.yaml and run it with: "
-        f"xrun run -s {scheduler} FILE.yaml\n"
-    )
-    out.write(appdef_to_yaml(app))
-    out.write(f"{REQUEST_MARKER} {scheduler} request ----\n")
-    out.write(request if request.endswith("\n") else request + "\n")
-    out.flush()
-
-
-def _progress(msg: str) -> None:
-    print(f"xrun: {msg}", file=sys.stderr, flush=True)
-
-
-def _watch(runner: Runner, handle: str, app: AppDef, stream: bool) -> AppState | None:
-    """Wait for the app; with ``stream``, print every replica's log lines to stderr meanwhile."""
-    from xrun.cli_logs import LogPrinter
-
-    printer: LogPrinter | None = None
-    if stream:
-        targets = [(r.name, k) for r in app.roles for k in range(r.num_replicas)]
-        printer = LogPrinter(
-            runner, handle, targets, out=sys.stderr, follow=True, always_prefix=True
-        )
-        printer.start()
-    status = runner.wait(handle)
-    if printer is not None:
-        # The tails end when the app does; the bound only guards against a scheduler whose
-        # log_iter keeps waiting after the end (the job's result must still be reported).
-        printer.join(timeout=_LOG_DRAIN_S)
-    return None if status is None else status.state

@@ -1,8 +1,8 @@
 """The detached supervisor of one sweep whose trials are normal apps (local_cwd, docker, ...).
 
-Started by :func:`xrun.schedulers.trials.TrialsBackend.submit` in a session of its own::
+Started by :func:`xrun.sweeps.trials.TrialsBackend.submit` in a session of its own::
 
-    python -m xrun.schedulers.trials_supervisor SWEEP_DIR
+    python -m xrun.sweeps.supervisor SWEEP_DIR
 
 so ``xrun run`` returns the sweep's handle at once and the sweep goes on without it. In a loop
 it: submits the next trials (in order) while fewer than K run; asks each running trial's app
@@ -23,12 +23,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from xrun import sweep_store
 from xrun.errors import XrunError
+from xrun.schedulers.api import DescribeAppResponse, Scheduler, get_scheduler
 from xrun.specs import AppDef, AppState, is_terminal
-from xrun.sweep import SweepPlan
-
-from .api import DescribeAppResponse, Scheduler, get_scheduler
+from xrun.sweeps import records
+from xrun.sweeps.plan import SweepPlan
 
 SUPERVISOR_FILE = "supervisor.json"
 POLL_S = 0.25
@@ -53,11 +52,11 @@ def initial_state(size: int) -> dict[str, Any]:
 
 
 def load_state(path: str) -> dict[str, Any] | None:
-    return sweep_store.read_json(os.path.join(path, sweep_store.STATE_FILE))
+    return records.read_json(os.path.join(path, records.STATE_FILE))
 
 
 def save_state(path: str, state: dict[str, Any]) -> None:
-    sweep_store.write_json(os.path.join(path, sweep_store.STATE_FILE), state)
+    records.write_json(os.path.join(path, records.STATE_FILE), state)
 
 
 def trial_app(plan: SweepPlan, index: int) -> AppDef:
@@ -125,7 +124,7 @@ def _cancel_app(sched: Scheduler[Any], t: dict[str, Any]) -> None:
 class TrialsSupervisor:
     def __init__(self, path: str) -> None:
         self.path = path
-        spec = sweep_store.load_spec(path)
+        spec = records.load_spec(path)
         self.plan = SweepPlan.from_json(spec["plan"])
         self.cfg: dict[str, Any] = dict(spec.get("cfg") or {})
         self.k = int(spec.get("max_parallel") or len(self.plan) or 1)
@@ -182,16 +181,16 @@ class TrialsSupervisor:
         t["state"] = "RUNNING"
         save_state(self.path, self.state)
         # A `cancel HANDLE/i` that came while it was being submitted saw no app to cancel.
-        if i in sweep_store.cancel_requests(self.path)[1]:
+        if i in records.cancel_requests(self.path)[1]:
             _cancel_app(self.sched, t)
 
     def run(self, wake_fd: int) -> None:
         save_state(self.path, self.state)
         while True:
-            cancel_all, cancelled = sweep_store.cancel_requests(self.path)
+            cancel_all, cancelled = records.cancel_requests(self.path)
             signums = _drain(wake_fd)
             if cancel_all or signal.SIGTERM in signums or signal.SIGINT in signums:
-                sweep_store.request_cancel(self.path, None)
+                records.request_cancel(self.path, None)
                 cancel_everything(self.path, self.sched, self.state)
                 return
             changed = self.poll()
@@ -217,7 +216,7 @@ def _log(msg: str) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m xrun.schedulers.trials_supervisor SWEEP_DIR", file=sys.stderr)
+        print("usage: python -m xrun.sweeps.supervisor SWEEP_DIR", file=sys.stderr)
         return 2
     # Signals first: a cancel that comes early must not be lost.
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -225,9 +224,9 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda *_: None)  # the wake-up byte is what matters
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    from .local_cwd.supervisor import proc_start_time
+    from xrun.schedulers.local_cwd.supervisor import proc_start_time
 
-    sweep_store.write_json(
+    records.write_json(
         os.path.join(argv[0], SUPERVISOR_FILE),
         {"pid": os.getpid(), "start": proc_start_time(os.getpid())},
     )

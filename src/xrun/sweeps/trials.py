@@ -2,8 +2,8 @@
 
 ``submit`` checks trial 0's request (bad input fails before anything runs), builds the
 workspace once (docker: one image for every trial), records the sweep in
-:mod:`xrun.sweep_store` and starts the detached sweep supervisor
-(:mod:`xrun.schedulers.trials_supervisor`), then returns: the supervisor submits each trial as
+:mod:`xrun.sweeps.records` and starts the detached sweep supervisor
+(:mod:`xrun.sweeps.supervisor`), then returns: the supervisor submits each trial as
 an ordinary app of the scheduler (``<name>-<trial>``), at most K at once, and records what
 becomes of it. So ``xrun status|log|cancel`` of a trial's own app work too, a failed trial does
 not stop the others, and ``--max_retries`` (the agent's restarts, or the scheduler's) applies
@@ -24,15 +24,14 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
-from xrun import sweep_store
-from xrun.specs import AppDef, AppState, Role
-from xrun.sweep import SweepPlan
-from xrun.sweep_status import LIVE, SweepStatus, TrialStatus
-
-from .api import Stream
-from .local_cwd.supervisor import is_alive, proc_start_time
-from .sweeps import SweepBackend, check_trial, describe_parallel, make_sweep_id
-from .trials_supervisor import (
+from xrun.schedulers.api import LogQuery
+from xrun.schedulers.local_cwd.supervisor import is_alive, proc_start_time
+from xrun.specs import AppDef, AppState, AppStatus, Role
+from xrun.sweeps import records
+from xrun.sweeps.backend import SweepBackend, check_trial, describe_parallel, make_sweep_id
+from xrun.sweeps.plan import SweepPlan
+from xrun.sweeps.status import LIVE, SweepStatus, TrialStatus
+from xrun.sweeps.supervisor import (
     SUPERVISOR_FILE,
     cancel_everything,
     initial_state,
@@ -41,7 +40,7 @@ from .trials_supervisor import (
     trial_app,
 )
 
-SUPERVISOR_MODULE = "xrun.schedulers.trials_supervisor"
+SUPERVISOR_MODULE = "xrun.sweeps.supervisor"
 # How long `cancel` waits for the supervisor to stop every trial and exit.
 _CANCEL_WAIT_S = 120.0
 # A supervisor that has not recorded its pid this long after submit is taken for dead.
@@ -63,7 +62,7 @@ def default_parallel(app: AppDef) -> tuple[int, str]:
     why = f"this machine has {cpus} CPU(s) and each trial asks for {per} ({detail})"
     gpus_per = sum(max(r.resource.gpu, 0) * r.num_replicas for r in app.roles)
     if gpus_per:
-        from .local_cwd.request import visible_gpus
+        from xrun.schedulers.local_cwd.request import visible_gpus
 
         gpus = len(visible_gpus())
         if gpus and gpus // gpus_per < k:
@@ -108,7 +107,7 @@ class TrialsBackend(SweepBackend):
             "parallel_why": why,
             "created": time.time(),
         }
-        path = sweep_store.create(self.backend, sweep_id, spec)
+        path = records.create(self.backend, sweep_id, spec)
         save_state(path, initial_state(len(plan)))
         _start_supervisor(path)
         return sweep_id
@@ -132,10 +131,10 @@ class TrialsBackend(SweepBackend):
 
     # ------------------------------------------------------------------ watching
     def status(self, sweep_id: str) -> SweepStatus | None:
-        path = sweep_store.find(self.backend, sweep_id)
+        path = records.find(self.backend, sweep_id)
         if path is None:
             return None
-        spec = sweep_store.load_spec(path)
+        spec = records.load_spec(path)
         plan = spec["plan"]
         state = load_state(path) or initial_state(len(plan["trials"]))
         trials = [
@@ -165,9 +164,9 @@ class TrialsBackend(SweepBackend):
         return st
 
     def _supervisor_alive(self, path: str) -> bool:
-        sup = sweep_store.read_json(os.path.join(path, SUPERVISOR_FILE))
+        sup = records.read_json(os.path.join(path, SUPERVISOR_FILE))
         if sup is None:  # submit() is starting it right now
-            age = time.time() - os.path.getmtime(os.path.join(path, sweep_store.SPEC_FILE))
+            age = time.time() - os.path.getmtime(os.path.join(path, records.SPEC_FILE))
             return age < _START_GRACE_S
         return is_alive(sup["pid"], sup["start"])
 
@@ -181,18 +180,29 @@ class TrialsBackend(SweepBackend):
                 t.state = AppState.UNKNOWN
                 t.msg = "never started: the sweep supervisor is gone"
         st.msg = (
-            f"the sweep supervisor is gone (see {os.path.join(path, sweep_store.LOG_FILE)}); "
+            f"the sweep supervisor is gone (see {os.path.join(path, records.LOG_FILE)}); "
             "trials not started will not start; `xrun cancel` stops the running ones"
         )
+
+    def trial_status(self, sweep_id: str, trial: int) -> AppStatus | None:
+        """The trial's own app's status once it has one (every replica, restarts, errors);
+        before that, what the sweep's table says."""
+        st = self.status(sweep_id)
+        if st is None:
+            return None
+        check_trial(sweep_id, trial, len(st.trials))
+        t = st.trials[trial]
+        resp = self.sched.describe(t.app_id) if t.app_id else None
+        return resp.app_status() if resp is not None else AppStatus(state=t.state, msg=t.msg)
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, sweep_id: str, trial: int | None) -> None:
         path = self.find(sweep_id)
-        size = len(sweep_store.load_spec(path)["plan"]["trials"])
+        size = len(records.load_spec(path)["plan"]["trials"])
         if trial is not None:
             check_trial(sweep_id, trial, size)
-        sweep_store.request_cancel(path, trial)
-        sup = sweep_store.read_json(os.path.join(path, SUPERVISOR_FILE))
+        records.request_cancel(path, trial)
+        sup = records.read_json(os.path.join(path, SUPERVISOR_FILE))
         alive = sup is not None and is_alive(sup["pid"], sup["start"])
         if trial is None:
             if alive:
@@ -215,21 +225,12 @@ class TrialsBackend(SweepBackend):
             save_state(path, state)
 
     # ------------------------------------------------------------------ logs
-    def log_iter(
-        self,
-        sweep_id: str,
-        trial: int,
-        role: str,
-        k: int,
-        regex: str | None,
-        should_tail: bool,
-        streams: Stream | None,
-    ) -> Iterable[str]:
+    def logs(self, sweep_id: str, trial: int, query: LogQuery) -> Iterable[str]:
         path = self.find(sweep_id)
-        app_id = _trial_app_id(path, trial, wait=should_tail)
+        app_id = _trial_app_id(path, trial, wait=query.follow)
         if not app_id:
             return iter(())
-        return self.sched.log_iter(app_id, role, k, regex, None, None, should_tail, streams)
+        return self.sched.logs(app_id, query)
 
 
 def _trial_app_id(path: str, trial: int, wait: bool) -> str:
@@ -264,10 +265,10 @@ def _wait_trial_ended(path: str, trial: int, timeout: float) -> None:
 
 
 def _start_supervisor(path: str) -> None:
-    """``python -m xrun.schedulers.trials_supervisor PATH``, in a session of its own (it
+    """``python -m xrun.sweeps.supervisor PATH``, in a session of its own (it
     outlives ``xrun run``); its pid goes to ``supervisor.json`` for cancel and liveness."""
     log_fd = os.open(
-        os.path.join(path, sweep_store.LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        os.path.join(path, records.LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
     )
     try:
         proc = subprocess.Popen(
@@ -281,6 +282,6 @@ def _start_supervisor(path: str) -> None:
     finally:
         os.close(log_fd)
     # Not waited for (as docker's watcher): dropped while running, subprocess reaps it later.
-    sweep_store.write_json(
+    records.write_json(
         os.path.join(path, SUPERVISOR_FILE), {"pid": proc.pid, "start": proc_start_time(proc.pid)}
     )
