@@ -8,7 +8,7 @@ xrun directly, so the same test runs against either implementation:
   a test asserts what torch really does.
 
 Every line that maps a name says why the names differ. ``EXCLUDED`` lists the tests of
-PyTorch's own suite (kept outside this repository, see README) that patch torch-internal
+PyTorch's own suite (kept outside this repository, see docs/runtime.md) that patch torch-internal
 objects xrun has no counterpart for; a harness deselects them for the xrun target.
 """
 

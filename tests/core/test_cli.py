@@ -318,7 +318,7 @@ def test_example_custom_component(cli: Env, repo_root: Path) -> None:
     assert r.returncode == 0 and "how many passes over the synthetic data" in r.stdout
     r = cli.run("run", example, "--epochs", "0")
     assert r.returncode == 2 and "--epochs 0 is invalid" in r.stderr
-    # the README's first custom-component command, run for real
+    # docs/cli.md's first custom-component command, run for real
     r = cli.run(
         "run", "-s", "local_cwd", f"{repo_root}/examples/my_component.py:hello", "--who", "world"
     )
