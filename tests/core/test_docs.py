@@ -235,7 +235,7 @@ def test_the_first_quickstart_command_trains(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- reference coverage
 def _cli_commands() -> dict[str, argparse.ArgumentParser]:
-    from xrun.cli_parser import build_parser
+    from xrun.cli.parser import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return dict(sub.choices)
