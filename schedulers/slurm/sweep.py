@@ -25,8 +25,9 @@ from typing import Any
 from xrun.errors import SchedulerError, UsageError
 from xrun.specs import AppState, is_terminal
 from xrun.sweeps import records
-from xrun.sweeps.backend import SweepBackend, check_trial
+from xrun.sweeps.backend import SweepBackend
 from xrun.sweeps.plan import SweepPlan
+from xrun.sweeps.records import check_trial
 from xrun.sweeps.status import SweepStatus, TrialStatus
 
 from ..api import LogQuery, Scheduler

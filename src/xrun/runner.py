@@ -31,9 +31,8 @@ from xrun.config import load as load_config
 from xrun.errors import UsageError
 from xrun.schedulers.api import LogQuery, get_scheduler
 from xrun.specs import AppDef, AppStatus, macros, make_app_handle
-from xrun.sweeps.backend import check_trial
 from xrun.sweeps.handles import Target, backend_for, resolve
-from xrun.sweeps.plan import SweepPlan, plan_from_app, plan_from_args
+from xrun.sweeps.records import check_trial
 from xrun.tracking import job_env
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
         Stream,
     )
     from xrun.sweeps.backend import SweepBackend
-    from xrun.sweeps.plan import Sweep
+    from xrun.sweeps.plan import Sweep, SweepPlan
     from xrun.sweeps.status import SweepStatus
 
 
@@ -274,6 +273,8 @@ class Runner:
 
     def sweep_plan(self, component: str, args: Sequence[str], sweep: Sweep) -> SweepPlan:
         """The trials of ``component`` called with ``args`` (``{{name}}`` placeholders)."""
+        from xrun.sweeps.plan import plan_from_args  # benchmark 5: an app's dry run skips it
+
         comp = get_component(component)
         defaults = self.config.component_defaults(comp.name)
         return plan_from_args(lambda a: call_component(comp, a, defaults), args, sweep)
@@ -289,6 +290,8 @@ class Runner:
         """Submit a sweep; returns its handle at once. ``app``: an AppDef whose strings hold
         ``{{name}}`` placeholders, each trial of ``sweep`` filling in its values (or a plan
         from :meth:`sweep_plan`, ``sweep`` None)."""
+        from xrun.sweeps.plan import SweepPlan, plan_from_app  # benchmark 5: see sweep_plan
+
         if isinstance(app, SweepPlan):
             plan = app
         elif sweep is None:

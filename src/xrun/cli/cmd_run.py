@@ -12,7 +12,6 @@ import sys
 from typing import TYPE_CHECKING
 
 from xrun.cli.common import progress
-from xrun.cli.logprint import LogPrinter, app_targets
 from xrun.cli.run_args import (
     DEFAULT_SCHEDULER,
     REQUEST_MARKER,
@@ -27,7 +26,6 @@ from xrun.cli.run_args import (
 from xrun.component import HelpRequested, format_help, get_component
 from xrun.runner import Runner
 from xrun.specs import AppDef, AppState, appdef_to_yaml
-from xrun.sweeps.plan import reject_app_placeholders, reject_placeholders
 
 if TYPE_CHECKING:
     import argparse  # importing it costs start-up time; only --help and mistakes need it
@@ -65,6 +63,9 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
     cfg = parse_cfg(ns.cfg)
     if "{{" in "".join(comp_args):
+        # benchmark 5: only a command line with a placeholder loads the sweep plan
+        from xrun.sweeps.plan import reject_placeholders
+
         reject_placeholders(comp_args, "component argument")
     with Runner() as runner:
         component = resolve_component(runner, component, comp_args)
@@ -74,6 +75,8 @@ def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
             print(format_help(get_component(component)), end="")
             return 0
         if is_spec_file(component):
+            from xrun.sweeps.plan import reject_app_placeholders  # benchmark 5: as above
+
             reject_app_placeholders(app, component)
         scheduler = ns.scheduler or runner.config.default_scheduler() or DEFAULT_SCHEDULER
         if ns.dryrun:
@@ -112,6 +115,8 @@ def _print_dryrun(app: AppDef, scheduler: str, request: str) -> None:
 
 def _watch(runner: Runner, handle: str, app: AppDef, stream: bool) -> AppState | None:
     """Wait for the app; with ``stream``, print every replica's log lines to stderr meanwhile."""
+
+    from xrun.cli.logprint import LogPrinter, app_targets  # benchmark 5: a dry run prints none
 
     printer: LogPrinter | None = None
     if stream:

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from xrun.errors import AppNotFoundError, UsageError
+from xrun.errors import AppNotFoundError
 from xrun.specs import AppStatus, make_app_handle
 from xrun.sweeps import records
 from xrun.sweeps.plan import SweepPlan
+from xrun.sweeps.records import check_trial
 from xrun.sweeps.status import SweepStatus
 
 if TYPE_CHECKING:  # types only: a backend is handed its scheduler, it never looks one up
@@ -138,11 +139,6 @@ class SweepBackend(abc.ABC):
             if st is not None:
                 out.append(st)
         return out
-
-
-def check_trial(sweep_id: str, trial: int, size: int) -> None:
-    if not 0 <= trial < size:
-        raise UsageError(f"sweep {sweep_id} has trials 0..{size - 1}; no trial {trial}")
 
 
 def make_sweep_id(name: str) -> str:

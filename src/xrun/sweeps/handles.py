@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from xrun.errors import UsageError
 from xrun.specs import AppHandle
 from xrun.sweeps import records
-from xrun.sweeps.trials import TrialsBackend
 
 if TYPE_CHECKING:
     from xrun.schedulers.api import Scheduler
@@ -95,5 +94,8 @@ def _malformed(text: str, max_rest: int) -> UsageError:
 
 def backend_for(sched: Scheduler[Any]) -> SweepBackend:
     """How ``sched`` runs sweeps: its own way (:meth:`Scheduler.sweep_backend`: Slurm's one job
-    array), else every trial an ordinary app of ``sched`` (:class:`TrialsBackend`)."""
+    array), else every trial an ordinary app of ``sched`` (:class:`~xrun.sweeps.trials.TrialsBackend`)."""
+    # benchmark 5: resolving a handle (every command) must not load the trials' supervisor
+    from xrun.sweeps.trials import TrialsBackend
+
     return sched.sweep_backend() or TrialsBackend(sched)

@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from xrun import xdg
+from xrun.errors import UsageError
 
 SPEC_FILE = "sweep.json"
 STATE_FILE = "state.json"
@@ -49,6 +50,12 @@ def find(scheduler: str, sweep_id: str) -> str | None:
         return None
     path = sweep_dir(scheduler, sweep_id)
     return path if os.path.isfile(os.path.join(path, SPEC_FILE)) else None
+
+
+def check_trial(sweep_id: str, trial: int, size: int) -> None:
+    """UsageError unless ``trial`` is one of the sweep's ``size`` trials."""
+    if not 0 <= trial < size:
+        raise UsageError(f"sweep {sweep_id} has trials 0..{size - 1}; no trial {trial}")
 
 
 def create(scheduler: str, sweep_id: str, spec: dict[str, Any], replace: bool = False) -> str:

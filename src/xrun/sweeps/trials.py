@@ -28,8 +28,9 @@ from xrun.schedulers.api import LogQuery
 from xrun.schedulers.local_cwd.supervisor import is_alive, proc_start_time
 from xrun.specs import AppDef, AppState, AppStatus, Role
 from xrun.sweeps import records
-from xrun.sweeps.backend import SweepBackend, check_trial, describe_parallel, make_sweep_id
+from xrun.sweeps.backend import SweepBackend, describe_parallel, make_sweep_id
 from xrun.sweeps.plan import SweepPlan
+from xrun.sweeps.records import check_trial
 from xrun.sweeps.status import LIVE, SweepStatus, TrialStatus
 from xrun.sweeps.supervisor import (
     SUPERVISOR_FILE,
