@@ -9,7 +9,7 @@ The registry imports this package for :func:`create_scheduler`, which needs ``sc
 anyway: nothing else is imported here, and the docker SDK only on first use of the engine.
 """
 
-from .request import STOP_TIMEOUT
+from .options import STOP_TIMEOUT
 from .scheduler import DockerScheduler, create_scheduler
 
 __all__ = ["STOP_TIMEOUT", "DockerScheduler", "create_scheduler"]

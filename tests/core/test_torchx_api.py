@@ -110,7 +110,7 @@ def test_slurm_accepts_torchx_spellings_of_mail_options(tmp_path: Path) -> None:
     sched = get_scheduler("slurm", "t")
     opts = sched.run_opts()
     cfg = opts.resolve({"mail-user": "me@x.org", "mail-type": "END"}, "slurm")
-    assert cfg["mail_user"] == "me@x.org" and cfg["mail_type"] == "END"
+    assert cfg.mail_user == "me@x.org" and cfg.mail_type == "END"
     with pytest.raises(UsageError, match="'mail_user' is given twice"):
         opts.resolve({"mail-user": "a", "mail_user": "b"}, "slurm")
     (tmp_path / ".xrunconfig").write_text("[slurm]\nmail-user = cfg@x.org\n")
