@@ -217,8 +217,8 @@ def _option_type(hint: object, where: str) -> type:
 @functools.cache
 def _dataclass_options(options: type) -> tuple[runopt, ...]:
     """One run option per field of ``options``: its name, its annotation's type, and what
-    :func:`option` put in its metadata. Cached: resolving the annotations costs ~0.25 ms, and
-    every dry run asks for a scheduler's run options more than once."""
+    :func:`option` put in its metadata. Cached: resolving the annotations (get_type_hints)
+    costs many times a whole resolve, and every dry run asks for the run options twice."""
     hints = typing.get_type_hints(options)
     out = []
     for f in dataclasses.fields(options):
