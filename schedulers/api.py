@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 import difflib
 import enum
-import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -19,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from xrun.contract import RESTARTS_IN_PLACE
 from xrun.errors import UsageError
-from xrun.limits import check_duration, shown
 from xrun.specs import AppDef, AppState, AppStatus, Role, RoleStatus
+
+from .options import runopts
 
 if TYPE_CHECKING:
     from xrun.sweeps.backend import SweepBackend
 
 T = TypeVar("T")
-CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
 
 
 @dataclass
@@ -36,221 +35,12 @@ class AppDryRunInfo(Generic[T]):
     request: T
     fmt: Callable[[T], str]
     app: AppDef | None = None
-    cfg: Mapping[str, CfgVal] = field(default_factory=dict)
+    # The resolved run options: the scheduler's options dataclass (a plugin's: a dict).
+    cfg: Any = field(default_factory=dict)
     scheduler: str = ""
 
     def __str__(self) -> str:
         return self.fmt(self.request)
-
-
-# --------------------------------------------------------------------------- run options
-@dataclass
-class runopt:  # noqa: N801 - TorchX's name
-    name: str
-    type_: type
-    help: str
-    default: CfgVal = None
-    required: bool = False
-    aliases: tuple[str, ...] = ()  # other spellings accepted (TorchX's, e.g. mail-user)
-    # A number of seconds: 0 to MAX_DURATION_S (a day), like every duration xrun takes.
-    seconds: bool = False
-
-
-_TYPE_NAMES: dict[type, str] = {
-    str: "str",
-    int: "int",
-    float: "float",
-    bool: "bool",
-    list: "list[str]",
-    dict: "dict[str, str]",
-}
-
-
-def type_name(type_: type) -> str:
-    """How a run option's type is shown (``xrun runopts``, ``xrun configure``)."""
-    return _TYPE_NAMES.get(type_, type_.__name__)
-
-
-_TRUE = {"true", "1", "yes", "y", "on"}
-_FALSE = {"false", "0", "no", "n", "off"}
-
-
-class _NotConvertible(Exception):
-    """A converter's "this value is not a valid one of my type" (the caller names the option)."""
-
-
-def _to_bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    s = str(value).strip().lower()
-    if s in _TRUE:
-        return True
-    if s in _FALSE:
-        return False
-    raise _NotConvertible
-
-
-def _to_int(value: object) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    # ASCII digits, and few enough of them for int() (Python reads at most 4,300).
-    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]{1,4000}", value.strip()):
-        return int(value)
-    raise _NotConvertible
-
-
-def _to_float(value: object) -> float:
-    """A finite number: no run option means anything by NaN or an infinity."""
-    out = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        out = float(value) if abs(value) < 1e308 else None
-    elif isinstance(value, str):
-        try:
-            out = float(value)
-        except ValueError:
-            pass
-    if out is None or not math.isfinite(out):
-        raise _NotConvertible
-    return out
-
-
-def _to_str(value: object) -> str:
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise _NotConvertible
-
-
-def _to_list(value: object) -> list[str]:
-    """A list, or a string split on ``;`` (on ``,`` when it has no ``;``), blanks dropped."""
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    if isinstance(value, str):
-        return [v for v in (s.strip() for s in value.split(";" if ";" in value else ",")) if v]
-    raise _NotConvertible
-
-
-def _to_dict(value: object) -> dict[str, str]:
-    """A dict, or a string ``K1:V1;K2:V2`` (every item needs a key and a ``:``)."""
-    if isinstance(value, dict):
-        return {str(k): str(v) for k, v in value.items()}
-    if isinstance(value, str):
-        out: dict[str, str] = {}
-        for item in filter(None, (s.strip() for s in value.split(";"))):
-            k, sep, v = item.partition(":")
-            if not sep or not k:
-                raise _NotConvertible
-            out[k] = v
-        return out
-    raise _NotConvertible
-
-
-# One converter per run option type: a value of any other type, or one its converter refuses,
-# is a UsageError that names the option.
-_CONVERTERS: dict[type, Callable[[object], CfgVal]] = {
-    bool: _to_bool,
-    int: _to_int,
-    float: _to_float,
-    str: _to_str,
-    list: _to_list,
-    dict: _to_dict,
-}
-
-
-def _convert(opt: runopt, value: object) -> CfgVal:
-    """Convert a config value (often a string from the CLI or a config file) to the option's
-    type; a duration must be 0 to a day."""
-    if value is None:
-        return None
-    converter = _CONVERTERS.get(opt.type_)
-    if converter is not None:
-        try:
-            out = converter(value)
-        except _NotConvertible:
-            pass
-        else:
-            if opt.seconds:
-                check_duration(out, f"run option {opt.name}")  # type: ignore[arg-type]
-            return out
-    expected = _TYPE_NAMES.get(opt.type_, opt.type_.__name__)
-    if opt.type_ is float:
-        expected = "finite float"
-    raise UsageError(f"run option {opt.name}={shown(value)} is not a valid {expected}")
-
-
-class runopts:  # noqa: N801 - TorchX's name
-    """A scheduler's typed, self-describing run options (``xrun runopts S`` prints them)."""
-
-    def __init__(self) -> None:
-        self._opts: dict[str, runopt] = {}
-        self._aliases: dict[str, str] = {}
-
-    def add(
-        self,
-        name: str,
-        type_: type,
-        help: str,
-        default: CfgVal = None,
-        required: bool = False,
-        aliases: tuple[str, ...] = (),
-        seconds: bool = False,
-    ) -> None:
-        self._opts[name] = runopt(name, type_, help, default, required, aliases, seconds)
-        self._aliases.update(dict.fromkeys(aliases, name))
-
-    def __iter__(self) -> Iterator[runopt]:
-        return iter(self._opts.values())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._opts or name in self._aliases
-
-    def get(self, name: str) -> runopt | None:
-        """The option called ``name`` or one of its aliases."""
-        return self._opts.get(self._aliases.get(name, name))
-
-    def canonical(self, cfg: Mapping[str, object], scheduler: str = "") -> dict[str, object]:
-        """``cfg`` with aliases replaced by the option's name; UsageError for an unknown key or
-        an option given under two spellings."""
-        out: dict[str, object] = {}
-        for key, value in cfg.items():
-            opt = self.get(key)
-            if opt is None:
-                close = difflib.get_close_matches(key, [*self._opts, *self._aliases], n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                valid = ", ".join(self._opts) or "none"
-                raise UsageError(
-                    f"unknown run option {key!r} for scheduler {scheduler or '?'}{hint}; valid: {valid}"
-                )
-            if opt.name in out:
-                raise UsageError(
-                    f"run option {opt.name!r} is given twice (also as {key!r}); give it once"
-                )
-            out[opt.name] = value
-        return out
-
-    def resolve(self, cfg: Mapping[str, object], scheduler: str = "") -> dict[str, CfgVal]:
-        """Fill defaults, convert values to their types, reject unknown or missing keys."""
-        cfg = self.canonical(cfg, scheduler)
-        out: dict[str, CfgVal] = {}
-        for opt in self._opts.values():
-            if opt.name in cfg and cfg[opt.name] is not None:
-                out[opt.name] = _convert(opt, cfg[opt.name])
-            elif opt.required:
-                raise UsageError(
-                    f"run option {opt.name!r} is required for scheduler {scheduler or '?'}: "
-                    f"pass -cfg {opt.name}=VALUE ({opt.help})"
-                )
-            else:
-                out[opt.name] = opt.default
-        return out
-
-    def __str__(self) -> str:
-        lines = []
-        for o in self._opts.values():
-            tname = type_name(o.type_)
-            req = "required" if o.required else f"default: {o.default!r}"
-            also = f", also {', '.join(o.aliases)}" if o.aliases else ""
-            lines.append(f"    {o.name} ({tname}, {req}{also})\n        {o.help}")
-        return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- responses
@@ -330,7 +120,8 @@ class Scheduler(abc.ABC, Generic[T]):
         self.session_name = session_name
 
     @abc.abstractmethod
-    def run_opts(self) -> runopts: ...
+    def run_opts(self) -> runopts[Any]:
+        """The run options; the builtins' ``runopts(TheirOptions)`` (a dataclass)."""
 
     def submit_dryrun(self, app: AppDef, cfg: Mapping[str, object]) -> AppDryRunInfo[T]:
         resolved = self.run_opts().resolve(cfg, self.backend)
@@ -342,11 +133,13 @@ class Scheduler(abc.ABC, Generic[T]):
         info.scheduler = self.backend
         return info
 
-    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+    # ``cfg`` below is what ``run_opts().resolve`` made: the scheduler's options dataclass (a
+    # subclass names it in its signature), or a plugin's dict of TorchX-style run options.
+    def _validate(self, app: AppDef, cfg: Any) -> None:
         """Scheduler-specific checks of the app (raise UsageError)."""
 
     @abc.abstractmethod
-    def _submit_dryrun(self, app: AppDef, cfg: dict[str, CfgVal]) -> AppDryRunInfo[T]: ...
+    def _submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[T]: ...
 
     @abc.abstractmethod
     def schedule(self, dryrun_info: AppDryRunInfo[T]) -> str:

@@ -7,9 +7,11 @@ SDK calls), ``status`` (reading containers), ``store`` (what is kept on disk per
 
 The registry imports this package for :func:`create_scheduler`, which needs ``scheduler``
 anyway: nothing else is imported here, and the docker SDK only on first use of the engine.
+
+``options`` holds the run options as one typed value, :class:`~.options.DockerOptions`.
 """
 
-from .request import STOP_TIMEOUT
+from .options import STOP_TIMEOUT
 from .scheduler import DockerScheduler, create_scheduler
 
 __all__ = ["STOP_TIMEOUT", "DockerScheduler", "create_scheduler"]

@@ -30,6 +30,7 @@ from xrun.specs import (
 )
 
 from ..api import replicas_role_may_lose, scheduler_retries
+from .options import STOP_TIMEOUT, DockerOptions
 
 # The env var every replica gets, holding its role's replica-0 hostname; `${rank0_env}` in a
 # role's args/env becomes this *name* (the dist.ddp component writes `${${rank0_env}}`, which
@@ -46,8 +47,6 @@ LABEL_STOP_TIMEOUT = "xrun.stop_timeout"  # the app's stop_timeout run option, i
 # An elastic role's replicas carry how many of the role's replicas may fail before the app
 # fails (see replicas_role_may_lose); absent: none may, the gang fails with its first failure.
 LABEL_MAY_LOSE = "xrun.may_lose"
-# Seconds from a stop's SIGTERM to the engine's SIGKILL, unless the app's stop_timeout says.
-STOP_TIMEOUT = 10
 
 _DNS_MAX = 63
 
@@ -167,17 +166,6 @@ def container_name(app_id: str, role: str, replica_id: int) -> str:
     return base + suffix
 
 
-def _stop_timeout(value: object) -> int:
-    """The ``stop_timeout`` run option: whole seconds, 0 or more (default STOP_TIMEOUT)."""
-    if value is None:
-        return STOP_TIMEOUT
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise UsageError(
-            f"run option stop_timeout={value!r} must be a whole number of seconds >= 0"
-        )
-    return value
-
-
 def make_app_id(app_name: str, unique: str) -> str:
     """``<app name>-<unique>`` as a DNS label short enough to leave room for role names."""
     return f"{dns_label(app_name)[:30].rstrip('-')}-{unique}"
@@ -191,13 +179,12 @@ def _copied_env(patterns: list[str], environ: Mapping[str, str]) -> dict[str, st
 def materialize(
     app: AppDef,
     app_id: str,
-    cfg: Mapping[str, Any],
+    opts: DockerOptions,
     environ: Mapping[str, str] | None = None,
     session: str = "default",
 ) -> DockerJob:
     """Build the request for ``app``. ``environ`` is the submitter's env (for ``copy_env``)."""
-    copy_env = _copied_env(list(cfg.get("copy_env") or []), environ or {})
-    extra_env = dict(cfg.get("env") or {})
+    copy_env = _copied_env(opts.copy_env, environ or {})
     containers: list[DockerContainer] = []
     for role in app.roles:
         rank0_host = container_name(app_id, role.name, 0)
@@ -206,11 +193,11 @@ def materialize(
                 img_root="", app_id=app_id, replica_id=str(i), rank0_env=RANK0_HOST_ENV
             )
             containers.append(
-                _container(app, app_id, values.apply(role), i, rank0_host, cfg, session)
+                _container(app, app_id, values.apply(role), i, rank0_host, opts, session)
             )
             c = containers[-1]
             # Precedence: copied submitter env < run option env < the role's own env < ours.
-            c.env = {**copy_env, **extra_env, **c.env, RANK0_HOST_ENV: rank0_host}
+            c.env = {**copy_env, **opts.env, **c.env, RANK0_HOST_ENV: rank0_host}
     names = [c.name for c in containers]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -229,7 +216,7 @@ def _container(
     role: Role,
     replica_id: int,
     rank0_host: str,
-    cfg: Mapping[str, Any],
+    opts: DockerOptions,
     session: str,
 ) -> DockerContainer:
     res = role.resource
@@ -261,13 +248,13 @@ def _container(
         devices=devices,
         nano_cpus=int(res.cpu * 1e9) if res.cpu > 0 else None,
         mem_limit=f"{res.memMB}m" if res.memMB > 0 else None,
-        shm_size=str(cfg["shm_size"]) if cfg.get("shm_size") else None,
+        shm_size=opts.shm_size or None,
         gpus=res.gpu if res.gpu > 0 else 0,
-        privileged=bool(cfg.get("privileged")),
+        privileged=opts.privileged,
         # The engine restarts a failed container only for a role whose agents do not restart
         # its workers in place (dist.ddp's do): one owner of the retries, max_retries+1 runs.
         max_retries=scheduler_retries(role),
-        stop_timeout=_stop_timeout(cfg.get("stop_timeout")),
+        stop_timeout=opts.stop_timeout,
     )
 
 

@@ -70,7 +70,6 @@ from xrun.specs import AppDef, AppState, Role, is_terminal
 
 from ..api import (
     AppDryRunInfo,
-    CfgVal,
     DescribeAppResponse,
     ListAppResponse,
     LogQuery,
@@ -85,6 +84,7 @@ from .engine import (
     ensure_images,
     parallel,
 )
+from .options import STOP_TIMEOUT, DockerOptions
 from .request import (
     LABEL_APP,
     LABEL_APP_ID,
@@ -92,7 +92,6 @@ from .request import (
     LABEL_ROLE,
     LABEL_SESSION,
     LABEL_STOP_TIMEOUT,
-    STOP_TIMEOUT,
     DockerJob,
     format_job,
     make_app_id,
@@ -172,41 +171,10 @@ class DockerScheduler(Scheduler[DockerJob]):
             self.__client = None
 
     # ------------------------------------------------------------------ submit
-    def run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add(
-            "copy_env",
-            list,
-            "glob patterns of the submitting shell's env vars to copy into every container, "
-            "e.g. 'WANDB_*;HF_TOKEN'",
-            default=[],
-        )
-        opts.add("env", dict, "extra env vars for every container, 'K1:V1;K2:V2'", default={})
-        opts.add(
-            "shm_size",
-            str,
-            "size of /dev/shm in every container (docker's own default, 64m, is too small for "
-            "PyTorch data loaders)",
-            default="1g",
-        )
-        opts.add("privileged", bool, "run the containers privileged", default=False)
-        opts.add(
-            "stop_timeout",
-            int,
-            "seconds between the SIGTERM and the engine's SIGKILL when a replica is stopped "
-            "(cancel, or a sibling failed); above the agent's shutdown timeout (30 s) the agent "
-            "ends its workers itself; 0 to 86400",
-            default=STOP_TIMEOUT,
-            seconds=True,
-        )
-        return opts
+    def run_opts(self) -> runopts[DockerOptions]:
+        return runopts(DockerOptions)
 
-    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
-        from xrun.limits import check_env_name
-
-        env = cfg.get("env")
-        for name in env if isinstance(env, dict) else {}:
-            check_env_name(name, "run option env")
+    def _validate(self, app: AppDef, cfg: DockerOptions) -> None:
         for role in app.roles:
             if not role.image:
                 raise UsageError(
@@ -214,7 +182,7 @@ class DockerScheduler(Scheduler[DockerJob]):
                     f"one (e.g. --image xrun-python:latest, built by scripts/docker-engine.sh image)"
                 )
 
-    def _submit_dryrun(self, app: AppDef, cfg: dict[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
+    def _submit_dryrun(self, app: AppDef, cfg: DockerOptions) -> AppDryRunInfo[DockerJob]:
         alphabet = string.ascii_lowercase + string.digits
         app_id = make_app_id(app.name, "".join(secrets.choice(alphabet) for _ in range(8)))
         job = materialize(app, app_id, cfg, os.environ, self.session_name)

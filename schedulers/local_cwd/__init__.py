@@ -7,6 +7,8 @@ app's state), ``store`` (where an app lives on disk).
 
 The registry imports this package for :func:`create_scheduler`, which needs ``scheduler``
 anyway: nothing else is imported here.
+
+``options`` holds the run options as one typed value, :class:`~.options.LocalOptions`.
 """
 
 from .request import LocalRequest, ReplicaRequest, assign_gpus

@@ -24,12 +24,12 @@ from xrun.contract import (
     TOKEN_ENV,
 )
 from xrun.errors import UsageError
-from xrun.limits import check_duration
 from xrun.specs import AppDef, Role, appdef_to_dict, macros
 from xrun.xdg import check_writable_dir
 
-from ..api import CfgVal, replicas_role_may_lose
+from ..api import replicas_role_may_lose
 from . import store
+from .options import LocalOptions
 
 
 @dataclass
@@ -148,17 +148,16 @@ def _path_with(first: list[str], path: str) -> str:
     return os.pathsep.join(dict.fromkeys(parts))
 
 
-def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
-    """The request for ``app`` with resolved run options ``cfg``: pure, no side effects."""
+def build_request(app: AppDef, opts: LocalOptions) -> LocalRequest:
+    """The request for ``app`` with resolved run options ``opts``: pure, no side effects."""
     app_id = make_app_id(app.name)
-    log_dir = os.path.abspath(os.path.expanduser(str(cfg["log_dir"] or store.default_log_dir())))
+    log_dir = os.path.abspath(os.path.expanduser(opts.log_dir or store.default_log_dir()))
     check_writable_dir(log_dir, "-cfg log_dir=DIR, default $XDG_STATE_HOME/xrun/local_cwd/logs")
     paths = store.AppPaths(os.path.join(log_dir, app_id))
     cwd = os.getcwd()
-    grace = check_duration(float(cfg["stop_grace_s"]), "run option stop_grace_s")  # type: ignore[arg-type]
-    first = [os.path.dirname(sys.executable)] + ([cwd] if cfg["prepend_cwd"] else [])
+    first = [os.path.dirname(sys.executable)] + ([cwd] if opts.prepend_cwd else [])
     path = _path_with(first, os.environ.get("PATH", os.defpath))
-    gpus = assign_gpus(app.roles, visible_gpus()) if cfg["auto_set_cuda_visible_devices"] else {}
+    gpus = assign_gpus(app.roles, visible_gpus()) if opts.auto_set_cuda_visible_devices else {}
     replicas = []
     notes = []
     found: set[tuple[str, str]] = set()  # (entrypoint, PATH) checked: once, not per replica
@@ -203,7 +202,14 @@ def build_request(app: AppDef, cfg: dict[str, CfgVal]) -> LocalRequest:
             )
     tolerate = {r.name: replicas_role_may_lose(r) for r in app.roles}
     req = LocalRequest(
-        app_id, paths.app_dir, cwd, grace, replicas, appdef_to_dict(app), notes, tolerate
+        app_id,
+        paths.app_dir,
+        cwd,
+        opts.stop_grace_s,
+        replicas,
+        appdef_to_dict(app),
+        notes,
+        tolerate,
     )
     return req
 

@@ -58,7 +58,6 @@ from xrun.specs import AppDef, AppState, make_app_handle
 
 from ..api import (
     AppDryRunInfo,
-    CfgVal,
     DescribeAppResponse,
     ListAppResponse,
     LogQuery,
@@ -68,6 +67,7 @@ from ..api import (
 from ..logs import POLL_S, iter_log_lines
 from . import procs, store
 from .launch import Child, launch
+from .options import LocalOptions
 from .request import (
     LocalRequest,
     build_request,
@@ -91,37 +91,11 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         # Supervisors this process started: wait() on them directly (no polling).
         self._children: dict[str, Child] = {}
 
-    def run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add(
-            "log_dir",
-            str,
-            "dir for the apps' logs and state: <log_dir>/<app_id>/<role>/<replica>/"
-            "{stdout,stderr}.log; default $XDG_STATE_HOME/xrun/local_cwd/logs "
-            "(~/.local/state/xrun/local_cwd/logs)",
-        )
-        opts.add(
-            "prepend_cwd", bool, "put the cwd on PATH (after the interpreter's bin dir)", False
-        )
-        opts.add(
-            "auto_set_cuda_visible_devices",
-            bool,
-            "give each replica its own CUDA_VISIBLE_DEVICES, resource.gpu devices each "
-            "(no-op on a host without GPUs)",
-            False,
-        )
-        opts.add(
-            "stop_grace_s",
-            float,
-            "seconds a stopped replica gets between SIGTERM and SIGKILL (on cancel, or when a "
-            "sibling fails), 0 to 86400",
-            10.0,
-            seconds=True,
-        )
-        return opts
+    def run_opts(self) -> runopts[LocalOptions]:
+        return runopts(LocalOptions)
 
     # ---- dry run: build the value, no side effects
-    def _submit_dryrun(self, app: AppDef, cfg: dict[str, CfgVal]) -> AppDryRunInfo[LocalRequest]:
+    def _submit_dryrun(self, app: AppDef, cfg: LocalOptions) -> AppDryRunInfo[LocalRequest]:
         return AppDryRunInfo(build_request(app, cfg), format_request)
 
     # ---- schedule: make the dirs, start the supervisor

@@ -8,6 +8,8 @@ shared :mod:`xrun.schedulers.logs`.
 
 The registry imports this package for :func:`create_scheduler`, which needs ``scheduler``
 anyway: nothing else is imported here.
+
+``options`` holds the run options as one typed value, :class:`~.options.SlurmOptions`.
 """
 
 from .scheduler import SlurmScheduler, create_scheduler, parse_version

@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import re
 import shlex
-import signal
 from dataclasses import dataclass, field
 
 from xrun.contract import AGENT_LOG_DIR_ENV, RANK0_HOST_ENV
 from xrun.errors import UsageError
-from xrun.limits import capped_int, is_digits
 from xrun.specs import AppDef, BindMount, Role, macros
 
 from ..api import scheduler_retries
+from .options import SlurmOptions
 
 COMMENT_PREFIX = "xrun:"
 LOG_SUBDIR = "slurm-logs"
@@ -144,7 +143,7 @@ def _check_role(role: Role) -> None:
             )
 
 
-def _role_sbatch_opts(role: Role, cfg: dict[str, object], info: ClusterInfo) -> list[str]:
+def _role_sbatch_opts(role: Role, options: SlurmOptions, info: ClusterInfo) -> list[str]:
     """The ``#SBATCH`` options of one role's allocation (one het component)."""
     opts: list[str] = []
     lo = role.min_replicas if role.min_replicas is not None else role.num_replicas
@@ -173,44 +172,21 @@ def _role_sbatch_opts(role: Role, cfg: dict[str, object], info: ClusterInfo) -> 
         else:
             # Before 24.11 the per-node form needs --ntasks alongside --gpus-per-task (23.11).
             opts += [f"--gpus-per-task={res.gpu}", f"--ntasks={lo}"]
-    for key, flag in (
-        ("partition", "--partition"),
-        ("time", "--time"),
-        ("account", "--account"),
-        ("qos", "--qos"),
-        ("constraint", "--constraint"),
+    for flag, value in (
+        ("--partition", options.partition),
+        ("--time", options.time),
+        ("--account", options.account),
+        ("--qos", options.qos),
+        ("--constraint", options.constraint),
     ):
-        if cfg.get(key):
-            opts.append(f"{flag}={cfg[key]}")
-    if cfg.get("exclusive"):
+        if value:
+            opts.append(f"{flag}={value}")
+    if options.exclusive:
         opts.append("--exclusive")
     return opts
 
 
 _AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-
-
-def signal_name(cfg: dict[str, object]) -> str | None:
-    """``USR2`` from the ``signal`` option (``USR2@90``, ``B:SIGUSR2@90``, ``12@90``); None if unset."""
-    text = str(cfg.get("signal") or "").strip()
-    if not text:
-        return None
-    name = text.split(":", 1)[-1].split("@", 1)[0].strip().upper()
-    name = name.removeprefix("SIG")
-    if is_digits(name):
-        try:
-            name = signal.Signals(capped_int(name, 128)).name.removeprefix("SIG")
-        except ValueError:
-            name = ""
-    seconds = text.rpartition("@")[2].strip()
-    # Slurm takes 0..65535 seconds before the end (sbatch refuses more, at submit).
-    in_range = is_digits(seconds) and capped_int(seconds, 65535) <= 65535
-    if not name or not hasattr(signal, f"SIG{name}") or "@" not in text or not in_range:
-        raise UsageError(
-            f"run option signal={text!r} is invalid; expected SIG@SECONDS, e.g. USR2@90 "
-            "(the signal name or number, then how many seconds before the end, 0..65535)"
-        )
-    return name
 
 
 def format_comment(app: AppDef, extra: str = "") -> str:
@@ -249,33 +225,31 @@ def requeue_limits(app: AppDef) -> tuple[int, int]:
 
 
 def _job_sbatch_opts(
-    app: AppDef, cfg: dict[str, object], log_root: str, chdir: str, array: ArrayJob | None = None
+    app: AppDef, options: SlurmOptions, log_root: str, chdir: str, array: ArrayJob | None = None
 ) -> list[str]:
     """Options for the whole job (first component): name, output, requeue (and the array). The
     comment goes on sbatch's command line instead (see :func:`build_request`): it may contain
     spaces."""
     max_retries = requeue_limits(app)[0]
     opts = [
-        f"--job-name={cfg.get('job_name') or app.name}",
+        f"--job-name={options.job_name or app.name}",
         f"--chdir={chdir}",
         f"--output={log_root}/slurm-{'%A_%a' if array else '%j'}.out",
         "--open-mode=append",
     ]
     if array:
         opts.append(f"--array={array.spec}")
-    sig = signal_name(cfg)
-    if sig:
+    if options.warning:
         # B: the batch shell gets it and passes it on (srun would not see it otherwise).
-        seconds = str(cfg["signal"]).rsplit("@", 1)[1]
-        opts.append(f"--signal=B:{sig}@{seconds}")
+        opts.append(f"--signal=B:{options.warning.name}@{options.warning.seconds}")
     if max_retries > 0:
         opts.append("--requeue")
     else:
         opts.append("--no-requeue")
-    if cfg.get("mail_user"):
-        opts.append(f"--mail-user={cfg['mail_user']}")
-    if cfg.get("mail_type"):
-        opts.append(f"--mail-type={cfg['mail_type']}")
+    if options.mail_user:
+        opts.append(f"--mail-user={options.mail_user}")
+    if options.mail_type:
+        opts.append(f"--mail-type={options.mail_type}")
     return opts
 
 
@@ -391,7 +365,7 @@ exit "$XRUN_RC"
 
 def build_request(
     app: AppDef,
-    cfg: dict[str, object],
+    options: SlurmOptions,
     chdir: str,
     info: ClusterInfo,
     path_prefix: str | None,
@@ -417,18 +391,16 @@ def build_request(
     ]
     if array:
         lines.append(f"# A job array: task i runs sweep trial i ({array.trials} trials).")
-    job_opts = _job_sbatch_opts(app, cfg, log_root, chdir, array)
+    job_opts = _job_sbatch_opts(app, options, log_root, chdir, array)
     for i, role in enumerate(app.roles):
         if i > 0:
             lines.append("#SBATCH hetjob")
         lines.append(f"# role {role.name!r}: {role.num_replicas} replica(s)")
-        opts = (job_opts if i == 0 else []) + _role_sbatch_opts(role, cfg, info)
+        opts = (job_opts if i == 0 else []) + _role_sbatch_opts(role, options, info)
         lines += [_sbatch_line(o) for o in opts]
-    extra = cfg.get("extra_sbatch_args") or []
-    assert isinstance(extra, list)
-    if extra:
+    if options.extra_sbatch_args:
         lines.append("# extra_sbatch_args (as given)")
-        lines += [_sbatch_line(str(o)) for o in extra]
+        lines += [_sbatch_line(o) for o in options.extra_sbatch_args]
     lines.append("")
 
     path_line = ""
@@ -438,7 +410,7 @@ def build_request(
             f'export PATH={shlex.quote(path_prefix)}:"$PATH"\n'
         )
     mkdirs = " ".join(f'"$XRUN_LOG_DIR"/{shlex.quote(r.name)}' for r in app.roles)
-    sig = signal_name(cfg)
+    sig = options.warning.name if options.warning else None
     replica_trap = batch_trap = ""
     if sig:
         path_line += (
@@ -496,7 +468,7 @@ def build_request(
     argv = [
         "sbatch",
         "--parsable",
-        f"--comment={format_comment(app, str(cfg.get('comment') or ''))}",
+        f"--comment={format_comment(app, options.comment or '')}",
     ]
     return SlurmBatchRequest(
         app_name=app.name,

@@ -81,7 +81,6 @@ from xrun.specs import (
 
 from ..api import (
     AppDryRunInfo,
-    CfgVal,
     DescribeAppResponse,
     ListAppResponse,
     LogQuery,
@@ -91,6 +90,7 @@ from ..api import (
 from ..logs import iter_log_lines
 from .commands import NOT_FOUND
 from .commands import run as _run
+from .options import SlurmOptions
 from .request import (
     LOG_SUBDIR,
     ArrayJob,
@@ -141,58 +141,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         self._array: ArrayJob | None = None  # set by array_dryrun
 
     # ------------------------------------------------------------------ options
-    def run_opts(self) -> runopts:
-        o = runopts()
-        o.add("partition", str, "partition (--partition); default: the cluster's default")
-        o.add("time", str, "time limit (--time), e.g. 1:00:00 or 2-00:00:00")
-        o.add("account", str, "account to charge (--account)")
-        o.add("qos", str, "quality of service (--qos)")
-        o.add("constraint", str, "node features (--constraint), e.g. a100")
-        o.add(
-            "comment",
-            str,
-            "added to the job comment, which is xrun:APP;ROLE=N[,COMMENT] (spaces are fine)",
-        )
-        o.add(
-            "mail_user",
-            str,
-            "where Slurm mails job events (--mail-user)",
-            aliases=("mail-user",),
-        )
-        o.add(
-            "mail_type",
-            str,
-            "which events are mailed (--mail-type), e.g. END,FAIL",
-            aliases=("mail-type",),
-        )
-        o.add("job_name", str, "job name (--job-name); default: the app name")
-        o.add(
-            "job_dir",
-            str,
-            "a new directory: the workspace is copied there (honouring .xrunignore/.gitignore) "
-            "and the job runs in it (--chdir), isolated from later edits; default: the cwd",
-        )
-        o.add("exclusive", bool, "whole nodes for the job (--exclusive)", default=False)
-        o.add(
-            "signal",
-            str,
-            "preemption/time-limit warning signal to the batch shell, SIG@SECONDS; it is passed "
-            "to the replicas and the job requeues up to max_retries times (the roles' smallest; "
-            "after a failure only roles without in-place agent restarts); '' for none",
-            default="USR2@90",
-        )
-        o.add(
-            "extra_sbatch_args",
-            list,
-            "raw sbatch options added as #SBATCH lines, e.g. --reservation=x;--gres=gpu:2",
-        )
-        o.add(
-            "python_path",
-            str,
-            "dir put first on PATH in every task so that python3 is this interpreter "
-            "(default: the submitting interpreter's bin dir); '' leaves PATH as the nodes set it",
-        )
-        return o
+    def run_opts(self) -> runopts[SlurmOptions]:
+        return runopts(SlurmOptions)
 
     # ------------------------------------------------------------------ cluster facts
     def cluster_info(self, partition: str | None, required: bool) -> ClusterInfo:
@@ -226,28 +176,24 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         finally:
             self._workspace = None
 
-    def _submit_dryrun(
-        self, app: AppDef, cfg: dict[str, CfgVal]
-    ) -> AppDryRunInfo[SlurmBatchRequest]:
-        job_dir = cfg.get("job_dir")
+    def _submit_dryrun(self, app: AppDef, cfg: SlurmOptions) -> AppDryRunInfo[SlurmBatchRequest]:
         workspace = self._workspace
-        if job_dir:
-            chdir = os.path.abspath(str(job_dir))
+        if cfg.job_dir:
+            chdir = os.path.abspath(cfg.job_dir)
             workspace = workspace or os.getcwd()
         else:
             chdir = os.path.abspath(workspace or os.getcwd())
             workspace = None
-        python_path = cfg.get("python_path")
+        python_path = cfg.python_path
         if python_path is None:
             python_path = os.path.dirname(sys.executable)
-        partition = cfg.get("partition")
-        info = self.cluster_info(str(partition) if partition else None, required=False)
+        info = self.cluster_info(cfg.partition or None, required=False)
         req = build_request(
             app,
-            dict(cfg),
+            cfg,
             chdir=chdir,
             info=info,
-            path_prefix=str(python_path) or None,
+            path_prefix=python_path or None,
             workspace=workspace,
             array=self._array,
         )

@@ -38,13 +38,10 @@ parameter, a value that does not convert to the option's type.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from xrun.errors import UsageError
-
-if TYPE_CHECKING:
-    from xrun.schedulers.api import CfgVal, runopts
 
 FILENAME = ".xrunconfig"
 COMPONENT_PREFIX = "component:"
@@ -100,13 +97,21 @@ def config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> lis
     return out
 
 
-def load(cwd: PathArg | None = None, home: PathArg | None = None) -> Config:
-    """Read and merge the config files (configparser is imported only when one exists)."""
+def load(
+    cwd: PathArg | None = None,
+    home: PathArg | None = None,
+    schedulers: Callable[[], Sequence[str]] | None = None,
+) -> Config:
+    """Read and merge the config files (configparser is imported only when one exists).
+
+    ``schedulers``: the names a scheduler section may have, asked only for a section that is
+    no builtin scheduler's (the runner passes the registry's, plugins included; asking it
+    reads the installed packages' entry points). Default: the builtins."""
     paths = config_paths(cwd, home)
     cfg = Config(files=paths)
     for path in paths:
         for section, items in _read(path).items():
-            _check_section(path, section, items)
+            _check_section(path, section, items, schedulers or (lambda: _BUILTIN_SCHEDULERS))
             merged = cfg.sections.setdefault(section, {})
             for key, value in items.items():
                 merged[key] = (value, f"{path} [{section}] {key}")
@@ -128,7 +133,9 @@ def _read(path: str) -> dict[str, dict[str, str]]:
     return {s: dict(parser.items(s)) for s in parser.sections()}
 
 
-def _check_section(path: str, section: str, items: dict[str, str]) -> None:
+def _check_section(
+    path: str, section: str, items: dict[str, str], schedulers: Callable[[], Sequence[str]]
+) -> None:
     if section.startswith(COMPONENT_PREFIX):
         if not section[len(COMPONENT_PREFIX) :].strip():
             raise UsageError(f"{path} [{section}]: name the component, e.g. [component:dist.ddp]")
@@ -146,9 +153,7 @@ def _check_section(path: str, section: str, items: dict[str, str]) -> None:
         return
     if section in _BUILTIN_SCHEDULERS:
         return
-    from xrun.schedulers.api import scheduler_names
-
-    known = scheduler_names()
+    known = list(schedulers())
     if section in known:
         return
     valid = [*known, CLI_RUN, COMPONENT_PREFIX + "NAME", TRACKERS, TRACKER_PREFIX + "NAME"]
@@ -159,81 +164,3 @@ def _check_section(path: str, section: str, items: dict[str, str]) -> None:
     raise UsageError(
         f"{path}: unknown section [{section}]{hint}; valid: " + ", ".join(f"[{v}]" for v in valid)
     )
-
-
-def resolve_run_options(
-    opts: runopts, defaults: dict[str, Sourced], scheduler: str
-) -> dict[str, CfgVal]:
-    """Config-file run options checked against ``opts``, converted to their types.
-
-    A bad key or value raises UsageError naming the file, section and key (``opts.resolve``
-    would only name the key).
-    """
-    from xrun.schedulers.api import runopts as RunOpts
-
-    out: dict[str, CfgVal] = {}
-    for key, (raw, source) in defaults.items():
-        opt = opts.get(key)
-        if opt is None:
-            names = [o.name for o in opts]
-            import difflib  # lazy: only error paths need it
-
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UsageError(
-                f"{source}: unknown run option for {scheduler}{hint}; valid: "
-                f"{', '.join(names) or 'none'}"
-            )
-        single = RunOpts()
-        single.add(opt.name, opt.type_, opt.help)
-        try:  # under the option's own name: an alias (mail-user) is the same option
-            out[opt.name] = single.resolve({opt.name: raw}, scheduler)[opt.name]
-        except UsageError as e:
-            raise UsageError(f"{source}: {e}") from None
-    return out
-
-
-# --------------------------------------------------------------------------- xrun configure
-def _shown(value: CfgVal) -> str:
-    """A run option's default as written in the file (lists with ';', dicts as K:V;K2:V2)."""
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return ";".join(value)
-    if isinstance(value, dict):
-        return ";".join(f"{k}:{v}" for k, v in value.items())
-    return str(value)
-
-
-def render_template(schedulers: list[tuple[str, runopts]]) -> str:
-    """The ``.xrunconfig`` that ``xrun configure`` writes: per scheduler, every run option with
-    its help and default, commented out (uncomment a line to set it)."""
-    import textwrap
-
-    from xrun.schedulers.api import type_name
-
-    out = [
-        "# .xrunconfig (written by `xrun configure`): every run option with its default,",
-        "# commented out. Uncomment a line and change its value to make it your default; the",
-        "# command line (-cfg k=v) still wins. Lists use ';' (a;b), dicts K:V;K2:V2.",
-        "",
-        f"[{CLI_RUN}]",
-        "# the scheduler of `xrun run` without -s",
-        "# scheduler = local_cwd",
-        "# the component of `xrun run` without one, e.g. dist.ddp",
-        "# component =",
-    ]
-    for name, opts in schedulers:
-        out += ["", f"[{name}]"]
-        for o in opts:
-            tname = type_name(o.type_)
-            also = f"; also spelled {', '.join(o.aliases)}" if o.aliases else ""
-            need = "REQUIRED, " if o.required else ""
-            out += textwrap.wrap(
-                f"{o.help} ({need}{tname}{also})",
-                width=96,
-                initial_indent="# ",
-                subsequent_indent="#   ",
-            )
-            out.append(f"# {o.name} = {_shown(o.default)}".rstrip())
-    return "\n".join(out) + "\n"

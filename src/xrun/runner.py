@@ -26,10 +26,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from xrun.component import call_component, get_component
-from xrun.config import Config, resolve_run_options
+from xrun.config import Config
 from xrun.config import load as load_config
 from xrun.errors import UsageError
-from xrun.schedulers.api import LogQuery, get_scheduler
+from xrun.schedulers.api import LogQuery, get_scheduler, scheduler_names
+from xrun.schedulers.options import resolve_run_options
 from xrun.specs import AppDef, AppStatus, macros, make_app_handle
 from xrun.sweeps.handles import Target, backend_for, resolve
 from xrun.sweeps.records import check_trial
@@ -68,7 +69,7 @@ class Runner:
     @property
     def config(self) -> Config:
         if self._config is None:
-            self._config = load_config()
+            self._config = load_config(schedulers=scheduler_names)
         return self._config
 
     def scheduler(self, name: str, session: str | None = None) -> Scheduler[Any]:

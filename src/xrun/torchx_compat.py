@@ -150,14 +150,14 @@ def _module(name: str, attrs: Mapping[str, Any], package: bool = False) -> types
 
 def _specs_attrs() -> dict[str, Any]:
     from xrun import named_resources, specs
-    from xrun.schedulers import api
+    from xrun.schedulers import api, options
 
     attrs = {n: getattr(specs, n) for n in dir(specs) if not n.startswith("_")}
     attrs.update(
-        CfgVal=api.CfgVal,
+        CfgVal=options.CfgVal,
         AppDryRunInfo=api.AppDryRunInfo,
-        runopt=api.runopt,
-        runopts=api.runopts,
+        runopt=options.runopt,
+        runopts=options.runopts,
         MISSING=MISSING,
         NONE=NONE,
         ALL=ALL,

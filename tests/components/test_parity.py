@@ -10,7 +10,9 @@ from xrun.components import dist, utils
 from xrun.contract import RESTARTS_IN_PLACE
 from xrun.errors import UsageError
 from xrun.schedulers.api import get_scheduler, scheduler_retries
+from xrun.schedulers.docker.options import DockerOptions
 from xrun.schedulers.docker.request import materialize
+from xrun.schedulers.slurm.options import SlurmOptions
 from xrun.schedulers.slurm.request import ClusterInfo, build_request, requeue_limits
 from xrun.specs import AppDef, Resource, Role, macros
 
@@ -88,10 +90,10 @@ def test_dist_roles_restart_in_place_so_schedulers_add_no_retries() -> None:
     plain = utils.sh("false", max_retries=3).roles[0]
     assert scheduler_retries(plain) == 3
     # docker: no restart policy for the agent's role, on-failure:N for the plain one
-    ddp_job = materialize(app, "a-1", {})
+    ddp_job = materialize(app, "a-1", DockerOptions())
     assert all(c.restart_policy() is None for c in ddp_job.containers)
     assert "--restart" not in str(ddp_job)
-    sh_job = materialize(utils.sh("false", max_retries=3), "a-2", {})
+    sh_job = materialize(utils.sh("false", max_retries=3), "a-2", DockerOptions())
     assert sh_job.containers[0].restart_policy() == {
         "Name": "on-failure",
         "MaximumRetryCount": 3,
@@ -99,7 +101,7 @@ def test_dist_roles_restart_in_place_so_schedulers_add_no_retries() -> None:
 
 
 def _slurm(app: AppDef) -> str:
-    return build_request(app, {}, "/w", ClusterInfo(), None).script
+    return build_request(app, SlurmOptions(signal=None), "/w", ClusterInfo(), None).script
 
 
 def test_slurm_requeues_a_failed_dist_job_never_and_a_preempted_one_up_to_n() -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from xrun.config import config_paths, load, resolve_run_options
+from xrun.config import config_paths, load
 from xrun.errors import UsageError
 from xrun.runner import Runner
-from xrun.schedulers.api import runopts
+from xrun.schedulers.options import resolve_run_options, runopts
 
 
 @pytest.fixture

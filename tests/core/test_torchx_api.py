@@ -18,11 +18,12 @@ import pytest
 from tests.core.test_component import COMP, call
 from tests.helpers.cli import Env
 from xrun.component import analyze, call_component
-from xrun.config import Config, load, resolve_run_options
+from xrun.config import Config, load
 from xrun.errors import UsageError
 from xrun.named_resources import get_named_resource, names
 from xrun.runner import Runner
 from xrun.schedulers.api import get_scheduler
+from xrun.schedulers.options import resolve_run_options
 from xrun.specs import AppDef, ParsedAppHandle, Role, make_app_handle, parse_app_handle
 
 
@@ -110,7 +111,7 @@ def test_slurm_accepts_torchx_spellings_of_mail_options(tmp_path: Path) -> None:
     sched = get_scheduler("slurm", "t")
     opts = sched.run_opts()
     cfg = opts.resolve({"mail-user": "me@x.org", "mail-type": "END"}, "slurm")
-    assert cfg["mail_user"] == "me@x.org" and cfg["mail_type"] == "END"
+    assert cfg.mail_user == "me@x.org" and cfg.mail_type == "END"
     with pytest.raises(UsageError, match="'mail_user' is given twice"):
         opts.resolve({"mail-user": "a", "mail_user": "b"}, "slurm")
     (tmp_path / ".xrunconfig").write_text("[slurm]\nmail-user = cfg@x.org\n")

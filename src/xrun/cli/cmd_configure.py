@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 
-from xrun.config import FILENAME, render_template
+from xrun.config import CLI_RUN, FILENAME
 from xrun.errors import UsageError
 from xrun.schedulers.api import get_scheduler, scheduler_names
+from xrun.schedulers.options import CfgVal, runopts, type_name
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,3 +56,44 @@ def main(ns: argparse.Namespace) -> int:
     os.replace(tmp, FILENAME)  # whole or not at all: an existing file is never half-written
     print(f"xrun: wrote {os.path.abspath(FILENAME)}", file=sys.stderr)
     return 0
+
+
+def _shown(value: CfgVal) -> str:
+    """A run option's default as written in the file (lists with ';', dicts as K:V;K2:V2)."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ";".join(value)
+    if isinstance(value, dict):
+        return ";".join(f"{k}:{v}" for k, v in value.items())
+    return str(value)
+
+
+def render_template(schedulers: list[tuple[str, runopts]]) -> str:
+    """The ``.xrunconfig`` that ``xrun configure`` writes: per scheduler, every run option with
+    its help and default, commented out (uncomment a line to set it)."""
+    out = [
+        "# .xrunconfig (written by `xrun configure`): every run option with its default,",
+        "# commented out. Uncomment a line and change its value to make it your default; the",
+        "# command line (-cfg k=v) still wins. Lists use ';' (a;b), dicts K:V;K2:V2.",
+        "",
+        f"[{CLI_RUN}]",
+        "# the scheduler of `xrun run` without -s",
+        "# scheduler = local_cwd",
+        "# the component of `xrun run` without one, e.g. dist.ddp",
+        "# component =",
+    ]
+    for name, opts in schedulers:
+        out += ["", f"[{name}]"]
+        for o in opts:
+            tname = type_name(o.type_)
+            also = f"; also spelled {', '.join(o.aliases)}" if o.aliases else ""
+            need = "REQUIRED, " if o.required else ""
+            out += textwrap.wrap(
+                f"{o.help} ({need}{tname}{also})",
+                width=96,
+                initial_indent="# ",
+                subsequent_indent="#   ",
+            )
+            out.append(f"# {o.name} = {_shown(o.default)}".rstrip())
+    return "\n".join(out) + "\n"

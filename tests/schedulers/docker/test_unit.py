@@ -20,6 +20,7 @@ from xrun.components.dist import ddp
 from xrun.contract import RANK0_HOST_ENV
 from xrun.errors import UsageError
 from xrun.schedulers.docker import DockerScheduler
+from xrun.schedulers.docker.options import DockerOptions
 from xrun.schedulers.docker.request import (
     app_state,
     container_name,
@@ -74,7 +75,7 @@ def test_app_id_is_a_short_dns_label() -> None:
 # ----------------------------------------------------------------------------- materialize
 def test_ddp_2x2_materializes_one_container_per_replica() -> None:
     app = ddp("--lr", "0.1 x", script="train.py", j="2x2", image="xrun-python:latest", name="t")
-    job = materialize(app, "t-abc", {"shm_size": "2g"})
+    job = materialize(app, "t-abc", DockerOptions(shm_size="2g"))
     assert job.network == "t-abc"
     assert [c.name for c in job.containers] == ["t-abc-train-0", "t-abc-train-1"]
     for i, c in enumerate(job.containers):
@@ -111,7 +112,7 @@ def test_macros_env_mounts_resources_and_retries() -> None:
     job = materialize(
         AppDef("x", [role]),
         "x-1",
-        {"env": {"A": "cfg", "B": "cfg"}, "copy_env": ["XR_*"]},
+        DockerOptions(env={"A": "cfg", "B": "cfg"}, copy_env=["XR_*"]),
         environ={"XR_TOKEN": "t", "A": "shell", "OTHER": "no"},
     )
     c = job.containers[1]
@@ -134,7 +135,7 @@ def test_macros_env_mounts_resources_and_retries() -> None:
 def test_roles_that_collide_after_sanitizing_are_rejected() -> None:
     app = AppDef("x", [_role(name="a_b"), _role(name="a.b")])
     with pytest.raises(UsageError, match="rename one of the roles"):
-        materialize(app, "x-1", {})
+        materialize(app, "x-1", DockerOptions())
 
 
 def test_dryrun_prints_docker_run_lines_without_sdk_or_engine() -> None:
@@ -163,8 +164,10 @@ def test_runopts_reject_unknown_keys_and_convert_strings() -> None:
     with pytest.raises(UsageError, match="shm_size"):
         sched.run_opts().resolve({"shm_sise": "1g"}, "docker")
     cfg = sched.run_opts().resolve({"env": "A:1;B:2", "copy_env": "X_*,Y", "privileged": "yes"})
-    assert cfg["env"] == {"A": "1", "B": "2"} and cfg["copy_env"] == ["X_*", "Y"]
-    assert cfg["privileged"] is True and cfg["shm_size"] == "1g"
+    assert cfg == DockerOptions(env={"A": "1", "B": "2"}, copy_env=["X_*", "Y"], privileged=True)
+    assert cfg.shm_size == "1g" and cfg.stop_timeout == 10
+    with pytest.raises(UsageError, match="run option env: env var name 'BAD-NAME' is invalid"):
+        sched.run_opts().resolve({"env": "BAD-NAME:1"}, "docker")
 
 
 def test_a_role_without_image_is_a_usage_error() -> None:
@@ -260,10 +263,12 @@ def test_app_state_lets_an_elastic_role_lose_replicas_down_to_its_minimum() -> N
 
 
 def test_only_an_elastic_role_gets_an_allowance_label() -> None:
-    elastic = materialize(ddp(script="t.py", j="1:3x2", image="i:1", name="e"), "e-1", {})
+    elastic = materialize(
+        ddp(script="t.py", j="1:3x2", image="i:1", name="e"), "e-1", DockerOptions()
+    )
     assert {c.labels.get("xrun.may_lose") for c in elastic.containers} == {"2"}
     assert "--label xrun.may_lose=2" in str(elastic)  # --dryrun shows it
-    fixed = materialize(ddp(script="t.py", j="3x2", image="i:1", name="f"), "f-1", {})
+    fixed = materialize(ddp(script="t.py", j="3x2", image="i:1", name="f"), "f-1", DockerOptions())
     assert all("xrun.may_lose" not in c.labels for c in fixed.containers)
 
 

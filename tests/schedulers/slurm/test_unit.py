@@ -22,13 +22,13 @@ from xrun.components.dist import ddp
 from xrun.errors import UsageError
 from xrun.schedulers.api import get_scheduler
 from xrun.schedulers.slurm import SlurmScheduler, create_scheduler, parse_version
+from xrun.schedulers.slurm.options import SlurmOptions, WarningSignal, parse_signal
 from xrun.schedulers.slurm.request import (
     ClusterInfo,
     build_request,
     format_comment,
     parse_comment,
     shell_word,
-    signal_name,
 )
 from xrun.schedulers.slurm.status import (
     SACCT_COMP_FIELDS,
@@ -241,9 +241,13 @@ def test_bad_options_are_usage_errors() -> None:
         request(ddp_app(), {"partition": "a b"})
     with pytest.raises(UsageError, match="signal='USR9@1' is invalid; expected SIG@SECONDS"):
         request(ddp_app(), {"signal": "USR9@1"})
-    assert signal_name({"signal": "B:SIGUSR2@90"}) == "USR2"
-    assert signal_name({"signal": "12@90"}) == "USR2"
-    assert signal_name({"signal": ""}) is None
+    assert parse_signal("B:SIGUSR2@90") == WarningSignal("USR2", "90")
+    assert parse_signal("12@90") == WarningSignal("USR2", "90")
+    assert parse_signal("") is None and SlurmOptions(signal=None).warning is None
+    # parsed when the options are made: a bad value never reaches a request
+    with pytest.raises(UsageError, match="signal='USR2@70000' is invalid"):
+        SlurmOptions(signal="USR2@70000")
+    assert SlurmOptions().warning == WarningSignal("USR2", "90")  # the default, USR2@90
 
 
 # --------------------------------------------------------------------------- shellcheck
