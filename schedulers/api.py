@@ -20,7 +20,12 @@ from xrun.contract import RESTARTS_IN_PLACE
 from xrun.errors import UsageError
 from xrun.specs import AppDef, AppState, AppStatus, Role, RoleStatus
 
-from .options import runopts
+# A scheduler's run options (plugins import these from here, as from TorchX's api).
+from .options import CfgVal as CfgVal
+from .options import option as option
+from .options import runopt as runopt
+from .options import runopts as runopts
+from .options import type_name as type_name
 
 if TYPE_CHECKING:
     from xrun.sweeps.backend import SweepBackend
