@@ -22,6 +22,8 @@ resource, TorchX's convention).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -185,7 +187,7 @@ def analyze(name: str, fn: Callable[..., Any]) -> Component:
 
 # --------------------------------------------------------------------------- discovery
 def _builtin_modules() -> list[str]:
-    import pkgutil
+    import pkgutil  # benchmark 5: only listing the builtins needs it
 
     pkg = sys.modules.get(BUILTIN_PACKAGE) or __import__(BUILTIN_PACKAGE, fromlist=["_"])
     return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
@@ -193,7 +195,7 @@ def _builtin_modules() -> list[str]:
 
 def _plugin_modules() -> dict[str, str]:
     """Entry point prefix -> module name (group ``xrun.components``), builtins excluded."""
-    from importlib.metadata import entry_points
+    from importlib.metadata import entry_points  # benchmark 5: reading entry points costs ms
 
     builtins = set(_builtin_modules())
     return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP) if ep.name not in builtins}
@@ -240,8 +242,6 @@ def list_components(problems: list[str] | None = None) -> dict[str, Component]:
 
 
 def _import(prefix: str, module_name: str) -> ModuleType:
-    import importlib
-
     try:
         return importlib.import_module(module_name)
     except Exception as e:  # a broken plugin must say so, not look like a missing component
@@ -276,8 +276,6 @@ def get_component(name: str) -> Component:
 
 
 def _module_for_prefix(prefix: str) -> str | None:
-    import importlib.util
-
     builtin = f"{BUILTIN_PACKAGE}.{prefix}"
     # find_spec without importing every builtin module: one stat per lookup.
     if "." not in prefix and not prefix.startswith("_") and importlib.util.find_spec(builtin):
@@ -287,7 +285,7 @@ def _module_for_prefix(prefix: str) -> str | None:
 
 def _closest(name: str) -> str:
     names = list(list_components())
-    import difflib  # lazy: only error paths need it
+    import difflib  # benchmark 5: only a misspelt name needs it
 
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
     if close:
@@ -303,7 +301,7 @@ def _from_file(ref: str) -> Component:
         )
     if not os.path.isfile(path):
         raise UsageError(f"component file {path!r} does not exist (in {os.getcwd()})")
-    from xrun.torchx_compat import scoped, torchx_imports
+    from xrun.torchx_compat import scoped, torchx_imports  # benchmark 5: TorchX files only
 
     # A TorchX component file runs unchanged: its `import torchx...` get xrun's stand-ins while
     # it loads and while its function runs, and nowhere else (see xrun.torchx_compat).
@@ -319,8 +317,6 @@ def _from_file(ref: str) -> Component:
 
 
 def _load_file(path: str) -> ModuleType:
-    import importlib.util
-
     mod_name = "xrun_component_" + "".join(c if c.isalnum() else "_" for c in path)
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
@@ -382,7 +378,7 @@ def parse_argv(comp: Component, argv: Sequence[str]) -> ParsedArgs:
         flag, eq, value = tok.partition("=")
         param = table.get(flag)
         if param is None:
-            import difflib  # lazy: only error paths need it
+            import difflib  # benchmark 5: only a misspelt name needs it
 
             close = difflib.get_close_matches(flag, list(table), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
@@ -488,7 +484,7 @@ def call_component(
             msg if msg.startswith(f"{comp.name}: ") else f"{comp.name}: {msg}"
         ) from None
     if not isinstance(app, AppDef) and type(app).__module__.startswith("torchx."):
-        from xrun.torchx_compat import from_torchx  # a TorchX file, with TorchX installed
+        from xrun.torchx_compat import from_torchx  # benchmark 5: TorchX files only
 
         app = from_torchx(app)
     if not isinstance(app, AppDef):
@@ -498,7 +494,7 @@ def call_component(
 
 def format_help(comp: Component) -> str:
     """``--help`` text: the docstring's description and every parameter's doc and default."""
-    import docstring_parser  # lazy: ~20 ms, needed only here
+    import docstring_parser  # benchmark 5: ~20 ms, for --help only
 
     doc = docstring_parser.parse(inspect.getdoc(comp.fn) or "")
     param_docs = {p.arg_name.lstrip("*"): (p.description or "") for p in doc.params}

@@ -100,7 +100,7 @@ def _aws(itype: str) -> Resource:
 
 def _plugins() -> dict[str, Any]:
     """Entry points by name; scanned only when a name is not a builtin (the scan is slow)."""
-    from importlib.metadata import entry_points
+    from importlib.metadata import entry_points  # benchmark 5: plugin names only
 
     builtin = set(_builtin_names())
     return {ep.name: ep for ep in entry_points(group=GROUP) if ep.name not in builtin}
@@ -135,7 +135,7 @@ def get_named_resource(name: str) -> Resource:
             )
         return res
     known = _builtin_names() + sorted(plugins)
-    import difflib  # lazy: only error paths need it
+    import difflib  # benchmark 5: only a misspelt name needs it
 
     close = difflib.get_close_matches(name, known, n=3)
     hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""

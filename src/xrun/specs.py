@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from xrun.contract import MAX_REPLICAS
 from xrun.errors import UsageError
 from xrun.limits import check_env_name, shown
+from xrun.yaml_writer import dump
 
 
 # --------------------------------------------------------------------------- resources
@@ -447,7 +448,7 @@ def appdef_from_dict(data: Any, source: str = "spec") -> AppDef:
     """Build an AppDef from :func:`appdef_to_dict`'s form (a saved YAML spec, a scheduler's
     record), checking every field's type: a wrong one is a UsageError naming the field
     (``spec.yaml: roles[0].num_replicas: expected an integer, got a string 'abc'``)."""
-    from xrun import fields as f
+    from xrun import fields as f  # benchmark 5: a saved AppDef only (datetime)
 
     if not isinstance(data, dict) or "name" not in data or "roles" not in data:
         got = f.type_name(data)
@@ -477,7 +478,7 @@ def appdef_from_dict(data: Any, source: str = "spec") -> AppDef:
 
 
 def _role_from_dict(rd: Any, where: str) -> Role:
-    from xrun import fields as f
+    from xrun import fields as f  # benchmark 5: a saved AppDef only (datetime)
 
     rd = f.as_map(rd, where)
     unknown = set(rd) - _ROLE_FIELDS
@@ -524,7 +525,7 @@ def _role_from_dict(rd: Any, where: str) -> Role:
 
 
 def _resource_from_dict(res: Any, where: str) -> Resource:
-    from xrun import fields as f
+    from xrun import fields as f  # benchmark 5: a saved AppDef only (datetime)
 
     res = f.as_map(res, where)
     unknown = set(res) - set(_RESOURCE_FIELDS)
@@ -546,7 +547,7 @@ def _resource_from_dict(res: Any, where: str) -> Resource:
 
 
 def _mount_from_dict(d: Any, where: str) -> Mount:
-    from xrun import fields as f
+    from xrun import fields as f  # benchmark 5: a saved AppDef only (datetime)
 
     d = dict(f.as_map(d, where))
     kind = d.pop("type", None)
@@ -579,13 +580,11 @@ def _mount_from_dict(d: Any, where: str) -> Mount:
 
 def appdef_to_yaml(app: AppDef) -> str:
     """The YAML text ``xrun run --dryrun`` prints and ``appdef_from_yaml`` reads back."""
-    from xrun.yaml_writer import dump  # lazy: `import xrun` must stay cheap
-
     return dump(appdef_to_dict(app))
 
 
 def appdef_from_yaml(text: str, source: str = "spec") -> AppDef:
-    import yaml
+    import yaml  # benchmark 5: pyyaml alone costs a third of a dry run; reading only
 
     try:
         data = yaml.safe_load(text)

@@ -24,6 +24,7 @@ returns is converted to xrun's (:func:`from_torchx`). A TorchX ``dist.ddp`` then
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.abc
 import importlib.util
 import sys
@@ -32,7 +33,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xrun import named_resources, specs
+from xrun.components import DEFAULT_IMAGE, dist, utils
+from xrun.components.dist import split_name
 from xrun.errors import UsageError
+from xrun.named_resources import get_named_resource, names
+from xrun.schedulers import api, options
+from xrun.specs import AppDef, BindMount, DeviceMount, Resource, RetryPolicy, Role, VolumeMount
 
 TORCHX_VERSION = "0.7.0"  # the TorchX whose API the stand-ins follow
 # The modules xrun stands in for (anything else under torchx. is refused with this list).
@@ -65,9 +72,6 @@ def resource(
 ) -> Any:
     """TorchX's ``specs.resource``: the named resource ``h``, else cpu/gpu/memMB with TorchX's
     defaults (2 CPUs, 0 GPUs, 1024 MB) for the ones not given (or 0)."""
-    from xrun.named_resources import get_named_resource
-    from xrun.specs import Resource
-
     if h:
         return get_named_resource(h)
     return Resource(cpu=cpu or 2, gpu=gpu or 0, memMB=memMB or 1024)
@@ -77,16 +81,12 @@ class _NamedResources:
     """TorchX's ``specs.named_resources``: ``named_resources["aws_p4d.24xlarge"]``."""
 
     def __getitem__(self, name: str) -> Any:
-        from xrun.named_resources import get_named_resource
-
         try:
             return get_named_resource(name)
         except UsageError as e:
             raise KeyError(str(e)) from None
 
     def __contains__(self, name: object) -> bool:
-        from xrun.named_resources import names
-
         return name in names()
 
 
@@ -107,8 +107,6 @@ class StructuredNameArgument:
         script: str | None = None,
         default_experiment_name: str = "default-experiment",
     ) -> StructuredNameArgument:
-        from xrun.components.dist import split_name
-
         if bool(m) == bool(script):
             raise ValueError("specify exactly one of a main module (m) or a script")
         given = name.partition("/")[0] if "/" in name else ""
@@ -129,8 +127,6 @@ class StructuredJArgument:
 
     @staticmethod
     def parse_from(h: str, j: str) -> StructuredJArgument:
-        from xrun.named_resources import get_named_resource
-
         gpus = get_named_resource(h).gpu
         nnodes, x, nproc = j.partition("x")
         if not x and gpus <= 0:
@@ -149,9 +145,6 @@ def _module(name: str, attrs: Mapping[str, Any], package: bool = False) -> types
 
 
 def _specs_attrs() -> dict[str, Any]:
-    from xrun import named_resources, specs
-    from xrun.schedulers import api, options
-
     attrs = {n: getattr(specs, n) for n in dir(specs) if not n.startswith("_")}
     attrs.update(
         CfgVal=options.CfgVal,
@@ -170,9 +163,6 @@ def _specs_attrs() -> dict[str, Any]:
 
 
 def _stand_ins() -> dict[str, types.ModuleType]:
-    from xrun import named_resources
-    from xrun.components import DEFAULT_IMAGE, dist, utils
-
     specs_attrs = _specs_attrs()
     aws = {
         n: (lambda n=n: named_resources.get_named_resource(n))
@@ -260,7 +250,6 @@ def torchx_imports() -> Iterator[None]:
 def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` run inside :func:`torchx_imports` (a component function of a TorchX file may
     import TorchX when called); signature, docstring and annotations are ``fn``'s."""
-    import functools
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -273,8 +262,6 @@ def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
 # --------------------------------------------------------------------------- TorchX's AppDef
 def from_torchx(app: Any) -> Any:
     """A real TorchX ``AppDef`` as xrun's (its fields have the same names and meanings)."""
-    from xrun.specs import AppDef, Role
-
     return AppDef(
         name=str(app.name),
         roles=[
@@ -300,20 +287,14 @@ def from_torchx(app: Any) -> Any:
 
 
 def _retry_policy(policy: Any) -> Any:
-    from xrun.specs import RetryPolicy
-
     return RetryPolicy(getattr(policy, "value", policy))
 
 
 def _resource(res: Any) -> Any:
-    from xrun.specs import Resource
-
     return Resource(res.cpu, res.gpu, res.memMB, dict(res.capabilities), dict(res.devices))
 
 
 def _mount(m: Any) -> Any:
-    from xrun.specs import BindMount, DeviceMount, VolumeMount
-
     kind = type(m).__name__
     if kind == "BindMount":
         return BindMount(m.src_path, m.dst_path, m.read_only)

@@ -34,6 +34,7 @@ from typing import Any
 
 from xrun.contract import SWEEP_ENV_PREFIX, SWEEP_SIZE_ENV, TRIAL_INDEX_ENV
 from xrun.errors import UsageError
+from xrun.fields import check_size, read_text
 from xrun.limits import capped_int, is_digits, shown
 from xrun.specs import AppDef, appdef_from_dict, appdef_to_dict
 
@@ -185,9 +186,7 @@ def _scalar_text(value: object, where: str) -> str:
 
 def load_sweep_file(path: str) -> list[dict[str, str]]:
     """The trials of a ``--sweep-file`` (YAML or JSON): a list of mappings name -> value."""
-    import yaml  # lazy: only a sweep file needs it
-
-    from xrun.fields import check_size, read_text
+    import yaml  # benchmark 9: a sweep from --sweep flags reads no YAML
 
     text = read_text(path, "--sweep-file")
     try:

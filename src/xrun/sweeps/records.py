@@ -64,7 +64,7 @@ def create(scheduler: str, sweep_id: str, spec: dict[str, Any], replace: bool = 
     path = sweep_dir(scheduler, sweep_id)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     if replace and os.path.isdir(path):
-        import shutil
+        import shutil  # benchmark 5: every command reads records; only this writes
 
         shutil.rmtree(path)
     os.mkdir(path, 0o700)

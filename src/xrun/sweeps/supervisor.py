@@ -25,6 +25,7 @@ from typing import Any
 
 from xrun.errors import XrunError
 from xrun.schedulers.api import DescribeAppResponse, Scheduler, get_scheduler
+from xrun.schedulers.local_cwd.supervisor import proc_start_time
 from xrun.specs import AppDef, AppState, is_terminal
 from xrun.sweeps import records
 from xrun.sweeps.plan import SweepPlan
@@ -224,8 +225,6 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda *_: None)  # the wake-up byte is what matters
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    from xrun.schedulers.local_cwd.supervisor import proc_start_time
-
     records.write_json(
         os.path.join(argv[0], SUPERVISOR_FILE),
         {"pid": os.getpid(), "start": proc_start_time(os.getpid())},

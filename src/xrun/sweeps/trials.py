@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from xrun.schedulers.api import LogQuery
+from xrun.schedulers.local_cwd.request import visible_gpus
 from xrun.schedulers.local_cwd.supervisor import is_alive, proc_start_time
 from xrun.specs import AppDef, AppState, AppStatus, Role
 from xrun.sweeps import records
@@ -63,8 +64,6 @@ def default_parallel(app: AppDef) -> tuple[int, str]:
     why = f"this machine has {cpus} CPU(s) and each trial asks for {per} ({detail})"
     gpus_per = sum(max(r.resource.gpu, 0) * r.num_replicas for r in app.roles)
     if gpus_per:
-        from xrun.schedulers.local_cwd.request import visible_gpus
-
         gpus = len(visible_gpus())
         if gpus and gpus // gpus_per < k:
             k = max(1, gpus // gpus_per)
