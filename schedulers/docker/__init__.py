@@ -2,7 +2,7 @@
 
 One module per role, the same names as in the other scheduler packages: ``scheduler`` (the
 :class:`~xrun.schedulers.api.Scheduler`), ``request`` (the dry-run value), ``engine`` (the docker
-SDK calls), ``status`` (reading containers), ``store`` (what is kept on disk per app),
+SDK calls), ``status`` (reading containers), ``statedir`` (what is kept on disk per app),
 ``workspace`` (the image build context), ``watch`` (the detached watcher's entry point).
 
 The registry imports this package for :func:`create_scheduler`, which needs ``scheduler``

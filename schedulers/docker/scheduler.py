@@ -15,7 +15,7 @@ Who enforces them: there is no daemon of ours, so every :meth:`describe` (``xrun
 polls it while it waits; ``xrun status`` calls it from any shell) reconciles. When it sees the
 end -- a replica failed beyond its role's allowance (others are then stopped), all ended
 otherwise, or a cancel -- it
-copies every replica's logs to the state dir (see :mod:`xrun.schedulers.docker.store`), records
+copies every replica's logs to the state dir (see :mod:`xrun.schedulers.docker.statedir`), records
 the terminal status there, and removes the containers and the network. Logs and status stay
 readable after that from the state dir. So that this happens with nobody watching too,
 ``schedule()`` starts a detached watcher per app (:mod:`xrun.schedulers.docker.watch`).
@@ -48,7 +48,7 @@ The docker SDK is imported on first use of the engine: ``--dryrun`` needs neithe
 an engine.
 
 The pieces, in this package: ``request`` (AppDef -> DockerJob, the value --dryrun prints; the
-status rules), ``workspace`` (the image build context), ``engine`` (the SDK calls), ``store``
+status rules), ``workspace`` (the image build context), ``engine`` (the SDK calls), ``statedir``
 (what is kept on disk per app), ``status`` (reading containers), ``watch`` (the detached
 watcher's entry point).
 """
@@ -98,6 +98,7 @@ from .request import (
     materialize,
     replica_state,
 )
+from .statedir import StateDir, replicas_from_json, replicas_to_json
 from .status import (
     containers_app_state,
     end_message,
@@ -105,7 +106,6 @@ from .status import (
     role_statuses,
     split_lines,
 )
-from .store import AppStateStore, replicas_from_json, replicas_to_json
 from .workspace import build_context
 
 # The watcher's module (watch.py), run by this interpreter with -m: it imports the same xrun.
@@ -149,7 +149,7 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     def __init__(self, session_name: str, state_dir: str | None = None) -> None:
         super().__init__(session_name)
-        self._store = AppStateStore(Path(state_dir) if state_dir else None)
+        self._state_dir = StateDir(Path(state_dir) if state_dir else None)
         self.__client: Any = None
 
     # ------------------------------------------------------------------ engine
@@ -230,14 +230,14 @@ class DockerScheduler(Scheduler[DockerJob]):
                 created.append(client.containers.create(**args))
             # Written once every container exists: from here on a missing container means
             # someone removed it, not that schedule() is still busy.
-            self._store.save_job(job.app_id, job.to_dict())
+            self._state_dir.save_job(job.app_id, job.to_dict())
             parallel(lambda c: c.start(), created)
         except docker.errors.APIError as e:
             # Nothing of a half-started app may stay behind (e.g. a bind mount whose source
             # does not exist fails at start, after the first replicas already run).
             parallel(lambda c: c.remove(force=True), created)
             network.remove()
-            self._store.forget(job.app_id)
+            self._state_dir.forget(job.app_id)
             raise SchedulerError(
                 f"docker refused app {job.app_id}: {e.explanation or e}; nothing was left running"
             ) from None
@@ -254,7 +254,7 @@ class DockerScheduler(Scheduler[DockerJob]):
         )
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        final = self._store.load_final(app_id)
+        final = self._state_dir.load_final(app_id)
         if final is not None:
             if not final.get("cleaned", True):
                 # Recorded, but the finaliser is still removing the containers: wait for it
@@ -278,13 +278,13 @@ class DockerScheduler(Scheduler[DockerJob]):
         containers = self._containers(app_id)
         if not containers:
             if (
-                self._store.load_final(app_id) is not None
-                or self._store.load_job(app_id) is not None
+                self._state_dir.load_final(app_id) is not None
+                or self._state_dir.load_job(app_id) is not None
             ):
                 # Finalised meanwhile by another process, or removed behind our back.
                 return self._finalize(app_id)
             return None
-        state = containers_app_state(containers, self._store.is_cancelled(app_id))
+        state = containers_app_state(containers, self._state_dir.is_cancelled(app_id))
         if is_terminal(state):
             return self._finalize(app_id)
         return self._live(app_id, containers, state)
@@ -303,16 +303,16 @@ class DockerScheduler(Scheduler[DockerJob]):
 
         Serialised by a file lock: the first caller does the work, later ones read its record.
         """
-        with self._store.lock(app_id):
-            final = self._store.load_final(app_id)
+        with self._state_dir.lock(app_id):
+            final = self._state_dir.load_final(app_id)
             if final is not None:
                 if not final.get("cleaned", True):  # a finaliser died before cleaning up
                     self._remove_app(app_id, self._settled_containers(app_id))
-                    self._store.save_final(app_id, {**final, "cleaned": True})
+                    self._state_dir.save_final(app_id, {**final, "cleaned": True})
                 return self._from_final(app_id, final)
             containers = self._settled_containers(app_id)
             before = {c.name: replica_state(c.attrs)[0] for c in containers}
-            cancelled = self._store.is_cancelled(app_id)
+            cancelled = self._state_dir.is_cancelled(app_id)
             state = containers_app_state(containers, cancelled, before)
             if not containers:
                 state = AppState.FAILED
@@ -332,9 +332,9 @@ class DockerScheduler(Scheduler[DockerJob]):
                     data = c.logs(
                         stdout=stream == "stdout", stderr=stream == "stderr", timestamps=True
                     )
-                    self._store.save_log(app_id, role, k, stream, data)
+                    self._state_dir.save_log(app_id, role, k, stream, data)
             roles = role_statuses(containers, stopped)
-            msg = end_message(app_id, state, roles, self._store, containers_gone=not containers)
+            msg = end_message(app_id, state, roles, self._state_dir, containers_gone=not containers)
             record = {
                 "state": state.name,
                 "num_restarts": max(
@@ -344,13 +344,13 @@ class DockerScheduler(Scheduler[DockerJob]):
                 "roles": replicas_to_json(roles),
                 "cleaned": False,  # True once the containers and the network are gone
             }
-            if self._store.load_job(app_id) is None and containers:
+            if self._state_dir.load_job(app_id) is None and containers:
                 # Submitted from elsewhere: keep what `xrun log`/`describe` need after cleanup.
-                self._store.save_job(app_id, job_from_containers(app_id, containers))
-            self._store.save_final(app_id, record)
+                self._state_dir.save_job(app_id, job_from_containers(app_id, containers))
+            self._state_dir.save_final(app_id, record)
             self._remove_app(app_id, containers)
             record["cleaned"] = True
-            self._store.save_final(app_id, record)
+            self._state_dir.save_final(app_id, record)
         return self._from_final(app_id, record)
 
     def _remove_app(self, app_id: str, containers: list[Any]) -> None:
@@ -384,7 +384,7 @@ class DockerScheduler(Scheduler[DockerJob]):
     def _roles(self, app_id: str, containers: list[Any] | None = None) -> list[Role]:
         """The app's roles from ``job.json``, or, for an app submitted from another machine or
         state dir, from its containers' labels and config."""
-        job = self._store.load_job(app_id) or job_from_containers(app_id, containers or [])
+        job = self._state_dir.load_job(app_id) or job_from_containers(app_id, containers or [])
         roles: dict[str, Role] = {}
         for c in job.get("containers", []):
             if c["role"] not in roles:
@@ -399,7 +399,7 @@ class DockerScheduler(Scheduler[DockerJob]):
         return list(roles.values())
 
     def cancel(self, app_id: str) -> None:
-        if self._store.load_final(app_id) is not None:
+        if self._state_dir.load_final(app_id) is not None:
             return  # already ended: cancelling changes nothing
         with self._engine_errors():
             import docker  # (after _client(), as in describe)
@@ -413,12 +413,12 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     def _cancel(self, app_id: str) -> None:
         containers = self._containers(app_id)
-        if not containers and self._store.load_job(app_id) is None:
+        if not containers and self._state_dir.load_job(app_id) is None:
             raise AppNotFoundError(f"docker app {app_id!r} not found (see `xrun list -s docker`)")
         state = containers_app_state(containers, False)
         if not is_terminal(state):
             # Before any stop: a replica killed by this cancel must read as CANCELLED.
-            self._store.mark_cancelled(app_id)
+            self._state_dir.mark_cancelled(app_id)
         self._finalize(app_id)
 
     # ------------------------------------------------------------------ logs
@@ -441,7 +441,7 @@ class DockerScheduler(Scheduler[DockerJob]):
     ) -> Iterator[str]:
         import docker
 
-        if not self._store.has_logs(app_id, role, k):
+        if not self._state_dir.has_logs(app_id, role, k):
             with self._engine_errors() as client:
                 labels = [
                     f"{LABEL_APP_ID}={app_id}",
@@ -469,8 +469,8 @@ class DockerScheduler(Scheduler[DockerJob]):
                 if chunks is not None:
                     yield from split_lines(chunks)
                     return
-        if self._store.has_logs(app_id, role, k):
-            yield from self._store.read_logs(app_id, role, k, streams, since, until)
+        if self._state_dir.has_logs(app_id, role, k):
+            yield from self._state_dir.read_logs(app_id, role, k, streams, since, until)
             return
         resp = self.describe(app_id)
         if resp is None:
@@ -500,20 +500,20 @@ class DockerScheduler(Scheduler[DockerJob]):
             apps.setdefault(c.labels[LABEL_APP_ID], []).append(c)
         out = []
         for app_id, cs in sorted(apps.items()):
-            final = self._store.load_final(app_id)
+            final = self._state_dir.load_final(app_id)
             if final is not None:
                 continue  # ended; listed below from its record
             out.append(
                 ListAppResponse(
                     app_id=app_id,
-                    state=containers_app_state(cs, self._store.is_cancelled(app_id)),
+                    state=containers_app_state(cs, self._state_dir.is_cancelled(app_id)),
                     name=cs[0].labels.get(LABEL_APP, ""),
                     app_handle=f"docker://{self.session_name}/{app_id}",
                 )
             )
-        for app_id in self._store.final_app_ids():
-            final = self._store.load_final(app_id) or {}
-            job = self._store.load_job(app_id) or {}
+        for app_id in self._state_dir.final_app_ids():
+            final = self._state_dir.load_final(app_id) or {}
+            job = self._state_dir.load_job(app_id) or {}
             if job.get("session", self.session_name) != self.session_name:
                 continue
             out.append(

@@ -19,7 +19,7 @@ from .request import (
     app_state,
     replica_state,
 )
-from .store import AppStateStore
+from .statedir import StateDir
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -95,7 +95,7 @@ def end_message(
     app_id: str,
     state: AppState,
     roles: list[RoleStatus],
-    store: AppStateStore,
+    state_dir: StateDir,
     containers_gone: bool,
 ) -> str:
     if containers_gone:
@@ -111,7 +111,7 @@ def end_message(
                 continue
             last = [
                 line.rstrip("\n")
-                for line in store.read_logs(app_id, r.role, rep.id, ["stderr"], None, None)
+                for line in state_dir.read_logs(app_id, r.role, rep.id, ["stderr"], None, None)
                 if line.strip()
             ]
             hint = f" (last stderr line: {last[-1][:200]})" if last else ""

@@ -3,7 +3,7 @@
 One module per role, the same names as in the other scheduler packages: ``scheduler`` (the
 :class:`~xrun.schedulers.api.Scheduler`), ``request`` (the dry-run value), ``launch`` (starting
 an app), ``supervisor`` (the detached process that owns the replicas), ``status`` (reading an
-app's state), ``store`` (where an app lives on disk).
+app's state), ``statedir`` (where an app lives on disk).
 
 The registry imports this package for :func:`create_scheduler`, which needs ``scheduler``
 anyway: nothing else is imported here.

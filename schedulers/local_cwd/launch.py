@@ -18,7 +18,7 @@ import time
 from xrun.errors import SchedulerError, UsageError
 
 from ..logs import POLL_S
-from . import store
+from . import statedir
 from .request import LocalRequest
 from .supervisor import write_json_atomic
 
@@ -77,10 +77,10 @@ def launch(req: LocalRequest) -> Child:
             f"the cwd changed from {req.cwd} to {os.getcwd()} since the dry run; "
             "schedule() runs the replicas in the dry run's cwd: change back, or dry-run again"
         )
-    paths = store.AppPaths(req.app_dir)
+    paths = statedir.AppPaths(req.app_dir)
     log_dir = os.path.dirname(req.app_dir)
     try:
-        store.make_private_dirs(log_dir)
+        statedir.make_private_dirs(log_dir)
         os.mkdir(req.app_dir, 0o700)
     except FileExistsError:
         raise SchedulerError(
@@ -94,12 +94,12 @@ def launch(req: LocalRequest) -> Child:
         ) from None
     try:
         _make_files(req, paths)
-        store.register(req.app_id, req.app_dir)
+        statedir.register(req.app_id, req.app_dir)
     except BaseException as e:
         # Nothing of an app that cannot start stays behind (a half-made dir, an index entry).
         import shutil
 
-        store.unregister(req.app_id)
+        statedir.unregister(req.app_id)
         shutil.rmtree(req.app_dir, ignore_errors=True)
         if isinstance(e, OSError):
             raise UsageError(
@@ -110,17 +110,17 @@ def launch(req: LocalRequest) -> Child:
     return start_supervisor(paths, req.cwd)
 
 
-def _make_files(req: LocalRequest, paths: store.AppPaths) -> None:
+def _make_files(req: LocalRequest, paths: statedir.AppPaths) -> None:
     os.mkdir(paths.state_dir, 0o700)
     for r in req.replicas:
-        store.make_private_dirs(paths.replica_dir(r.role, r.id))
+        statedir.make_private_dirs(paths.replica_dir(r.role, r.id))
         # Created now, so a reader that comes before the replica starts finds them.
         for f in (r.stdout, r.stderr):
             os.close(os.open(f, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     write_json_atomic(paths.request, req.to_json())
 
 
-def start_supervisor(paths: store.AppPaths, cwd: str) -> Child:
+def start_supervisor(paths: statedir.AppPaths, cwd: str) -> Child:
     """Start the app's supervisor and wait until it reports the replicas started."""
     rfd, wfd = os.pipe()
     try:
@@ -137,7 +137,7 @@ def start_supervisor(paths: store.AppPaths, cwd: str) -> Child:
     if not ready:
         killpg(child.pid, signal.SIGKILL)
     code = child.wait(None)
-    st = store.read_json(paths.state)
+    st = statedir.read_json(paths.state)
     cause = st.get("msg", "") if st is not None else ""
     if not cause:  # it died before it could say why: the last line of its log
         try:
@@ -153,7 +153,7 @@ def start_supervisor(paths: store.AppPaths, cwd: str) -> Child:
     )
 
 
-def _record_failed(paths: store.AppPaths, msg: str) -> None:
+def _record_failed(paths: statedir.AppPaths, msg: str) -> None:
     """The app is FAILED with ``msg`` (``status`` and ``list`` say so, not SUBMITTED)."""
     st = {
         "app_id": os.path.basename(paths.app_dir),
@@ -170,7 +170,7 @@ def _record_failed(paths: store.AppPaths, msg: str) -> None:
         pass
 
 
-def _fork_supervisor(paths: store.AppPaths, ready_fd: int) -> Child | None:
+def _fork_supervisor(paths: statedir.AppPaths, ready_fd: int) -> Child | None:
     """Fork the supervisor off this process: no interpreter start-up on the hot path.
 
     Only from a single-threaded process (a fork copies just the calling thread; another
@@ -199,7 +199,7 @@ def _native_threads() -> int:
         return 1
 
 
-def _exec_supervisor(paths: store.AppPaths, cwd: str, ready_fd: int) -> Child:
+def _exec_supervisor(paths: statedir.AppPaths, cwd: str, ready_fd: int) -> Child:
     # -S: skip the site-packages scan (the supervisor needs the stdlib only); -P (3.11+):
     # do not put the schedulers dir first on sys.path, where it could shadow stdlib names.
     flags = ["-S", "-P"] if sys.version_info >= (3, 11) else ["-S"]

@@ -28,7 +28,7 @@ from xrun.specs import AppDef, Role, appdef_to_dict, macros
 from xrun.xdg import check_writable_dir
 
 from ..api import replicas_role_may_lose
-from . import store
+from . import statedir
 from .options import LocalOptions
 
 
@@ -151,9 +151,9 @@ def _path_with(first: list[str], path: str) -> str:
 def build_request(app: AppDef, opts: LocalOptions) -> LocalRequest:
     """The request for ``app`` with resolved run options ``opts``: pure, no side effects."""
     app_id = make_app_id(app.name)
-    log_dir = os.path.abspath(os.path.expanduser(opts.log_dir or store.default_log_dir()))
+    log_dir = os.path.abspath(os.path.expanduser(opts.log_dir or statedir.default_log_dir()))
     check_writable_dir(log_dir, "-cfg log_dir=DIR, default $XDG_STATE_HOME/xrun/local_cwd/logs")
-    paths = store.AppPaths(os.path.join(log_dir, app_id))
+    paths = statedir.AppPaths(os.path.join(log_dir, app_id))
     cwd = os.getcwd()
     first = [os.path.dirname(sys.executable)] + ([cwd] if opts.prepend_cwd else [])
     path = _path_with(first, os.environ.get("PATH", os.defpath))

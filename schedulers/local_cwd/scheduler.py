@@ -16,7 +16,7 @@ What a replica gets (``xrun run --dryrun -s local_cwd ...`` prints it all):
   when ``auto_set_cuda_visible_devices=True`` and the host has GPUs;
 * stdout/stderr in ``<log_dir>/<app_id>/<role>/<replica>/{stdout,stderr}.log`` (dirs 0700,
   files 0600); ``log_dir`` defaults to ``~/.local/state/xrun/local_cwd/logs`` (under
-  ``$XDG_STATE_HOME`` when set). See :mod:`xrun.schedulers.local_cwd.store`.
+  ``$XDG_STATE_HOME`` when set). See :mod:`xrun.schedulers.local_cwd.statedir`.
 
 A detached supervisor process owns the replicas, so the app survives its launcher (SIGKILL the
 ``xrun run`` and the job goes on), and every query (``status``/``describe``/``log``/``cancel``/
@@ -39,7 +39,7 @@ A detached supervisor process owns the replicas, so the app survives its launche
   which each multi-node app gets a free port of its own (``XRUN_RDZV_PORT``).
 
 One file per step, in this package: ``request`` (the dry-run value), ``launch`` (dirs + starting
-the supervisor), ``supervisor`` (the detached process), ``status`` (reading the state), ``store``
+the supervisor), ``supervisor`` (the detached process), ``status`` (reading the state), ``statedir``
 (layout and the per-user index); reading/following the log files is the shared
 :mod:`xrun.schedulers.logs`.
 """
@@ -65,7 +65,7 @@ from ..api import (
     runopts,
 )
 from ..logs import POLL_S, iter_log_lines
-from . import procs, store
+from . import procs, statedir
 from .launch import Child, launch
 from .options import LocalOptions
 from .request import (
@@ -106,20 +106,20 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         return req.app_id
 
     # ---- queries
-    def _paths(self, app_id: str) -> store.AppPaths:
-        paths = store.find(app_id)
+    def _paths(self, app_id: str) -> statedir.AppPaths:
+        paths = statedir.find(app_id)
         if paths is None:
             raise AppNotFoundError(
-                f"local_cwd app {app_id!r} not found (no entry in {store.index_dir()}); "
+                f"local_cwd app {app_id!r} not found (no entry in {statedir.index_dir()}); "
                 "`xrun list -s local_cwd` shows this user's apps"
             )
         return paths
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        paths = store.find(app_id)
+        paths = statedir.find(app_id)
         if paths is not None:
             return describe_app(app_id, paths)
-        found = procs.app_processes(app_id=app_id) if store.valid_app_id(app_id) else {}
+        found = procs.app_processes(app_id=app_id) if statedir.valid_app_id(app_id) else {}
         if not found:
             return None
         # Its files are gone (the state dir was deleted) but it runs: say so, and how to stop it.
@@ -136,13 +136,13 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
     def list(self) -> list[ListAppResponse]:
         """This user's apps (from the index, whatever their log_dir), oldest first."""
         found = []
-        for app_id in store.indexed_app_ids():
-            paths = store.find(app_id)
+        for app_id in statedir.indexed_app_ids():
+            paths = statedir.find(app_id)
             if paths is None:  # its log dir was deleted: forget it
-                store.unregister(app_id)
+                statedir.unregister(app_id)
                 continue
             resp = self.describe(app_id)
-            req = store.read_json(paths.request)
+            req = statedir.read_json(paths.request)
             if resp is None or req is None:
                 continue
             item = ListAppResponse(
@@ -161,7 +161,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
             if child.wait(timeout) is not None:
                 del self._children[app_id]
             return self.describe(app_id)
-        paths = store.find(app_id)
+        paths = statedir.find(app_id)
         if paths is None:
             return None
         fd = supervisor_pidfd(paths)
@@ -177,7 +177,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         return self.describe(app_id)
 
     def _follow(
-        self, app_id: str, paths: store.AppPaths, files: Sequence[str], should_tail: bool
+        self, app_id: str, paths: statedir.AppPaths, files: Sequence[str], should_tail: bool
     ) -> Iterator[str]:
         """The lines of ``files``; with ``should_tail``, until the app ends."""
         fd = supervisor_pidfd(paths) if should_tail else None
@@ -203,7 +203,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
     def logs(self, app_id: str, query: LogQuery) -> Iterable[str]:
         role_name, k = query.role, query.k
         paths = self._paths(app_id)
-        req = store.read_json(paths.request) or {}
+        req = statedir.read_json(paths.request) or {}
         counts: dict[str, int] = {}
         for r in req.get("replicas", []):
             counts[r["role"]] = counts.get(r["role"], 0) + 1
@@ -225,15 +225,15 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         """Stop the app and return once every one of its processes has ended (the supervisor's
         word is not taken for it: the processes are looked up, see :mod:`.procs`);
         SchedulerError naming those that would not end."""
-        paths = store.find(app_id)
+        paths = statedir.find(app_id)
         if paths is None:
             self._cancel_lost(app_id)
             return
-        st = store.read_json(paths.state)
+        st = statedir.read_json(paths.state)
         deadline = time.monotonic() + 10
         while st is None and time.monotonic() < deadline:  # another process is scheduling it
             time.sleep(POLL_S)
-            st = store.read_json(paths.state)
+            st = statedir.read_json(paths.state)
         grace = request_grace(paths)
         if st is not None and st["state"] not in TERMINAL:
             sup = st["supervisor"]
@@ -242,7 +242,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
                 os.close(fd)
                 os.kill(sup["pid"], signal.SIGTERM)  # the supervisor stops the replicas
                 self.wait(app_id, timeout=grace + 5)
-            st = store.read_json(paths.state) or st
+            st = statedir.read_json(paths.state) or st
             if st["state"] not in TERMINAL and not is_alive(sup["pid"], sup["start"]):
                 stop_orphans(paths, st, grace)  # it died (before or during the stop)
         self._check_all_ended(app_id, procs.app_processes(app_dir=paths.app_dir), grace)
@@ -252,7 +252,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         found = procs.app_processes(app_id=app_id)
         if not found:
             raise AppNotFoundError(
-                f"local_cwd app {app_id!r} not found (no entry in {store.index_dir()}, and no "
+                f"local_cwd app {app_id!r} not found (no entry in {statedir.index_dir()}, and no "
                 "process of it runs); `xrun list -s local_cwd` shows this user's apps"
             )
         self._check_all_ended(app_id, found, 10.0)

@@ -16,7 +16,7 @@ from typing import Any
 from xrun.specs import AppState, ReplicaStatus, Role, RoleStatus, appdef_from_dict, is_terminal
 
 from ..api import DescribeAppResponse
-from . import store
+from . import statedir
 from .launch import killpg
 from .procs import group_alive
 from .supervisor import TERMINAL, grace_of, is_alive, write_json_atomic
@@ -34,12 +34,12 @@ _REPLICA_STATES = {
 _NEVER_STARTED_S = 90.0
 
 
-def describe_app(app_id: str, paths: store.AppPaths) -> DescribeAppResponse | None:
+def describe_app(app_id: str, paths: statedir.AppPaths) -> DescribeAppResponse | None:
     """The app's status from its files (+ a liveness check of its processes)."""
-    req = store.read_json(paths.request)
+    req = statedir.read_json(paths.request)
     if req is None:
         return None
-    st = store.read_json(paths.state)
+    st = statedir.read_json(paths.state)
     roles = appdef_from_dict(req["app"], paths.request).roles
     resp = DescribeAppResponse(app_id=app_id, roles=roles)
     if st is None:
@@ -57,7 +57,7 @@ def describe_app(app_id: str, paths: store.AppPaths) -> DescribeAppResponse | No
     return resp
 
 
-def _without_state(resp: DescribeAppResponse, paths: store.AppPaths) -> DescribeAppResponse:
+def _without_state(resp: DescribeAppResponse, paths: statedir.AppPaths) -> DescribeAppResponse:
     """No state.json: schedule() is starting the supervisor right now (SUBMITTED), or it never
     started (FAILED, once launch() would have given up waiting for it)."""
     try:
@@ -75,7 +75,7 @@ def _without_state(resp: DescribeAppResponse, paths: store.AppPaths) -> Describe
     return resp
 
 
-def _disk_trouble(resp: DescribeAppResponse, paths: store.AppPaths, st: dict[str, Any]) -> None:
+def _disk_trouble(resp: DescribeAppResponse, paths: statedir.AppPaths, st: dict[str, Any]) -> None:
     """Say so when the supervisor could not write its record (a full disk), or, while the app
     runs, cannot: the disk is full now."""
     error = st.get("disk_error")
@@ -95,7 +95,7 @@ def _disk_trouble(resp: DescribeAppResponse, paths: store.AppPaths, st: dict[str
 
 def _orphaned(
     resp: DescribeAppResponse,
-    paths: store.AppPaths,
+    paths: statedir.AppPaths,
     st: dict[str, Any],
     states: list[AppState],
     codes: list[int | None],
@@ -158,7 +158,7 @@ def _failed_roles(
 def read_exit_record(path: str) -> int | None:
     """The exit code in a replica's ``exit.json``, or None (none written, or unreadable)."""
     try:
-        data = store.read_json(path)
+        data = statedir.read_json(path)
     except OSError:
         return None
     code = (data or {}).get("exitcode")
@@ -167,7 +167,7 @@ def read_exit_record(path: str) -> int | None:
 
 def _role_statuses(
     resp: DescribeAppResponse,
-    paths: store.AppPaths,
+    paths: statedir.AppPaths,
     roles: list[Role],
     reps: list[dict[str, Any]],
     states: list[AppState],
@@ -177,7 +177,7 @@ def _role_statuses(
     for r, state, code in zip(reps, states, codes, strict=True):
         err = ""
         if state == AppState.FAILED:
-            err = store.read_error_summary(paths.error_file(r["role"], r["id"]))
+            err = statedir.read_error_summary(paths.error_file(r["role"], r["id"]))
             if not err and r.get("msg"):
                 err = r["msg"]
             if err and not resp.structured_error_msg and resp.state == AppState.FAILED:
@@ -195,9 +195,9 @@ def _role_statuses(
     return list(by_role.values())
 
 
-def supervisor_pidfd(paths: store.AppPaths) -> int | None:
+def supervisor_pidfd(paths: statedir.AppPaths) -> int | None:
     """A pidfd of the app's live supervisor (readable once it exits), or None."""
-    st = store.read_json(paths.state)
+    st = statedir.read_json(paths.state)
     if st is None or not hasattr(os, "pidfd_open"):
         return None
     sup = st["supervisor"]
@@ -220,7 +220,7 @@ def live_groups(st: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in st["replicas"] if group_alive(r["pid"], r["start"])]
 
 
-def stop_orphans(paths: store.AppPaths, st: dict[str, Any], grace: float) -> None:
+def stop_orphans(paths: statedir.AppPaths, st: dict[str, Any], grace: float) -> None:
     """Cancel an app whose supervisor died: stop its replicas' process groups ourselves
     (SIGTERM, ``grace``, SIGKILL) and record CANCELLED (the caller checks that every process
     of the app ended)."""
@@ -246,5 +246,5 @@ def stop_orphans(paths: store.AppPaths, st: dict[str, Any], grace: float) -> Non
         pass  # the processes are what matter; the caller checks them
 
 
-def request_grace(paths: store.AppPaths) -> float:
-    return grace_of(store.read_json(paths.request) or {})
+def request_grace(paths: statedir.AppPaths) -> float:
+    return grace_of(statedir.read_json(paths.request) or {})

@@ -27,7 +27,7 @@ from xrun.components.dist import ddp
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.schedulers.api import Stream
 from xrun.schedulers.docker import DockerScheduler
-from xrun.schedulers.docker.store import default_root
+from xrun.schedulers.docker.statedir import default_root
 from xrun.specs import AppDef, AppState, BindMount, Resource, Role, VolumeMount
 
 # 300 s: the first test also pays for the one-time engine install and image build (~40-80 s).

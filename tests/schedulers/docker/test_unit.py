@@ -28,13 +28,13 @@ from xrun.schedulers.docker.request import (
     materialize,
     replica_state,
 )
+from xrun.schedulers.docker.statedir import StateDir, split_timestamp
 from xrun.schedulers.docker.status import (
     end_message,
     job_from_containers,
     role_statuses,
     split_lines,
 )
-from xrun.schedulers.docker.store import AppStateStore, split_timestamp
 from xrun.schedulers.docker.workspace import DEFAULT_DOCKERFILE, build_context, image_tag
 from xrun.specs import AppDef, AppState, BindMount, DeviceMount, Resource, Role, VolumeMount
 
@@ -274,7 +274,7 @@ def test_only_an_elastic_role_gets_an_allowance_label() -> None:
 
 # ----------------------------------------------------------------------------- state files
 def test_saved_logs_merge_streams_by_time_and_filter_since_until(tmp_path: Path) -> None:
-    store = AppStateStore(tmp_path)
+    store = StateDir(tmp_path)
     store.save_log(
         "a-1",
         "r",
@@ -298,7 +298,7 @@ def test_split_timestamp_keeps_sub_second_precision() -> None:
 
 def test_a_path_like_app_id_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="malformed"):
-        AppStateStore(tmp_path).load_final("../../etc")
+        StateDir(tmp_path).load_final("../../etc")
 
 
 def test_lines_reassembles_chunks_cut_anywhere() -> None:
@@ -388,7 +388,7 @@ def test_statuses_and_end_message_of_a_gang_failure(tmp_path: Path) -> None:
         (0, AppState.CANCELLED, 143),  # stopped by xrun: not a failure of its own
         (1, AppState.FAILED, 2),
     ]
-    store = AppStateStore(tmp_path)
+    store = StateDir(tmp_path)
     store.save_log(
         "a-1",
         "r",

@@ -17,7 +17,7 @@ import pytest
 from tests.helpers.box import tmpfs
 from tests.helpers.waiting import wait_for
 from xrun.errors import SchedulerError
-from xrun.schedulers.local_cwd import LocalCwdScheduler, create_scheduler, procs, store
+from xrun.schedulers.local_cwd import LocalCwdScheduler, create_scheduler, procs, statedir
 from xrun.schedulers.local_cwd.supervisor import is_alive
 from xrun.specs import AppDef, AppState, Role
 
@@ -57,9 +57,9 @@ def _agent(script: str) -> AppDef:
 
 
 def _state(sched: LocalCwdScheduler, app_id: str) -> dict:  # type: ignore[type-arg]
-    paths = store.find(app_id)
+    paths = statedir.find(app_id)
     assert paths is not None
-    st = store.read_json(paths.state)
+    st = statedir.read_json(paths.state)
     assert st is not None
     return st
 
@@ -112,7 +112,7 @@ def test_the_agent_writes_its_exit_record_only_where_told(
     app_id = sched.submit(_agent("exit 4"), {"log_dir": str(tmp_path / "logs")})
     resp = sched.wait(app_id, timeout=60)
     assert resp is not None and resp.state == AppState.FAILED
-    paths = store.find(app_id)
+    paths = statedir.find(app_id)
     assert paths is not None
     record = json.loads(Path(paths.exit_record("w", 0)).read_text())
     assert record["exitcode"] == 1  # the agent exits 1 when a worker fails
@@ -135,7 +135,7 @@ def test_cancel_after_the_supervisor_died_sees_every_process_end(
         _sh("trap '' TERM; sleep 60 & sleep 61; wait", n=2),
         {"log_dir": str(tmp_path / "logs"), "stop_grace_s": 1},
     )
-    paths = store.find(app_id)
+    paths = statedir.find(app_id)
     assert paths is not None
     _kill_supervisor(sched, app_id)
     mine = procs.app_processes(app_dir=paths.app_dir)
@@ -184,10 +184,10 @@ def test_an_app_whose_supervisor_never_started_is_failed(
 ) -> None:
     """The launcher was killed between writing the request and starting the supervisor."""
     req = sched.submit_dryrun(_sh("true"), {"log_dir": str(tmp_path / "logs")}).request
-    paths = store.AppPaths(req.app_dir)
+    paths = statedir.AppPaths(req.app_dir)
     os.makedirs(paths.state_dir)
     Path(paths.request).write_text(json.dumps(req.to_json()))
-    store.register(req.app_id, req.app_dir)
+    statedir.register(req.app_id, req.app_dir)
     assert sched.describe(req.app_id).state == AppState.SUBMITTED  # type: ignore[union-attr]
     old = time.time() - 120
     os.utime(paths.request, (old, old))
@@ -207,7 +207,7 @@ def test_a_full_disk_is_reported_and_leaves_no_temp_file(
         resp = sched.wait(app_id, timeout=60)
         assert resp is not None and resp.state == AppState.SUCCEEDED
         assert "No space left on device" in resp.msg
-        paths = store.find(app_id)
+        paths = statedir.find(app_id)
         assert paths is not None
         assert "No space left on device" in Path(paths.supervisor_log).read_text()
         assert [f for f in os.listdir(paths.state_dir) if f.endswith(".tmp")] == []

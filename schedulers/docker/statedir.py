@@ -40,7 +40,7 @@ def default_root() -> Path:
     return Path(state_dir("docker"))
 
 
-class AppStateStore:
+class StateDir:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or default_root()
 
