@@ -413,7 +413,7 @@ def test_ctrl_c_tests_pass_when_the_suite_starts_with_sigint_ignored() -> None:
     waited 30 s for an exit that never came (found by scripts/stress-suite.sh under nohup).
     conftest gives the suite's processes a terminal's disposition; this runs that test in a
     pytest started exactly so."""
-    test = "tests/core/test_cli.py::test_ctrl_c_on_a_local_run_cancels_the_app_and_cancel_command"
+    test = "tests/cli/test_cli.py::test_ctrl_c_on_a_local_run_cancels_the_app_and_cancel_command"
     r = subprocess.run(
         ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
         + [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", test],
