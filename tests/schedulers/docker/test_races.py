@@ -179,14 +179,14 @@ def test_an_ended_app_is_reported_only_once_its_containers_are_gone(docker_engin
     try:
         client.containers.create(docker_engine, "true", labels=label)
         client.networks.create(f"xrun-left-{app_id[-8:]}", driver="bridge", labels=label)
-        final = sched._store.load_final(app_id)
+        final = sched._state_dir.load_final(app_id)
         assert final is not None and final["cleaned"] is True
-        sched._store.save_final(app_id, {**final, "cleaned": False})
+        sched._state_dir.save_final(app_id, {**final, "cleaned": False})
         assert len(_leftovers(app_id)) == 2
         resp = sched.describe(app_id)
         assert resp is not None and resp.state == AppState.SUCCEEDED
         assert _leftovers(app_id) == []
-        assert sched._store.load_final(app_id)["cleaned"] is True  # type: ignore[index]
+        assert sched._state_dir.load_final(app_id)["cleaned"] is True  # type: ignore[index]
     finally:
         client.close()
         sched.close()
