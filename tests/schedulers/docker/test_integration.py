@@ -416,11 +416,19 @@ def test_old_workspace_images_are_pruned_but_shared_layers_stay(docker_engine: s
 
     client = docker.from_env()
     try:
-        # A tag of the base image: older than every image built on it, so it goes first.
+        # A tag of the base image: older than every image built on it, so it goes first. Keep
+        # exactly the workspace images newer than the base (on a reused machine some may be
+        # older: built on an earlier base image before it was rebuilt; those go too).
+        base = client.images.get(docker_engine)
         tag = f"xrun-workspace:prune-test-{os.getpid()}"
-        client.images.get(docker_engine).tag(tag)
-        count = len(client.images.list(name="xrun-workspace"))
-        prune_workspace_images(client, keep=count - 1)
+        base.tag(tag)
+        created = str(base.attrs["Created"])
+        newer = [
+            im
+            for im in client.images.list(name="xrun-workspace")
+            if str(im.attrs["Created"]) > created
+        ]
+        prune_workspace_images(client, keep=len(newer))
         tags = {t for im in client.images.list() for t in im.tags}
         assert tag not in tags and docker_engine in tags  # only the tag went
     finally:
