@@ -67,6 +67,7 @@ from .config import (
     worker_env,
 )
 from .errors import AgentFailedError, ChildFailedError, ProcessFailure, format_failures, root_cause
+from .errors.deaths import OomWatch
 from .events import AgentEvent, JobClosed, RendezvousChanged, Signalled, WorkersDone
 from .logdirs import AttemptDirs
 from .signals import AgentSignal, SignalWatch
@@ -139,6 +140,7 @@ class Agent:
         self._signals = SignalWatch(parse_signals(config.signals_to_handle))
         self._logs = AttemptDirs(config.log_dir, config.run_id)
         self._restart_count = 0  # failure restarts used (TORCHELASTIC_RESTART_COUNT)
+        self._oom: OomWatch | None = None  # the OOM kill counters at the attempt's start
 
     # -- public -------------------------------------------------------------------------------
 
@@ -255,6 +257,9 @@ class Agent:
             )
         failures = {offset + r: f for r, f in result.failures.items()}
         pc.close(signal.SIGTERM, cfg.shutdown_timeout)
+        from .errors.rootcause import explain_attempt
+
+        explain_attempt(failures, offset, result.stderrs, pc.sent_signals(), self._oom)
         root = failures[root_cause(failures)]
         reason = f"local_rank {root.local_rank} on {self.host} failed: {root.reason()}"
         if self._restart_count < cfg.max_restarts:
@@ -309,6 +314,7 @@ class Agent:
         cfg = self.config
         n = cfg.nproc_per_node
         logs, error_file_of = self._logs_for_attempt(n)
+        self._oom = OomWatch.start(self._oom)
         group = WorkerGroup(
             role=cfg.role,
             run_id=cfg.run_id,
