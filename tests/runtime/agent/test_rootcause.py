@@ -8,12 +8,11 @@ import json
 import os
 import signal
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.cgroup import enter, memory_cgroup
 from tests.helpers.paths import REPO
 from tests.helpers.waiting import wait_for
 
@@ -136,31 +135,12 @@ def test_the_agents_own_shutdown_timeout_kill_is_said(tmp_path: Path) -> None:
     )
 
 
-@pytest.fixture
-def memory_cgroup() -> Iterator[Path]:
-    """A cgroup v1 memory cgroup of 256 MiB (swap included) below this process's own."""
-    rel = next(
-        line.split(":", 2)[2]
-        for line in Path("/proc/self/cgroup").read_text().splitlines()
-        if "memory" in line.split(":")[1].split(",")
-    )
-    cg = Path("/sys/fs/cgroup/memory") / rel.lstrip("/") / f"xrun-test-{uuid.uuid4().hex[:8]}"
-    cg.mkdir()
-    try:
-        (cg / "memory.limit_in_bytes").write_text(str(256 << 20))
-        (cg / "memory.memsw.limit_in_bytes").write_text(str(256 << 20))
-        yield cg
-    finally:
-        wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), timeout=30)
-        cg.rmdir()
-
-
-def test_oom_kill_under_a_memory_limit_is_decoded(tmp_path: Path, memory_cgroup: Path) -> None:
+def test_oom_kill_under_a_memory_limit_is_decoded() -> None:
     # the agent and its workers in the limited cgroup, as a container or a Slurm task would be
     cmd = agent("--nproc-per-node", "2", "--tee", "3", FAULTS, "oom", "1")
-    procs = memory_cgroup / "cgroup.procs"
-    p = run(["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *cmd])
+    with memory_cgroup() as cg:
+        p = run(enter(cg, cmd))
     assert p.returncode == 1, p.stderr
     last = p.stderr.rstrip().splitlines()[-1]
     assert last.startswith(f"{PREFIX}killed by the OOM killer: out of memory (SIGKILL; memory ")
-    assert f"{memory_cgroup.name}: oom_kill 0 -> 1)" in last and last.endswith("(rank 1)"), last
+    assert f"{cg.name}: oom_kill 0 -> 1)" in last and last.endswith("(rank 1)"), last
