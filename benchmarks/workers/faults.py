@@ -49,7 +49,7 @@ def expire() -> None:
     from torch.distributed.elastic.timer import FileTimerClient, expires
 
     client = FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"])
-    with expires(after=1, client=client):
+    with expires(after=1, scope="train_step", client=client):
         time.sleep(3600)  # a hang: the timer's server kills it after 1 s
 
 

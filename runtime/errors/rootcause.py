@@ -19,9 +19,24 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from .deaths import OomRise, OomWatch, signal_cause
 from .failure import NO_ERROR_FILE_MESSAGE, ProcessFailure
+
+
+class _Expired(Protocol):
+    @property
+    def signum(self) -> int: ...
+
+    def text(self) -> str: ...
+
+
+class TimerKills(Protocol):
+    """What the file timer (``runtime/timer``) killed: read here, owned there."""
+
+    def expired(self, pid: int) -> _Expired | None: ...
+
 
 __all__ = [
     "Cause",
@@ -153,12 +168,14 @@ def describe(
     oom: OomRise | None = None,
     cgroup_read: bool = False,
     after: int | None = None,
+    timer: str = "",
 ) -> Cause:
     """The cause of ``f`` (global ``rank``), read from its ``stderr`` log file ("" none);
-    ``after``: the rank whose failure made the agent stop this one."""
+    ``after``: the rank whose failure made the agent stop this one; ``timer``: why the file
+    timer killed it ("" it did not)."""
     tail = _tail(stderr) if stderr else ""
     if f.exitcode < 0:
-        why = signal_cause(-f.exitcode, sent_by_agent, oom, cgroup_read)
+        why = timer or signal_cause(-f.exitcode, sent_by_agent, oom, cgroup_read)
         if after is not None and -f.exitcode in sent_by_agent:
             why += f"; rank {after} failed first"
         block, where = _fatal_error(tail)
@@ -190,6 +207,7 @@ def explain_failures(
     sent: Mapping[int, tuple[int, ...]],
     oom: OomRise | None,
     cgroup_read: bool,
+    timer: Mapping[int, str] | None = None,
 ) -> None:
     """Give every failure without an error file its cause, in place (all by global rank).
 
@@ -204,8 +222,9 @@ def explain_failures(
             continue
         # a rank the agent stopped is a casualty of the root cause, not a cause of its own
         after = root if rank != root and sent.get(rank) else None
+        why = (timer or {}).get(rank, "")
         cause = describe(
-            f, rank, stderrs.get(rank, ""), sent.get(rank, ()), oom, cgroup_read, after
+            f, rank, stderrs.get(rank, ""), sent.get(rank, ()), oom, cgroup_read, after, why
         )
         traits = f.error_file_data.get("errorTraits")
         f.message = cause.headline
@@ -225,13 +244,21 @@ def explain_attempt(
     stderrs: Mapping[int, str],
     sent: Mapping[int, tuple[int, ...]],
     oom: OomWatch | None,
+    timer: TimerKills | None = None,
 ) -> None:
     """``explain_failures`` for one attempt of the agent: ``stderrs`` and ``sent`` by local
-    rank (``offset`` makes them global), ``oom`` the counters read at the attempt's start."""
+    rank (``offset`` makes them global), ``oom`` the counters read at the attempt's start,
+    ``timer`` the file timer that may have killed some."""
+    killed = {}
+    for rank, f in failures.items():
+        why = timer.expired(f.pid) if timer is not None else None
+        if why is not None and f.exitcode == -why.signum:
+            killed[rank] = why.text()  # the file timer's kill, not one from outside
     explain_failures(
         failures,
         {offset + r: p for r, p in stderrs.items()},
         {offset + r: s for r, s in sent.items()},
         oom.rise() if oom is not None else None,
         oom is not None and oom.counter.covered(),
+        killed,
     )
