@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xrun.errors import UsageError
-from xrun.specs import AppDef, AppState
+from xrun.specs import AppDef, AppState, AppStatus
 
 if TYPE_CHECKING:
     import argparse  # importing it costs start-up time; only --help and mistakes need it
@@ -269,12 +269,17 @@ def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
         if not (stream or ns.wait):
             return 0
         try:
-            state = _watch(runner, handle, app, stream)
+            status = _watch(runner, handle, app, stream)
         except KeyboardInterrupt:
             _progress(f"interrupted: cancelling {handle}")
             runner.cancel(handle)
             return 130
-        _progress(f"{handle} ended {state.name if state else 'UNKNOWN'}")
+        state = status.state if status is not None else None
+        # the root cause on the last line, where the terminal shows it (issue #24)
+        lines = status.structured_error_msg.splitlines() if status is not None else []
+        why = lines[0][:300] if lines else ""
+        end = f": {why}" if why and state == AppState.FAILED else ""
+        _progress(f"{handle} ended {state.name if state else 'UNKNOWN'}{end}")
         return 0 if state == AppState.SUCCEEDED else 1
 
 
@@ -307,7 +312,7 @@ def _progress(msg: str) -> None:
     print(f"xrun: {msg}", file=sys.stderr, flush=True)
 
 
-def _watch(runner: Runner, handle: str, app: AppDef, stream: bool) -> AppState | None:
+def _watch(runner: Runner, handle: str, app: AppDef, stream: bool) -> AppStatus | None:
     """Wait for the app; with ``stream``, print every replica's log lines to stderr meanwhile."""
     from xrun.cli_logs import LogPrinter
 
@@ -323,4 +328,4 @@ def _watch(runner: Runner, handle: str, app: AppDef, stream: bool) -> AppState |
         # The tails end when the app does; the bound only guards against a scheduler whose
         # log_iter keeps waiting after the end (the job's result must still be reported).
         printer.join(timeout=_LOG_DRAIN_S)
-    return None if status is None else status.state
+    return None if status is None else status

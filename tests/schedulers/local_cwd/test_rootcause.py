@@ -20,6 +20,8 @@ FAULTS = REPO / "benchmarks" / "workers" / "faults.py"
         ("raise", "ValueError: bad shape in batch 7 (rank 1, faults.py:22)"),
         ("segv", "crashed with SIGSEGV: segmentation fault"),
         ("exit3", "exited with code 3 (rank 1)"),
+        # the worker's @record file is the cause; the rank comes from the agent's last line
+        ("record", "RuntimeError: recorded failure (rank 1)"),
     ],
 )
 def test_run_and_status_name_the_rank_and_cause(tmp_path: Path, fault: str, cause: str) -> None:
@@ -30,6 +32,8 @@ def test_run_and_status_name_the_rank_and_cause(tmp_path: Path, fault: str, caus
     )
     assert run.returncode != 0
     assert f"xrun-agent: root cause: {cause}" in run.stderr, run.stderr
+    # and xrun's own last line, where the terminal shows it
+    assert f" ended FAILED: {cause}" in run.stderr.rstrip().splitlines()[-1]
     handle = next(x for x in run.stdout.split() if x.startswith("local_cwd://"))
     status = env.run("status", handle)
     lines = status.stdout.splitlines()
