@@ -67,12 +67,12 @@ from .config import (
     worker_env,
 )
 from .errors import AgentFailedError, ChildFailedError, ProcessFailure, format_failures, root_cause
-from .errors.deaths import OomWatch
 from .events import AgentEvent, JobClosed, RendezvousChanged, Signalled, WorkersDone
 from .logdirs import AttemptDirs
 from .signals import AgentSignal, SignalWatch
 
 if TYPE_CHECKING:
+    from .errors.deaths import OomWatch
     from .rendezvous import RendezvousEvent, RendezvousHandler, RendezvousInfo
     from .timer import FileTimerServer
     from .workers.api import PContext, RunProcsResult
@@ -318,7 +318,6 @@ class Agent:
         cfg = self.config
         n = cfg.nproc_per_node
         logs, error_file_of = self._logs_for_attempt(n)
-        self._oom = OomWatch.start(self._oom)
         group = WorkerGroup(
             role=cfg.role,
             run_id=cfg.run_id,
@@ -359,6 +358,11 @@ class Agent:
         )
         if self._timer is not None:
             self._timer.watch(pc.pids())
+        # After the start, not before: the workers are starting meanwhile (an interpreter takes
+        # milliseconds before it can allocate anything worth an OOM kill).
+        from .errors.deaths import OomWatch
+
+        self._oom = OomWatch.start(self._oom)
         return pc
 
     def _logs_for_attempt(self, n: int) -> tuple[dict[str, Any], Callable[[int], str]]:

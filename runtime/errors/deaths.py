@@ -8,7 +8,8 @@ what else the system keeps:
   hierarchical, so the agent's cgroup also counts kills in the workers' sub-cgroups), cgroup
   v1's ``memory.oom_control`` (``oom_kill``, the victim's own cgroup, which the workers share
   with the agent), and the host-wide ``/proc/vmstat`` ``oom_kill`` as the last resort (it
-  counts every process of the machine, so it only says "probably"). ``OomCounter`` reads the
+  counts every process of the machine, so it only says "probably", and is read only where no
+  memory cgroup is found). ``OomCounter`` reads the
   counters before each worker group starts and again after a death: a rise means the kernel
   killed for memory in between;
 * the agent notes every signal it sends to a worker (``Worker.sent``), so its own stop (SIGTERM
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
 
 __all__ = ["OomCounter", "OomSnapshot", "signal_cause"]
 
@@ -88,21 +88,21 @@ def _cgroup_files(proc_cgroup: str, root: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-@dataclass(frozen=True)
-class OomSnapshot:
-    """The OOM kill counters at one moment: ``(file, count)`` pairs."""
-
-    counts: tuple[tuple[str, int], ...]
+# The OOM kill counters at one moment: ``(file, count)`` pairs.
+OomSnapshot = tuple[tuple[str, int], ...]
 
 
-@dataclass(frozen=True)
 class OomRise:
-    """Where the OOM kill count rose, and by how much."""
+    """Where the OOM kill count rose, and by how much. (Plain classes here, not dataclasses:
+    this module is on the agent's start-up path, and each dataclass costs its import time.)"""
 
-    source: str  # the counter's file
-    before: int
-    after: int
-    host_wide: bool  # /proc/vmstat: any process of the host
+    __slots__ = ("after", "before", "host_wide", "source")
+
+    def __init__(self, source: str, before: int, after: int, host_wide: bool) -> None:
+        self.source = source  # the counter's file
+        self.before = before
+        self.after = after
+        self.host_wide = host_wide  # /proc/vmstat: any process of the host
 
     def text(self) -> str:
         if self.host_wide:
@@ -126,18 +126,19 @@ class OomCounter:
         self.vmstat = vmstat
 
     def snapshot(self) -> OomSnapshot:
+        """The counters now: the memory cgroup's, or, without one, the host's."""
         counts = []
-        for path in [*self.files, self.vmstat]:
+        for path in self.files or [self.vmstat]:
             n = _oom_kill_count(path)
             if n is not None:
                 counts.append((path, n))
-        return OomSnapshot(tuple(counts))
+        return tuple(counts)
 
     def rise(self, since: OomSnapshot | None) -> OomRise | None:
-        """The first counter (a cgroup's before the host's) that rose since ``since``."""
+        """The first counter that rose since ``since``."""
         if since is None:
             return None
-        for path, before in since.counts:
+        for path, before in since:
             after = _oom_kill_count(path)
             if after is not None and after > before:
                 return OomRise(path, before, after, host_wide=path == self.vmstat)
@@ -179,12 +180,14 @@ def signal_cause(
     return f"killed by {name} from outside the agent"
 
 
-@dataclass(frozen=True)
 class OomWatch:
     """The counters of this process's cgroup and their values when an attempt started."""
 
-    counter: OomCounter
-    before: OomSnapshot
+    __slots__ = ("before", "counter")
+
+    def __init__(self, counter: OomCounter, before: OomSnapshot) -> None:
+        self.counter = counter
+        self.before = before
 
     @classmethod
     def start(cls, previous: OomWatch | None) -> OomWatch:
