@@ -292,7 +292,7 @@ def measure_15(reps: int, smoke: bool) -> list[Row]:
         subject="xrun status",
         reference="torchrun",
         note="per contender: the sum over the faults it ran (torchrun: local faults only)",
-        check=lambda r: _total(r, len(rows)),
+        check=lambda r, n=len(rows): _total(r, n),
     )
     for name in ("torchrun", "xrun run", "xrun status"):
         sums = [r.results[name] for r in rows if isinstance(r.results.get(name), Stats)]
