@@ -144,3 +144,9 @@ def test_oom_kill_under_a_memory_limit_is_decoded() -> None:
     last = p.stderr.rstrip().splitlines()[-1]
     assert last.startswith(f"{PREFIX}killed by the OOM killer: out of memory (SIGKILL; memory ")
     assert f"{cg.name}: oom_kill 0 -> 1)" in last and last.endswith("(rank 1)"), last
+
+
+def test_the_restart_message_names_the_cause(tmp_path: Path) -> None:
+    err, cause, _ = _fail(tmp_path, "raise", "--max-restarts", "1")
+    restarts = [x for x in err.splitlines() if "restarting the workers (1/1)" in x]
+    assert len(restarts) == 1 and f"failed: {cause}; restarting" in restarts[0], err
