@@ -57,6 +57,16 @@ def _main(argv: Sequence[str] | None) -> int:
             file=sys.stderr,
             flush=True,
         )
+        if result.failures:
+            # One line last: what a scheduler that keeps only the replica's last stderr line
+            # (docker's status, slurm's) shows as the replica's error.
+            from .errors import root_cause
+
+            rank = root_cause(result.failures)
+            f = result.failures[rank]
+            line = (f.message.splitlines() or [""])[-1 if f.has_error_file() else 0][:300]
+            at = f" (rank {rank})" if f.has_error_file() else ""  # ours name it already
+            print(f"{PROG}: root cause: {line}{at}", file=sys.stderr, flush=True)
         # The scheduler above us reads this file (torchrun's @record on its main does the same);
         # the workers got their own error files under the log dir, never this one.
         own = os.environ.get("TORCHELASTIC_ERROR_FILE")

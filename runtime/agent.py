@@ -72,7 +72,9 @@ from .logdirs import AttemptDirs
 from .signals import AgentSignal, SignalWatch
 
 if TYPE_CHECKING:
+    from .errors.deaths import OomWatch
     from .rendezvous import RendezvousEvent, RendezvousHandler, RendezvousInfo
+    from .timer import FileTimerServer
     from .workers.api import PContext, RunProcsResult
 
 
@@ -139,6 +141,8 @@ class Agent:
         self._signals = SignalWatch(parse_signals(config.signals_to_handle))
         self._logs = AttemptDirs(config.log_dir, config.run_id)
         self._restart_count = 0  # failure restarts used (TORCHELASTIC_RESTART_COUNT)
+        self._oom: OomWatch | None = None  # the OOM kill counters at the attempt's start
+        self._timer: FileTimerServer | None = None  # TORCHELASTIC_ENABLE_FILE_TIMER=1
 
     # -- public -------------------------------------------------------------------------------
 
@@ -178,6 +182,8 @@ class Agent:
             self._signals.raising = False
             if handler is not None:
                 handler.shutdown()
+            if self._timer is not None:
+                self._timer.stop()
             restore()
             # A failed worker's files stay: the failure report points at them.
             if result is not None and result.failures and self._logs.temp:
@@ -255,6 +261,9 @@ class Agent:
             )
         failures = {offset + r: f for r, f in result.failures.items()}
         pc.close(signal.SIGTERM, cfg.shutdown_timeout)
+        from .errors.rootcause import explain_attempt
+
+        explain_attempt(failures, offset, result.stderrs, pc.sent_signals(), self._oom, self._timer)
         root = failures[root_cause(failures)]
         reason = f"local_rank {root.local_rank} on {self.host} failed: {root.reason()}"
         if self._restart_count < cfg.max_restarts:
@@ -330,7 +339,11 @@ class Agent:
             lr: log_line_prefix(cfg.log_line_prefix_template, cfg.role, lr, info.rank_offset + lr)
             for lr in range(n)
         }
-        return start_processes(
+        if self._timer is not None or os.environ.get("TORCHELASTIC_ENABLE_FILE_TIMER") == "1":
+            from .timer import serve
+
+            self._timer = serve(self._timer, envs, cfg.run_id)
+        pc = start_processes(
             name=cfg.role,
             entrypoint=self.entrypoint,
             args={lr: substitute_local_rank(self.args, lr) for lr in range(n)},
@@ -343,6 +356,14 @@ class Agent:
             stop_timeout=cfg.shutdown_timeout,
             **logs,
         )
+        if self._timer is not None:
+            self._timer.watch(pc.pids())
+        # After the start, not before: the workers are starting meanwhile (an interpreter takes
+        # milliseconds before it can allocate anything worth an OOM kill).
+        from .errors.deaths import OomWatch
+
+        self._oom = OomWatch.start(self._oom)
+        return pc
 
     def _logs_for_attempt(self, n: int) -> tuple[dict[str, Any], Callable[[int], str]]:
         """start_processes' log arguments for the next attempt, and each rank's error file

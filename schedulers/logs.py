@@ -87,3 +87,27 @@ def iter_log_lines(
     finally:
         for r in readers:
             r.close()
+
+
+def root_cause_in(path: str, tail: int = 4096) -> str:
+    """The runtime agent's root-cause line (``contract.ROOT_CAUSE_PREFIX``) among the last
+    ``tail`` bytes of a replica's stderr file, without the prefix; "" when it has none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return root_cause_of(text.splitlines())
+
+
+def root_cause_of(lines: Sequence[str]) -> str:
+    """The cause on the last root-cause line among ``lines`` (a replica's stderr), or ""."""
+    from xrun.contract import ROOT_CAUSE_PREFIX
+
+    for line in reversed(lines):
+        _, sep, cause = line.rstrip("\n").partition(ROOT_CAUSE_PREFIX)
+        if sep:
+            return cause.strip()
+    return ""

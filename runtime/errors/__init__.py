@@ -4,7 +4,9 @@
 * ``handler.py``: ``@record`` and ``ErrorHandler`` (a process's own error file);
 * ``failure.py``: ``ProcessFailure``, one failed worker as the agent saw it;
 * ``report.py``: ``AgentFailedError``/``ChildFailedError``/``SignalException``, the failure summary and the
-  agent's own error file.
+  agent's own error file;
+* ``rootcause.py`` and ``deaths.py``: the cause of a failure without an error file (the
+  traceback in the worker's stderr file; why a signal killed it), loaded on the failure path.
 
 Everything is re-exported here: ``from xrun.runtime.errors import record``.
 """

@@ -108,7 +108,9 @@ class ProcessFailure:
 
     def reason(self) -> str:
         """One line for the agents' messages: the error's last line, else how it ended."""
-        if self.has_error_file() and self.message:
+        # an error file's message, or the cause rootcause.py read in the worker's stderr
+        explained = isinstance(self.error_file_data.get("message"), dict)
+        if (self.has_error_file() or explained) and self.message:
             return self.message.splitlines()[-1]
         if self.exitcode < 0:
             return f"killed by {self.signal_name()} (exit code {self.exitcode})"

@@ -121,6 +121,10 @@ class PContext:
     def pids(self) -> dict[int, int]:
         return {w.local_rank: w.pid for w in self._workers}
 
+    def sent_signals(self) -> dict[int, tuple[int, ...]]:
+        """The signals this context sent each worker (by local rank) while it still ran."""
+        return {w.local_rank: tuple(w.sent) for w in self._workers}
+
     def fds(self) -> list[int]:
         """Fds that turn readable when a still-running worker exits (for the agent's select)."""
         return [w.fd for w in self._workers if w.exitcode is None and w.fd is not None]

@@ -31,6 +31,9 @@ class Worker:
         self.error_file = error_file
         self.exitcode: int | None = None
         self.exit_time = 0.0
+        # The signals the agent sent while the worker still ran, in order: a death by one of
+        # them is the agent's own stop, not a kill from outside (errors/deaths.py).
+        self.sent: list[int] = []
         self._wait_fd = wait_fd
         self._owns_fd = owns_fd
 
@@ -56,6 +59,10 @@ class Worker:
     def killpg(self, sig: int) -> None:
         """``sig`` to the worker's process group; to the pid alone if the group is not made
         yet (a function worker makes its own session as its first act)."""
+        # Reaped first: a worker that died of an outside signal a moment ago is not one the
+        # agent's signal reached.
+        if self.poll() is None and sig not in self.sent:
+            self.sent.append(sig)
         try:
             os.killpg(self.pid, sig)
         except ProcessLookupError:

@@ -372,12 +372,16 @@ class DockerScheduler(Scheduler[DockerJob]):
         return self._containers(app_id)
 
     def _from_final(self, app_id: str, final: dict[str, Any]) -> DescribeAppResponse:
+        roles = replicas_from_json(final.get("roles", []))
+        # the first failed replica's root cause, as its runtime agent named it
+        errors = (rep.structured_error_msg for r in roles for rep in r.replicas)
         return DescribeAppResponse(
             app_id=app_id,
             state=AppState[final["state"]],
             num_restarts=int(final.get("num_restarts", 0)),
             msg=str(final.get("msg", "")),
-            roles_statuses=replicas_from_json(final.get("roles", [])),
+            structured_error_msg=next((e for e in errors if e), ""),
+            roles_statuses=roles,
             roles=self._roles(app_id),
         )
 

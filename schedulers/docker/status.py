@@ -10,6 +10,7 @@ from typing import Any
 
 from xrun.specs import AppState, ReplicaStatus, RoleStatus
 
+from ..logs import root_cause_of
 from .request import (
     LABEL_APP,
     LABEL_MAY_LOSE,
@@ -114,7 +115,12 @@ def end_message(
                 for line in state_dir.read_logs(app_id, r.role, rep.id, ["stderr"], None, None)
                 if line.strip()
             ]
-            hint = f" (last stderr line: {last[-1][:200]})" if last else ""
+            cause = root_cause_of(last[-8:])  # the runtime agent names it in its last lines
+            if cause:
+                rep.structured_error_msg = cause
+                hint = f": {cause}"
+            else:
+                hint = f" (last stderr line: {last[-1][:200]})" if last else ""
             parts.append(f"replica {r.role}/{rep.id} exited with code {rep.exit_code}{hint}")
     if state == AppState.SUCCEEDED:  # failures an elastic role was allowed
         return "; ".join(parts) + " (an elastic role went on with fewer replicas)" if parts else ""

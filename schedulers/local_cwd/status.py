@@ -16,6 +16,7 @@ from typing import Any
 from xrun.specs import AppState, ReplicaStatus, Role, RoleStatus, appdef_from_dict, is_terminal
 
 from ..api import DescribeAppResponse
+from ..logs import root_cause_in
 from . import statedir
 from .launch import killpg
 from .procs import group_alive
@@ -177,7 +178,10 @@ def _role_statuses(
     for r, state, code in zip(reps, states, codes, strict=True):
         err = ""
         if state == AppState.FAILED:
-            err = statedir.read_error_summary(paths.error_file(r["role"], r["id"]))
+            # the agent's root-cause line names the rank, which a worker's @record file,
+            # copied into the agent's error file as torch does, does not
+            err = root_cause_in(paths.log_file(r["role"], r["id"], "stderr"))
+            err = err or statedir.read_error_summary(paths.error_file(r["role"], r["id"]))
             if not err and r.get("msg"):
                 err = r["msg"]
             if err and not resp.structured_error_msg and resp.state == AppState.FAILED:

@@ -87,7 +87,7 @@ from ..api import (
     Scheduler,
     runopts,
 )
-from ..logs import iter_log_lines
+from ..logs import iter_log_lines, root_cause_in
 from .commands import NOT_FOUND
 from .commands import run as _run
 from .options import SlurmOptions
@@ -383,7 +383,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             state=state,
             num_restarts=max(r.restarts for r in recs),
             msg=msg,
-            structured_error_msg=msg if state == AppState.FAILED else "",
+            structured_error_msg=_first_error(statuses, msg) if state == AppState.FAILED else "",
             roles_statuses=statuses,
             roles=self._role_specs(app_id, roles),
         )
@@ -414,7 +414,11 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         else:
             state = AppState.RUNNING if node else AppState.PENDING
         host = node or (hosts[k] if k < len(hosts) else "")
-        return ReplicaStatus(id=k, state=state, role=role, hostname=host, exit_code=code)
+        # what the replica's runtime agent named as the root cause (sacct knows only the code)
+        err = root_cause_in(base + ".stderr") if base and state == AppState.FAILED else ""
+        return ReplicaStatus(
+            id=k, state=state, role=role, hostname=host, exit_code=code, structured_error_msg=err
+        )
 
     # ------------------------------------------------------------------ logs
     def logs(self, app_id: str, query: LogQuery) -> Iterable[str]:
@@ -499,6 +503,11 @@ def _requeueing(log_dir: str) -> bool:
 def _gone(proc: subprocess.CompletedProcess[str]) -> bool:
     """squeue -j of a job slurmctld no longer knows: an error, not an empty answer."""
     return proc.returncode != 0 and "invalid job id" in proc.stderr.lower()
+
+
+def _first_error(roles: list[RoleStatus], default: str) -> str:
+    errors = (r.structured_error_msg for s in roles for r in s.replicas)
+    return next((e for e in errors if e), default)
 
 
 def _read_lines(path: str) -> list[str]:

@@ -73,3 +73,7 @@ AGENT_ONLY_ENV = (TOKEN_ENV, TOKEN_FILE_ENV, EXIT_RECORD_ENV)
 # process a replica starts (the agent's workers too): with the state dir deleted, ``cancel``
 # and ``status`` still find the app's processes by it (``/proc/PID/environ``).
 APP_DIR_ENV = "XRUN_APP_DIR"
+
+# The runtime agent's last stderr line after a failure: ``<prefix><cause> (rank R, file:line)``.
+# docker and slurm keep only a replica's output, so their status reads the cause from it.
+ROOT_CAUSE_PREFIX = "xrun-agent: root cause: "

@@ -1,8 +1,9 @@
 """``python -m benchmarks --smoke`` runs every measure and writes well-formed JSON.
 
 No time is asserted here (the machine running the suite is busy): only that the harness runs
-each of the fourteen measures (1-8 of issue #6, 9-10 of issue #18, 11-14 of issue #14), that every
-contender has either figures or a stated reason, and that no xrun contender failed to do the job.
+each of the fifteen measures (1-8 of issue #6, 9-10 of issue #18, 11-14 of issue #14, 15 of
+issue #24), that every contender has either figures or a stated reason, and that no xrun
+contender failed to do the job.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ def test_smoke_run_emits_every_measure(tmp_path: Path, slurm_cluster: SlurmClust
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1
     assert doc["machine"]["cpus"] >= 1
-    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 15)]
+    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 16)]
     for key, measure in doc["measures"].items():
         assert measure["title"] and measure["rows"], key
         for row in measure["rows"]:
             assert row["verdict"] in ("met", "missed", "n/a"), row
-            assert row["unit"] in ("s", "MiB", "x", "ops/s", "conn", "jobs", "aborts"), row
+            assert row["unit"] in ("s", "MiB", "x", "ops/s", "conn", "jobs", "aborts", "hits"), row
             for name, res in row["contenders"].items():
                 if "failed" in res:  # allowed for a reference such as torchrun, never for xrun
                     assert not name.startswith("xrun"), f"{key} {row['label']}: {name} {res}"
@@ -62,8 +63,11 @@ def test_smoke_run_emits_every_measure(tmp_path: Path, slurm_cluster: SlurmClust
     for key, name in (("9", "xrun sweep"), ("10", "xrun")):
         for row in doc["measures"][key]["rows"]:
             assert "median" in row["contenders"][name], (key, row)
-    for i in range(1, 15):
+    for i in range(1, 16):
         assert f"\n## {i}. " in proc.stdout
     # Issue #14's reliability smoke: no job failed, no worker aborted, under a port thief.
     for row in doc["measures"]["14"]["rows"]:
         assert row["contenders"]["xrun"]["median"] == 0, row
+    # Issue #24's diagnosis smoke: xrun's first screens named the rank and cause every time.
+    for row in doc["measures"]["15"]["rows"]:
+        assert row["verdict"] == "met", row

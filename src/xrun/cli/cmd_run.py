@@ -25,7 +25,7 @@ from xrun.cli.run_args import (
 )
 from xrun.component import HelpRequested, format_help, get_component
 from xrun.runner import Runner
-from xrun.specs import AppDef, AppState, appdef_to_yaml
+from xrun.specs import AppDef, AppState, AppStatus, appdef_to_yaml
 
 if TYPE_CHECKING:
     import argparse  # importing it costs start-up time; only --help and mistakes need it
@@ -92,12 +92,17 @@ def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
         if not (stream or ns.wait):
             return 0
         try:
-            state = _watch(runner, handle, app, stream)
+            status = _watch(runner, handle, app, stream)
         except KeyboardInterrupt:
             progress(f"interrupted: cancelling {handle}")
             runner.cancel(handle)
             return 130
-        progress(f"{handle} ended {state.name if state else 'UNKNOWN'}")
+        state = status.state if status is not None else None
+        # the root cause on the last line, where the terminal shows it (issue #24)
+        lines = status.structured_error_msg.splitlines() if status is not None else []
+        why = lines[0][:300] if lines else ""
+        end = f": {why}" if why and state == AppState.FAILED else ""
+        progress(f"{handle} ended {state.name if state else 'UNKNOWN'}{end}")
         return 0 if state == AppState.SUCCEEDED else 1
 
 
@@ -113,7 +118,7 @@ def _print_dryrun(app: AppDef, scheduler: str, request: str) -> None:
     out.flush()
 
 
-def _watch(runner: Runner, handle: str, app: AppDef, stream: bool) -> AppState | None:
+def _watch(runner: Runner, handle: str, app: AppDef, stream: bool) -> AppStatus | None:
     """Wait for the app; with ``stream``, print every replica's log lines to stderr meanwhile."""
 
     from xrun.cli.logprint import LogPrinter, app_targets  # benchmark 5: a dry run prints none
@@ -128,4 +133,4 @@ def _watch(runner: Runner, handle: str, app: AppDef, stream: bool) -> AppState |
         # The tails end when the app does; the bound only guards against a scheduler whose
         # log_iter keeps waiting after the end (the job's result must still be reported).
         printer.join(timeout=_LOG_DRAIN_S)
-    return None if status is None else status.state
+    return status if isinstance(status, AppStatus) else None

@@ -1,0 +1,105 @@
+"""Reading a root cause out of a stream and the kernel's counters (runtime/errors/rootcause.py,
+deaths.py), piece by piece; the agent's use of them is tests/runtime/agent/test_rootcause.py."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from xrun.runtime.errors import ProcessFailure
+from xrun.runtime.errors.deaths import OomCounter, OomRise, signal_cause
+from xrun.runtime.errors.rootcause import describe, last_traceback, parse_traceback
+
+TB = """\
+step 1
+Traceback (most recent call last):
+  File "/job/train.py", line 40, in <module>
+    main()
+  File "/job/model.py", line 5, in forward
+    raise ValueError("bad shape in batch 7")
+ValueError: bad shape in batch 7
+"""
+
+
+def test_the_last_traceback_and_its_innermost_frame() -> None:
+    tb = parse_traceback("Traceback (most recent call last):\nOSError: old\n" + TB)
+    assert tb is not None
+    assert tb.exception == "ValueError: bad shape in batch 7" and tb.where == "model.py:5"
+    assert tb.text.startswith("Traceback") and "OSError" not in tb.text
+
+
+def test_no_traceback_and_a_cut_one() -> None:
+    assert parse_traceback("just output\nno error here\n") is None
+    # killed while printing: the header and frames, no exception line yet
+    assert parse_traceback('Traceback (most recent call last):\n  File "a.py", line 1\n') is None
+
+
+def test_syntax_error_carets_are_not_the_exception_line() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/job/bad.py", line 3\n'
+        "    x = (\n"
+        "        ^\n"
+        "SyntaxError: '(' was never closed\n"
+    )
+    tb = parse_traceback(text)
+    assert tb is not None and tb.exception == "SyntaxError: '(' was never closed"
+    assert tb.where == "bad.py:3"
+
+
+def test_only_the_tail_of_a_huge_log_is_read(tmp_path: Path) -> None:
+    log = tmp_path / "stderr.log"
+    log.write_text("x" * 5_000_000 + "\n" + TB)
+    tb = last_traceback(str(log))
+    assert tb is not None and tb.where == "model.py:5"
+
+
+def test_a_traceback_before_a_non_1_exit_is_not_the_cause(tmp_path: Path) -> None:
+    log = tmp_path / "stderr.log"
+    log.write_text(TB + "retrying failed, giving up\n")
+    f = ProcessFailure.from_exit(0, 42, 3, None, 1.0)
+    cause = describe(f, 5, str(log))
+    assert (
+        cause.headline
+        == "exited with code 3 (rank 5); its last stderr line: retrying failed, giving up"
+    )
+
+
+def test_signal_causes() -> None:
+    kill, term = signal.SIGKILL, signal.SIGTERM
+    oom = OomRise("/sys/fs/cgroup/memory/job/memory.oom_control", 0, 1, host_wide=False)
+    assert signal_cause(kill, (), oom, True) == (
+        "killed by the OOM killer: out of memory (SIGKILL; memory cgroup /job: oom_kill 0 -> 1)"
+    )
+    host = OomRise("/proc/vmstat", 3, 4, host_wide=True)
+    assert signal_cause(kill, (), host, False).startswith("killed by SIGKILL, probably by the OOM")
+    # the agent's own SIGKILL is never taken for the OOM killer's
+    assert signal_cause(kill, (term, kill), oom, True).startswith(
+        "killed by the agent with SIGKILL"
+    )
+    assert signal_cause(term, (term,), None, True) == "stopped by the agent with SIGTERM"
+    assert "no OOM kill counted" in signal_cause(kill, (), None, True)
+    assert "no memory cgroup" in signal_cause(kill, (), None, False)
+    assert signal_cause(signal.SIGHUP, (), None, True) == "killed by SIGHUP from outside the agent"
+    assert signal_cause(signal.SIGBUS, (), None, True).startswith("crashed with SIGBUS")
+
+
+def test_cgroup_v2_memory_events_are_read(tmp_path: Path) -> None:
+    # cgroup v2 is not mounted on this machine (v1 is, and the agent tests use it): a v2 tree
+    # laid out as the kernel does, in a temporary root
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cgroup").write_text("0::/job.slice/step\n")
+    group = tmp_path / "cg" / "job.slice" / "step"
+    group.mkdir(parents=True)
+    events = group / "memory.events"
+    events.write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n")
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text("nr_free_pages 1\noom_kill 9\n")
+    counter = OomCounter(str(tmp_path / "proc" / "cgroup"), str(tmp_path / "cg"), str(vmstat))
+    assert counter.files == [str(events)] and counter.covered()
+    before = counter.snapshot()
+    assert counter.rise(before) is None
+    events.write_text("oom 2\noom_kill 2\n")
+    vmstat.write_text("oom_kill 10\n")
+    rise = counter.rise(before)
+    assert rise is not None and (rise.source, rise.before, rise.after) == (str(events), 1, 2)

@@ -1,0 +1,43 @@
+"""``xrun run`` and ``xrun status`` on local_cwd name a failed rank's root cause (issue #24,
+item 4): the replica's runtime agent writes it to its error file, which status reads."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import Env
+from tests.helpers.paths import REPO
+
+FAULTS = REPO / "benchmarks" / "workers" / "faults.py"
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause"),
+    [
+        ("raise", "ValueError: bad shape in batch 7 (rank 1, faults.py:22)"),
+        ("segv", "crashed with SIGSEGV: segmentation fault"),
+        ("exit3", "exited with code 3 (rank 1)"),
+        # the worker's @record file is the cause; the rank comes from the agent's last line
+        ("record", "RuntimeError: recorded failure (rank 1)"),
+    ],
+)
+def test_run_and_status_name_the_rank_and_cause(tmp_path: Path, fault: str, cause: str) -> None:
+    env = Env(tmp_path)
+    shutil.copy(FAULTS, env.cwd / "faults.py")
+    run = env.run(
+        "run", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "--script", "faults.py", fault, "1"
+    )
+    assert run.returncode != 0
+    assert f"xrun-agent: root cause: {cause}" in run.stderr, run.stderr
+    # and xrun's own last line, where the terminal shows it
+    assert f" ended FAILED: {cause}" in run.stderr.rstrip().splitlines()[-1]
+    handle = next(x for x in run.stdout.split() if x.startswith("local_cwd://"))
+    status = env.run("status", handle)
+    lines = status.stdout.splitlines()
+    assert "State: FAILED" in lines
+    # the replica's error and the app's, on the first screen of status
+    assert any(x.strip().startswith(f"error: {cause}") for x in lines), status.stdout
+    assert any(x.startswith(f"Error: {cause}") for x in lines), status.stdout
