@@ -169,10 +169,16 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
 
     # ------------------------------------------------------------------ submit
     def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
-        # The workspace travels in the request (copied by schedule), so --dryrun shows it.
+        return self.schedule(self.submit_dryrun(app, cfg, workspace))
+
+    def submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+    ) -> AppDryRunInfo[SlurmBatchRequest]:
+        # The workspace travels in the request (copied by schedule), so --dryrun shows the
+        # very folder submit copies.
         self._workspace = workspace
         try:
-            return self.schedule(self.submit_dryrun(app, cfg))
+            return super().submit_dryrun(app, cfg)
         finally:
             self._workspace = None
 
@@ -180,7 +186,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         workspace = self._workspace
         if cfg.job_dir:
             chdir = os.path.abspath(cfg.job_dir)
-            workspace = workspace or os.getcwd()
+            # absolute: the dry run shows the very folder schedule copies, wherever it runs
+            workspace = os.path.abspath(workspace or os.getcwd())
         else:
             chdir = os.path.abspath(workspace or os.getcwd())
             workspace = None
@@ -210,11 +217,11 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         self, app: AppDef, cfg: Mapping[str, object], array: ArrayJob, workspace: str | None
     ) -> AppDryRunInfo[SlurmBatchRequest]:
         """The request for ``app`` as the job array ``array`` (one task per sweep trial)."""
-        self._workspace, self._array = workspace, array
+        self._array = array
         try:
-            return self.submit_dryrun(app, cfg)
+            return self.submit_dryrun(app, cfg, workspace)
         finally:
-            self._workspace, self._array = None, None
+            self._array = None
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
         req = dryrun_info.request
