@@ -88,6 +88,7 @@ from ..api import (
     runopts,
 )
 from ..logs import iter_log_lines
+from ..workspace import Workspace, open_workspace
 from .commands import NOT_FOUND
 from .commands import run as _run
 from .options import SlurmOptions
@@ -183,14 +184,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             self._workspace = None
 
     def _submit_dryrun(self, app: AppDef, cfg: SlurmOptions) -> AppDryRunInfo[SlurmBatchRequest]:
-        workspace = self._workspace
-        if cfg.job_dir:
-            chdir = os.path.abspath(cfg.job_dir)
-            # absolute: the dry run shows the very folder schedule copies, wherever it runs
-            workspace = os.path.abspath(workspace or os.getcwd())
-        else:
-            chdir = os.path.abspath(workspace or os.getcwd())
-            workspace = None
+        chdir, workspace = self._chdir_and_workspace(cfg)
         python_path = cfg.python_path
         if python_path is None:
             python_path = os.path.dirname(sys.executable)
@@ -205,6 +199,26 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             array=self._array,
         )
         return AppDryRunInfo(req, lambda r: r.materialize())
+
+    def _chdir_and_workspace(self, cfg: SlurmOptions) -> tuple[str, Workspace | None]:
+        """Where the job runs, and the workspace schedule copies there first (job_dir only).
+
+        Opened here, in the dry run: its ignore file is read once and the request carries it,
+        so ``--dryrun`` shows the very folder and ignore set that schedule copies (and a
+        workspace that is no folder fails the dry run as it would fail submit)."""
+        given = self._workspace
+        if cfg.job_dir:
+            return os.path.abspath(cfg.job_dir), open_workspace(given or os.getcwd())
+        if given and "://" in given:
+            local = open_workspace(given).local_path()
+            if local is None:
+                raise UsageError(
+                    f"workspace {given!r} is not a local folder, so the job cannot run in it: "
+                    "add -cfg job_dir=DIR (a new folder the nodes share; the workspace is "
+                    "copied there)"
+                )
+            return local, None
+        return os.path.abspath(given or os.getcwd()), None
 
     # ------------------------------------------------------------------ sweeps
     def sweep_backend(self) -> Any:
