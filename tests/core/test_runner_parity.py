@@ -21,6 +21,7 @@ import pytest
 
 import xrun.runner
 from tests.helpers.paths import FIXTURES
+from tests.helpers.signatures import signature_diffs, signature_facts
 from xrun.runner import Runner, get_runner
 
 RECORDED = json.loads((FIXTURES / "torchx" / "runner-0.7.0.json").read_text())
@@ -47,29 +48,6 @@ KNOWN: dict[tuple[str, str], str] = {
 }
 
 
-def _params(fn: Any) -> list[dict[str, Any]]:
-    return record_runner.signature_facts(fn)["params"]  # type: ignore[no-any-return]
-
-
-def _signature_diffs(what: str, theirs: list[dict[str, Any]], ours: list[dict[str, Any]]) -> dict:
-    diffs: dict[str, Any] = {}
-    extra = [p for p in ours if p["name"] not in {t["name"] for t in theirs}]
-    for p in extra:
-        if p["kind"] not in ("KEYWORD_ONLY", "VAR_KEYWORD") or (
-            p["kind"] == "KEYWORD_ONLY" and p["default"] is None
-        ):
-            diffs[f"{p['name']}.extra"] = (None, p["kind"])
-    shared = [p for p in ours if p not in extra]
-    if [p["name"] for p in shared] != [t["name"] for t in theirs]:
-        diffs["order"] = ([t["name"] for t in theirs], [p["name"] for p in shared])
-        return diffs
-    for t, o in zip(theirs, shared, strict=True):
-        for key in ("kind", "default"):
-            if t[key] != o[key]:
-                diffs[f"{t['name']}.{key}"] = (t[key], o[key])
-    return diffs
-
-
 def _ours(what: str) -> Any:
     if what == "get_runner":
         return get_runner
@@ -79,7 +57,7 @@ def _ours(what: str) -> Any:
 @pytest.mark.parametrize("what", sorted(RECORDED["signatures"]))
 def test_signature_matches_torchx_or_differs_on_purpose(what: str) -> None:
     theirs = RECORDED["signatures"][what]["params"]
-    diffs = _signature_diffs(what, theirs, _params(_ours(what)))
+    diffs = signature_diffs(theirs, signature_facts(_ours(what)))
     unexplained = {k: v for k, v in diffs.items() if (what, k) not in KNOWN}
     assert unexplained == {}, f"{what}: differs from TorchX 0.7.0 (torchx, xrun)"
     stale = [k for (w, k) in KNOWN if w == what and k not in diffs]
@@ -134,6 +112,6 @@ def test_extra_parameters_are_keyword_only() -> None:
     # the rule the comparison enforces, shown failing on a positional extra
     theirs = [{"name": "self", "kind": "POSITIONAL_OR_KEYWORD", "default": None}]
     ours = theirs + [{"name": "timeout", "kind": "POSITIONAL_OR_KEYWORD", "default": "None"}]
-    assert _signature_diffs("x", theirs, ours) == {"timeout.extra": (None, "POSITIONAL_OR_KEYWORD")}
+    assert signature_diffs(theirs, ours) == {"timeout.extra": (None, "POSITIONAL_OR_KEYWORD")}
     assert inspect.signature(Runner.wait).parameters["timeout"].kind.name == "KEYWORD_ONLY"
     assert xrun.runner.DEFAULT_SESSION == "default"
