@@ -51,6 +51,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,7 @@ from .logdirs import AttemptDirs
 from .signals import AgentSignal, SignalWatch
 
 if TYPE_CHECKING:
+    from .eventlog import EventLog
     from .rendezvous import RendezvousEvent, RendezvousHandler, RendezvousInfo
     from .workers.api import PContext, RunProcsResult
 
@@ -139,6 +141,14 @@ class Agent:
         self._signals = SignalWatch(parse_signals(config.signals_to_handle))
         self._logs = AttemptDirs(config.log_dir, config.run_id)
         self._restart_count = 0  # failure restarts used (TORCHELASTIC_RESTART_COUNT)
+        self._events: EventLog | None = None
+        if config.event_log_handler == "console":
+            from .eventlog import EventLog, entry_point_name  # benchmark 1: only when asked
+
+            self._events = EventLog(
+                "console", config.run_id, config.role, self.host, config.rdzv_backend,
+                entry_point_name(entrypoint),
+            )  # fmt: skip
 
     # -- public -------------------------------------------------------------------------------
 
@@ -173,6 +183,8 @@ class Agent:
                 result = self._loop(handler)
             except AgentSignal as s:
                 result = self._on_signal_exit(handler, None, s.signum)
+            if self._events is not None:
+                self._events.finished(result, self._restart_count)
             return result
         finally:
             self._signals.raising = False
@@ -193,6 +205,7 @@ class Agent:
         while True:
             self._signals.raising = True
             self._signals.check()  # one that arrived while the workers were being stopped
+            t0 = time.monotonic()
             try:
                 info = handler.next_rendezvous()
             except RendezvousClosedError as e:
@@ -203,6 +216,8 @@ class Agent:
                 return RunResult(1, message=f"the job was closed by a peer: {reason}")
             except RendezvousError as e:
                 return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")
+            if self._events is not None:
+                self._events.rendezvous(time.monotonic() - t0, self._restart_count)
             # Still raising while the workers start: a SIGTERM/SIGINT during the start of many
             # workers ends it at once (start_processes takes down the ones already started).
             try:
@@ -308,6 +323,7 @@ class Agent:
 
         cfg = self.config
         n = cfg.nproc_per_node
+        t0 = time.monotonic()
         logs, error_file_of = self._logs_for_attempt(n)
         group = WorkerGroup(
             role=cfg.role,
@@ -330,7 +346,10 @@ class Agent:
             lr: log_line_prefix(cfg.log_line_prefix_template, cfg.role, lr, info.rank_offset + lr)
             for lr in range(n)
         }
-        return start_processes(
+        if self._events is not None:
+            world = (info.group_rank, info.group_world_size, info.world_size, info.rank_offset)
+            self._events.ranks_assigned(time.monotonic() - t0, self._restart_count, world)
+        pc = start_processes(
             name=cfg.role,
             entrypoint=self.entrypoint,
             args={lr: substitute_local_rank(self.args, lr) for lr in range(n)},
@@ -343,6 +362,9 @@ class Agent:
             stop_timeout=cfg.shutdown_timeout,
             **logs,
         )
+        if self._events is not None:
+            self._events.started(pc.pids(), self._restart_count)
+        return pc
 
     def _logs_for_attempt(self, n: int) -> tuple[dict[str, Any], Callable[[int], str]]:
         """start_processes' log arguments for the next attempt, and each rank's error file

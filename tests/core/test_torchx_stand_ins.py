@@ -69,8 +69,8 @@ def test_torchx_runner_is_xrun_s_and_only_while_the_stand_ins_apply() -> None:
 
         assert get_runner is api_get_runner is xrun_runner.get_runner
         assert Runner is xrun_runner.Runner and torchx.runner.get_runner is get_runner
-        from torchx.specs import finder  # type: ignore[import-not-found]
         import torchx.specs  # type: ignore[import-not-found]
+        from torchx.specs import finder  # type: ignore[import-not-found]
 
         # as attributes, before their submodules are imported (TorchX's specs re-exports them)
         assert torchx.specs.materialize_appdef is torchx.specs.builders.materialize_appdef
