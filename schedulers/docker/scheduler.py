@@ -221,14 +221,16 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
         """Build ``<role image> + workspace + xrun`` and point the roles at it (see .workspace)."""
+        opts = self.run_opts().resolve(cfg, self.backend)
         context, dockerfile = build_context(workspace)
         built: dict[str, str] = {}
         with self._engine_errors() as client:
             for role in app.roles:
                 if role.image not in built:
                     built[role.image] = build_image(
-                        client, context, dockerfile, role.image, workspace
-                    )
+                        client, context, dockerfile, role.image, workspace,
+                        opts.image_repo, opts.quiet,
+                    )  # fmt: skip
                 role.image = built[role.image]
 
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:

@@ -131,6 +131,6 @@ def build_context(workspace: Workspace | Path | str) -> tuple[bytes, str]:
     return buf.getvalue(), dockerfile
 
 
-def image_tag(context: bytes, base_image: str) -> str:
+def image_tag(context: bytes, base_image: str, repo: str = IMAGE_REPO) -> str:
     digest = hashlib.sha256(base_image.encode() + b"\0" + context).hexdigest()[:16]
-    return f"{IMAGE_REPO}:{digest}"
+    return f"{repo}:{digest}"
