@@ -1,4 +1,5 @@
-"""Small utility components: ``utils.echo``, ``sh``, ``python``, ``binary``, ``touch``, ``copy``.
+"""Small utility components: ``utils.echo``, ``sh``, ``python``, ``binary``, ``touch``, ``copy``,
+``booth`` (TorchX's HPO test function; its replica side is ``_apps.py``).
 
 ``utils.copy`` runs this module as a program (``python3 -m xrun.components.utils copy SRC DST``)
 so that only the replica imports fsspec, never the CLI.
@@ -217,6 +218,51 @@ def copy(src: str, dst: str, image: str = DEFAULT_IMAGE) -> AppDef:
                 entrypoint="python3",
                 args=["-m", "xrun.components.utils", "copy", src, dst],
                 resource=_small(),
+            )
+        ],
+    )
+
+
+def booth(
+    x1: float,
+    x2: float,
+    trial_idx: int = 0,
+    tracker_base: str = "/tmp/torchx-util-booth",
+    image: str = DEFAULT_IMAGE,
+) -> AppDef:
+    """Evaluates the booth function, ``f(x1, x2) = (x1 + 2*x2 - 7)^2 + (2*x1 + x2 - 5)^2``.
+
+    The result, ``{"booth_eval": f}``, is stored under key ``trial_idx`` of ``tracker_base``
+    as TorchX's ``FsspecResultTracker(tracker_base)[trial_idx]`` reads it (and printed).
+
+    Args:
+        x1: x1
+        x2: x2
+        trial_idx: ignore if not running hpo
+        tracker_base: URI of the tracker's base output directory (e.g. s3://foo/bar)
+        image: the image that contains the booth app
+    """
+    return AppDef(
+        name="torchx-utils-booth",
+        roles=[
+            Role(
+                name="torchx-utils-booth",
+                image=image,
+                entrypoint="python3",
+                args=[
+                    "-m",
+                    "xrun.components._apps",
+                    "booth",
+                    "--x1",
+                    str(x1),
+                    "--x2",
+                    str(x2),
+                    "--trial_idx",
+                    str(trial_idx),
+                    "--tracker_base",
+                    tracker_base,
+                ],  # fmt: skip
+                resource=Resource(cpu=1, gpu=0, memMB=1024),
             )
         ],
     )

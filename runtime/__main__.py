@@ -47,10 +47,6 @@ def _main(argv: Sequence[str] | None) -> int:
     except UsageError as e:  # found late, e.g. an endpoint host that does not resolve
         print(f"{PROG}: error: {printable(e)}", file=sys.stderr)
         return 2
-    if config.event_log_handler != "null":
-        from .eventlog import record_run
-
-        record_run(config.event_log_handler, result, name, config)
     if result.exitcode != 0:
         print(
             result.message if result.failures else f"{PROG}: {result.message}",

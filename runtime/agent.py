@@ -51,6 +51,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,7 @@ from .signals import AgentSignal, SignalWatch
 
 if TYPE_CHECKING:
     from .errors.deaths import OomWatch
+    from .eventlog import EventLog
     from .rendezvous import RendezvousEvent, RendezvousHandler, RendezvousInfo
     from .timer import FileTimerServer
     from .workers.api import PContext, RunProcsResult
@@ -143,6 +145,14 @@ class Agent:
         self._restart_count = 0  # failure restarts used (TORCHELASTIC_RESTART_COUNT)
         self._oom: OomWatch | None = None  # the OOM kill counters at the attempt's start
         self._timer: FileTimerServer | None = None  # TORCHELASTIC_ENABLE_FILE_TIMER=1
+        self._events: EventLog | None = None
+        if config.event_log_handler == "console":
+            from .eventlog import EventLog, entry_point_name  # benchmark 1: only when asked
+
+            self._events = EventLog(
+                "console", config.run_id, config.role, self.host, config.rdzv_backend,
+                entry_point_name(entrypoint),
+            )  # fmt: skip
 
     # -- public -------------------------------------------------------------------------------
 
@@ -177,6 +187,8 @@ class Agent:
                 result = self._loop(handler)
             except AgentSignal as s:
                 result = self._on_signal_exit(handler, None, s.signum)
+            if self._events is not None:
+                self._events.finished(result, self._restart_count)
             return result
         finally:
             self._signals.raising = False
@@ -199,6 +211,7 @@ class Agent:
         while True:
             self._signals.raising = True
             self._signals.check()  # one that arrived while the workers were being stopped
+            t0 = time.monotonic()
             try:
                 info = handler.next_rendezvous()
             except RendezvousClosedError as e:
@@ -209,6 +222,8 @@ class Agent:
                 return RunResult(1, message=f"the job was closed by a peer: {reason}")
             except RendezvousError as e:
                 return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")
+            if self._events is not None:
+                self._events.rendezvous(time.monotonic() - t0, self._restart_count)
             # Still raising while the workers start: a SIGTERM/SIGINT during the start of many
             # workers ends it at once (start_processes takes down the ones already started).
             try:
@@ -317,6 +332,7 @@ class Agent:
 
         cfg = self.config
         n = cfg.nproc_per_node
+        t0 = time.monotonic()
         logs, error_file_of = self._logs_for_attempt(n)
         group = WorkerGroup(
             role=cfg.role,
@@ -343,6 +359,9 @@ class Agent:
             from .timer import serve
 
             self._timer = serve(self._timer, envs, cfg.run_id)
+        if self._events is not None:
+            world = (info.group_rank, info.group_world_size, info.world_size, info.rank_offset)
+            self._events.ranks_assigned(time.monotonic() - t0, self._restart_count, world)
         pc = start_processes(
             name=cfg.role,
             entrypoint=self.entrypoint,
@@ -363,6 +382,8 @@ class Agent:
         from .errors.deaths import OomWatch
 
         self._oom = OomWatch.start(self._oom)
+        if self._events is not None:
+            self._events.started(pc.pids(), self._restart_count)
         return pc
 
     def _logs_for_attempt(self, n: int) -> tuple[dict[str, Any], Callable[[int], str]]:

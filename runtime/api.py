@@ -49,11 +49,8 @@ def launch_agent(
 ) -> dict[int, Any]:
     """Run this node's agent for ``config``; ``{global_rank: return value}`` (None for a
     binary) or the exception the failure calls for (see the module doc)."""
-    from .eventlog import record_run
-
     name = entrypoint_name(entrypoint, args)
     result = Agent(config, entrypoint, tuple(args), name=name).run()
-    record_run(config.event_log_handler, result, name, config)
     if result.exitcode == 0:
         return result.return_values
     if result.failures:

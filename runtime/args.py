@@ -442,7 +442,9 @@ def parse(
     entrypoint: Callable[..., Any] | str
     if ns.run_path:
         entrypoint = run_script_path
-        args: tuple[str, ...] = (os.path.abspath(ns.training_script),)
+        # as typed, as torchrun passes it: the workers run in this cwd, and the script sees
+        # the sys.argv[0] its user gave
+        args: tuple[str, ...] = (ns.training_script,)
     elif ns.no_python:
         if ns.module:
             raise UsageError(

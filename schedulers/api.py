@@ -47,6 +47,20 @@ class AppDryRunInfo(Generic[T]):
     def __str__(self) -> str:
         return self.fmt(self.request)
 
+    # TorchX's names for the same fields: code written for TorchX reads them (e.g. a runner's
+    # dry run's ``info._app.roles``).
+    @property
+    def _app(self) -> AppDef | None:
+        return self.app
+
+    @property
+    def _scheduler(self) -> str:
+        return self.scheduler
+
+    @property
+    def _cfg(self) -> Any:
+        return self.cfg
+
 
 # --------------------------------------------------------------------------- responses
 @dataclass
@@ -128,7 +142,12 @@ class Scheduler(abc.ABC, Generic[T]):
     def run_opts(self) -> runopts[Any]:
         """The run options; the builtins' ``runopts(TheirOptions)`` (a dataclass)."""
 
-    def submit_dryrun(self, app: AppDef, cfg: Mapping[str, object]) -> AppDryRunInfo[T]:
+    def submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+    ) -> AppDryRunInfo[T]:
+        """The request for ``app``. ``workspace``: what :meth:`submit` would make available
+        with the same argument; schedulers that copy or build one override this to put it in
+        the request (the default runs in the cwd and ignores it)."""
         resolved = self.run_opts().resolve(cfg, self.backend)
         app.validate()
         self._validate(app, resolved)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -111,55 +112,73 @@ def ensure_images(client: Any, images: Iterable[str]) -> None:
             ) from None
 
 
-def build_image(client: Any, context: bytes, dockerfile: str, base: str, workspace: str) -> str:
-    """Build ``context`` on ``base`` (see .workspace); return the tag. Cached by content."""
+def build_image(  # noqa: PLR0913 - the build's parts and its two run options
+    client: Any,
+    context: bytes,
+    dockerfile: str,
+    base: str,
+    workspace: str,
+    repo: str | None = None,
+    quiet: bool = True,
+) -> str:
+    """Build ``context`` on ``base`` (see .workspace); return the tag, ``REPO:<hash>`` (the
+    run option image_repo, default xrun-workspace). Cached by content. Unless ``quiet``, each
+    line the build prints goes to stderr as it comes."""
     import docker
 
-    tag = image_tag(context, base)
+    repo = repo or IMAGE_REPO
+    tag = image_tag(context, base, repo)
     try:
         client.images.get(tag)
         return tag  # same workspace, same base: the image is already there
     except docker.errors.ImageNotFound:
         pass
     ensure_images(client, [base])
-    try:
-        client.images.build(
-            fileobj=io.BytesIO(context),
-            custom_context=True,
-            dockerfile=dockerfile,
-            tag=tag,
-            buildargs={"IMAGE": base},
-            pull=False,
-            rm=True,
-            forcerm=True,
-        )
-    except docker.errors.BuildError as e:
-        steps = [
-            str(chunk["stream"]).strip()
-            for chunk in e.build_log
-            if isinstance(chunk, dict) and str(chunk.get("stream", "")).startswith("Step ")
-        ]
-        at = f" at {steps[-1]!r}" if steps else ""
-        name = dockerfile.removeprefix("workspace/")
-        raise UsageError(
-            f"building the workspace image from {workspace!r} on {base!r} failed{at}: {e.msg}; "
-            f"fix {name} (its build context holds workspace/ and xrun/; build arg IMAGE is the "
-            f"role's image) or the image"
-        ) from None
-    prune_workspace_images(client)
+    steps: list[str] = []
+    # The low-level build: its events arrive as the build runs (images.build returns them at
+    # the end), so a long build shows its progress.
+    events = client.api.build(
+        fileobj=io.BytesIO(context),
+        custom_context=True,
+        dockerfile=dockerfile,
+        tag=tag,
+        buildargs={"IMAGE": base},
+        pull=False,
+        rm=True,
+        forcerm=True,
+        decode=True,
+    )
+    for event in events:
+        line = str(event.get("stream", "")).rstrip()
+        if line.startswith("Step "):
+            steps.append(line)
+        if line and not quiet:
+            print(f"xrun: docker build: {line}", file=sys.stderr, flush=True)
+        if "error" in event:
+            at = f" at {steps[-1]!r}" if steps else ""
+            name = dockerfile.removeprefix("workspace/")
+            raise UsageError(
+                f"building the workspace image from {workspace!r} on {base!r} failed{at}: "
+                f"{str(event['error']).strip()}; fix {name} (its build context holds "
+                f"workspace/ and xrun/; build arg IMAGE is the role's image) or the image"
+            )
+    prune_workspace_images(client, repo=repo)
     return tag
 
 
-def prune_workspace_images(client: Any, keep: int = KEEP_WORKSPACE_IMAGES) -> None:
-    """Untag all but the newest ``keep`` workspace images. The engine refuses to delete one a
-    container still uses (that one stays), and only the tag goes when another tag shares it."""
+def prune_workspace_images(
+    client: Any, keep: int = KEEP_WORKSPACE_IMAGES, repo: str = IMAGE_REPO
+) -> None:
+    """Untag all but the newest ``keep`` workspace images of ``repo``. The engine refuses to
+    delete one a container still uses (that one stays), and only the tag goes when another tag
+    shares it."""
     import docker
 
-    images = client.images.list(name=IMAGE_REPO)
+    images = client.images.list(name=repo)
     images.sort(key=lambda im: str(im.attrs.get("Created", "")), reverse=True)
     for im in images[keep:]:
         for tag in im.tags:
-            if tag.startswith(IMAGE_REPO + ":"):
+            if tag.startswith(repo + ":"):
                 try:
                     client.images.remove(tag)
                 except docker.errors.APIError:

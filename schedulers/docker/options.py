@@ -6,11 +6,18 @@ typed fields. ``xrun runopts`` and ``xrun configure`` show these fields' types, 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from xrun.errors import UsageError
 from xrun.limits import check_env_name
 
 from ..options import option
+
+# A repository as docker names one: an optional registry host[:port], then lower-case path
+# components (letters, digits, single separators . _ __ -), no tag or digest.
+_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
+_REPO = re.compile(rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*")
 
 # Seconds from a stop's SIGTERM to the engine's SIGKILL, unless the app's stop_timeout says.
 STOP_TIMEOUT = 10
@@ -38,6 +45,23 @@ class DockerOptions:
         seconds=True,
     )
 
+    image_repo: str | None = option(
+        "the repository the workspace images are tagged in, as IMAGE_REPO:<hash>, e.g. "
+        "registry.example.com:5000/team/ws (TorchX's option); default: xrun-workspace. The "
+        "containers run on this engine, so nothing is pushed (nor by TorchX's docker scheduler)"
+    )
+    quiet: bool = option(
+        "print nothing while the workspace image builds (by default each build step goes to "
+        "stderr as it runs, as TorchX logs it)",
+        default=False,
+    )
+
     def __post_init__(self) -> None:
         for name in self.env:
             check_env_name(name, "run option env")
+        if self.image_repo is not None and not _REPO.fullmatch(self.image_repo):
+            raise UsageError(
+                f"run option image_repo={self.image_repo!r} is not an image repository; "
+                "expected [HOST[:PORT]/]NAME[/NAME...] in lower case, no tag (e.g. "
+                "registry.example.com:5000/team/ws)"
+            )

@@ -99,8 +99,6 @@ class DockerJob:
 def format_job(job: DockerJob) -> str:
     """The readable form --dryrun prints: one block per container, the equivalent of `docker run`."""
     lines = [
-        "# At submit, each image below becomes xrun-workspace:<hash>: the image plus the workspace",
-        "# (--workspace DIR, default: the cwd; '' to skip) and xrun itself.",
         f"docker network create --label {LABEL_APP_ID}={job.app_id} {job.network}",
     ]
     for c in job.containers:

@@ -76,6 +76,7 @@ from ..api import (
     Scheduler,
     runopts,
 )
+from ..workspace import open_workspace
 from .engine import (
     build_image,
     connect,
@@ -191,7 +192,28 @@ class DockerScheduler(Scheduler[DockerJob]):
     def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
         """Like every scheduler's, except that no ``workspace`` means the cwd (as the issue asks:
         the job runs the code as it is now); pass ``""`` to run the role images unchanged."""
-        return super().submit(app, cfg, self.resolve_workspace(workspace))
+        ws = self.resolve_workspace(workspace)
+        if ws:
+            self.build_workspace(app, ws, cfg)
+        return self.schedule(super().submit_dryrun(app, cfg))
+
+    def submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+    ) -> AppDryRunInfo[DockerJob]:
+        """The request, headed by the workspace :meth:`submit` would build into each image
+        (its URL and ignore set, read as the build reads them), or that none is built."""
+        info = super().submit_dryrun(app, cfg)
+        ws = self.resolve_workspace(workspace)
+        if ws:
+            opened = open_workspace(ws)
+            head = (
+                f"# workspace {opened.url} -> each image below, as xrun-workspace:<hash>\n"
+                f"#   {opened.describe_ignored()}\n"
+            )
+        else:
+            head = "# no workspace (--workspace ''): the role images run unchanged\n"
+        info.fmt = lambda job: head + format_job(job)
+        return info
 
     def resolve_workspace(self, workspace: str | None) -> str:
         """The workspace ``submit`` builds: None is the cwd (a sweep builds it once for all)."""
@@ -199,14 +221,16 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
         """Build ``<role image> + workspace + xrun`` and point the roles at it (see .workspace)."""
-        context, dockerfile = build_context(Path(workspace))
+        opts = self.run_opts().resolve(cfg, self.backend)
+        context, dockerfile = build_context(workspace)
         built: dict[str, str] = {}
         with self._engine_errors() as client:
             for role in app.roles:
                 if role.image not in built:
                     built[role.image] = build_image(
-                        client, context, dockerfile, role.image, workspace
-                    )
+                        client, context, dockerfile, role.image, workspace,
+                        opts.image_repo, opts.quiet,
+                    )  # fmt: skip
                 role.image = built[role.image]
 
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:

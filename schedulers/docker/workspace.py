@@ -2,7 +2,9 @@
 
 The build context is a tar made here (nothing is copied on disk) with two folders:
 
-- ``workspace/``  the workspace (``.git``, virtualenvs and caches left out)
+- ``workspace/``  the workspace's files: the one walk of ``schedulers/workspace.py`` (any
+                  fsspec folder; ``.xrunignore`` or ``.gitignore``, gitignore semantics;
+                  version control, virtualenvs and caches always left out), as Slurm copies
 - ``xrun/``       xrun's own package tree, so ``python3 -m xrun.runtime`` works in an image
                   without pip: the agent is standard-library only
 
@@ -26,6 +28,8 @@ from pathlib import Path
 
 from xrun.errors import UsageError
 
+from ..workspace import Workspace, open_workspace, read, walk
+
 CUSTOM_DOCKERFILE = "Dockerfile.xrun"
 IMAGE_REPO = "xrun-workspace"
 WORKDIR = "/workspace"
@@ -42,21 +46,8 @@ COPY workspace {WORKDIR}
 WORKDIR {WORKDIR}
 """
 
-# Never part of a job's code, often large: version control, virtualenvs, caches.
-_SKIP_DIRS = {
-    ".git",
-    ".hg",
-    ".venv",
-    "venv",
-    "__pycache__",
-    ".mypy_cache",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".hypothesis",
-    "node_modules",
-    ".tox",
-    ".eggs",
-}
+# xrun's own package tree (not the user's workspace): byte code stays out.
+_SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 
 # The context is built in memory and sent to the engine on every changed build: a workspace
@@ -94,28 +85,29 @@ def xrun_package_files() -> dict[str, Path]:
     return files
 
 
-def build_context(workspace: Path) -> tuple[bytes, str]:
+def build_context(workspace: Workspace | Path | str) -> tuple[bytes, str]:
     """The build context (an uncompressed tar) and the Dockerfile's path inside it."""
-    if not workspace.is_dir():
-        raise UsageError(
-            f"workspace {str(workspace)!r} is not a directory; pass --workspace DIR (the code the "
-            f"job runs) or leave it out to use the current directory"
-        )
-    entries: dict[str, Path] = {}
+    ws = workspace if isinstance(workspace, Workspace) else open_workspace(str(workspace))
+    files = list(walk(ws))
     total = 0
-    for p in _walk(workspace):
-        entries[f"workspace/{p.relative_to(workspace).as_posix()}"] = p
-        total += p.lstat().st_size
+    for f in files:  # every size first: a huge workspace is refused before reading any of it
+        total += f.size
         if total > MAX_CONTEXT_BYTES:
             raise UsageError(
-                f"workspace {str(workspace)!r} holds more than {MAX_CONTEXT_BYTES >> 20} MiB "
-                f"(reached at {str(p)!r}); the docker scheduler copies the workspace into an "
+                f"workspace {ws.url!r} holds more than {MAX_CONTEXT_BYTES >> 20} MiB "
+                f"(reached at {f.rel!r}); the docker scheduler copies the workspace into an "
                 f"image, so pass --workspace DIR with just the code (data belongs in a mount: "
-                f"--mounts type=bind,src=...,dst=...)"
+                f"--mounts type=bind,src=...,dst=...), or list the data in .xrunignore"
             )
+    entries: dict[str, Path] = {}
     entries.update(xrun_package_files())
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
+        for f in files:
+            data = read(ws, f)
+            info = tarfile.TarInfo(f"workspace/{f.rel}")
+            info.size, info.mode = len(data), f.mode  # owner and mtime 0: see below
+            tar.addfile(info, io.BytesIO(data))
         for arcname in sorted(entries):
             path = entries[arcname]
             info = tar.gettarinfo(str(path), arcname)
@@ -124,12 +116,11 @@ def build_context(workspace: Path) -> tuple[bytes, str]:
             info.uname = info.gname = ""
             info.mtime = 0
             if info.isreg():
-                with open(path, "rb") as f:
-                    tar.addfile(info, f)
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
             elif info.issym():
                 tar.addfile(info)
-        custom = workspace / CUSTOM_DOCKERFILE
-        if custom.is_file():
+        if any(f.rel == CUSTOM_DOCKERFILE for f in files):
             dockerfile = f"workspace/{CUSTOM_DOCKERFILE}"
         else:
             dockerfile = "Dockerfile"
@@ -140,6 +131,6 @@ def build_context(workspace: Path) -> tuple[bytes, str]:
     return buf.getvalue(), dockerfile
 
 
-def image_tag(context: bytes, base_image: str) -> str:
+def image_tag(context: bytes, base_image: str, repo: str = IMAGE_REPO) -> str:
     digest = hashlib.sha256(base_image.encode() + b"\0" + context).hexdigest()[:16]
-    return f"{IMAGE_REPO}:{digest}"
+    return f"{repo}:{digest}"

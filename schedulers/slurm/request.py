@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from xrun.contract import AGENT_LOG_DIR_ENV, RANK0_HOST_ENV
 from xrun.errors import UsageError
@@ -34,6 +35,9 @@ from xrun.specs import AppDef, BindMount, Role, macros
 
 from ..api import scheduler_retries
 from .options import SlurmOptions
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
 
 COMMENT_PREFIX = "xrun:"
 LOG_SUBDIR = "slurm-logs"
@@ -85,13 +89,14 @@ class SlurmBatchRequest:
     chdir: str
     log_root: str
     roles: dict[str, int] = field(default_factory=dict)  # role name -> max replicas
-    workspace: str | None = None  # copied into chdir (job_dir) before sbatch, when set
+    workspace: Workspace | None = None  # copied into chdir (job_dir) before sbatch, when set
 
     def materialize(self) -> str:
         """What ``--dryrun`` prints: the command, then the whole batch script."""
         head = f"# submit: {shlex.join(self.sbatch_argv)} < script\n"
         if self.workspace:
-            head += f"# copy workspace {self.workspace} -> {self.chdir} first\n"
+            head += f"# copy workspace {self.workspace.url} -> {self.chdir} first\n"
+            head += f"#   {self.workspace.describe_ignored()}\n"
         return head + self.script
 
 
@@ -369,7 +374,7 @@ def build_request(
     chdir: str,
     info: ClusterInfo,
     path_prefix: str | None,
-    workspace: str | None = None,
+    workspace: Workspace | None = None,
     array: ArrayJob | None = None,
 ) -> SlurmBatchRequest:
     """The sbatch script for ``app`` (pure: no Slurm command runs); with ``array``, a job

@@ -88,6 +88,7 @@ from ..api import (
     runopts,
 )
 from ..logs import iter_log_lines, root_cause_in
+from ..workspace import Workspace, open_workspace
 from .commands import NOT_FOUND
 from .commands import run as _run
 from .options import SlurmOptions
@@ -169,21 +170,21 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
 
     # ------------------------------------------------------------------ submit
     def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
-        # The workspace travels in the request (copied by schedule), so --dryrun shows it.
+        return self.schedule(self.submit_dryrun(app, cfg, workspace))
+
+    def submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+    ) -> AppDryRunInfo[SlurmBatchRequest]:
+        # The workspace travels in the request (copied by schedule), so --dryrun shows the
+        # very folder submit copies.
         self._workspace = workspace
         try:
-            return self.schedule(self.submit_dryrun(app, cfg))
+            return super().submit_dryrun(app, cfg)
         finally:
             self._workspace = None
 
     def _submit_dryrun(self, app: AppDef, cfg: SlurmOptions) -> AppDryRunInfo[SlurmBatchRequest]:
-        workspace = self._workspace
-        if cfg.job_dir:
-            chdir = os.path.abspath(cfg.job_dir)
-            workspace = workspace or os.getcwd()
-        else:
-            chdir = os.path.abspath(workspace or os.getcwd())
-            workspace = None
+        chdir, workspace = self._chdir_and_workspace(cfg)
         python_path = cfg.python_path
         if python_path is None:
             python_path = os.path.dirname(sys.executable)
@@ -199,6 +200,26 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         )
         return AppDryRunInfo(req, lambda r: r.materialize())
 
+    def _chdir_and_workspace(self, cfg: SlurmOptions) -> tuple[str, Workspace | None]:
+        """Where the job runs, and the workspace schedule copies there first (job_dir only).
+
+        Opened here, in the dry run: its ignore file is read once and the request carries it,
+        so ``--dryrun`` shows the very folder and ignore set that schedule copies (and a
+        workspace that is no folder fails the dry run as it would fail submit)."""
+        given = self._workspace
+        if cfg.job_dir:
+            return os.path.abspath(cfg.job_dir), open_workspace(given or os.getcwd())
+        if given and "://" in given:
+            local = open_workspace(given).local_path()
+            if local is None:
+                raise UsageError(
+                    f"workspace {given!r} is not a local folder, so the job cannot run in it: "
+                    "add -cfg job_dir=DIR (a new folder the nodes share; the workspace is "
+                    "copied there)"
+                )
+            return local, None
+        return os.path.abspath(given or os.getcwd()), None
+
     # ------------------------------------------------------------------ sweeps
     def sweep_backend(self) -> Any:
         """A sweep is ONE job array here (see sweep.py), not one job per trial."""
@@ -210,11 +231,11 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         self, app: AppDef, cfg: Mapping[str, object], array: ArrayJob, workspace: str | None
     ) -> AppDryRunInfo[SlurmBatchRequest]:
         """The request for ``app`` as the job array ``array`` (one task per sweep trial)."""
-        self._workspace, self._array = workspace, array
+        self._array = array
         try:
-            return self.submit_dryrun(app, cfg)
+            return self.submit_dryrun(app, cfg, workspace)
         finally:
-            self._workspace, self._array = None, None
+            self._array = None
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
         req = dryrun_info.request

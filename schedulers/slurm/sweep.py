@@ -147,8 +147,10 @@ class ArrayBackend(SweepBackend):
         k, _ = self.parallel(plan)
         return self.slurm.array_dryrun(template, cfg, array_job(plan, template, k), workspace)
 
-    def dryrun(self, plan: SweepPlan, cfg: Mapping[str, object]) -> str:
-        return str(self._request(plan, cfg, None))
+    def dryrun(
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None = None
+    ) -> str:
+        return str(self._request(plan, cfg, workspace))
 
     def submit(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> str:
         info = self._request(plan, cfg, workspace)

@@ -15,20 +15,27 @@ The runner applies ``.xrunconfig`` (see :mod:`xrun.config`): run-option defaults
 scheduler and argument defaults for the component; explicit arguments win. Schedulers are
 created on first use through :func:`xrun.schedulers.api.get_scheduler`, one per (scheduler,
 session), and closed by :meth:`Runner.close`.
+
+The signatures, parameter names, defaults and return values are TorchX 0.7.0's
+(``torchx.runner.api``), so code written for TorchX's runner runs unchanged;
+``tests/core/test_runner_parity.py`` holds them against a recording of TorchX. xrun's own
+extra parameters are keyword-only.
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from xrun.component import call_component, get_component
 from xrun.config import Config
 from xrun.config import load as load_config
-from xrun.errors import UsageError
+from xrun.errors import AppNotFoundError, UsageError
 from xrun.schedulers.api import LogQuery, get_scheduler, scheduler_names
 from xrun.schedulers.options import resolve_run_options
 from xrun.specs import AppDef, AppStatus, macros, make_app_handle
@@ -43,10 +50,18 @@ if TYPE_CHECKING:
         ListAppResponse,
         Scheduler,
         Stream,
+        runopts,
     )
     from xrun.sweeps.backend import SweepBackend
     from xrun.sweeps.plan import Sweep, SweepPlan
     from xrun.sweeps.status import SweepStatus
+
+
+# A scheduler factory, as TorchX's ``SchedulerFactory``: (session name, **params) -> Scheduler.
+SchedulerFactory = Callable[..., "Scheduler[Any]"]
+
+# The session the CLI and get_runner() share, so `xrun list` shows the apps a script started.
+DEFAULT_SESSION = "default"
 
 
 class Runner:
@@ -54,16 +69,28 @@ class Runner:
 
     def __init__(
         self,
-        session_name: str = "default",
+        name: str = DEFAULT_SESSION,
+        scheduler_factories: Mapping[str, SchedulerFactory] | None = None,
+        component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+        scheduler_params: Mapping[str, object] | None = None,
+        *,
         config: Config | None = None,
-        scheduler_params: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """``config``: None reads ``.xrunconfig`` from the cwd and home on first use;
-        ``scheduler_params``: extra keyword arguments per scheduler's ``create_scheduler``."""
-        self.session_name = session_name
+        """``name``: the session (the middle of every handle); ``scheduler_factories``: the
+        schedulers this runner may use (None: xrun's registry, builtins and plugins);
+        ``component_defaults``: per component, argument defaults over the config files';
+        ``scheduler_params``: keyword arguments for every scheduler's factory; ``config``:
+        None reads ``.xrunconfig`` from the cwd and home on first use."""
+        self.session_name = name
+        self._factories = dict(scheduler_factories) if scheduler_factories is not None else None
+        self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
         self._config = config
-        self._params = {k: dict(v) for k, v in (scheduler_params or {}).items()}
+        self._params = dict(scheduler_params or {})
         self._schedulers: dict[tuple[str, str], Scheduler[Any]] = {}
+
+    def name(self) -> str:
+        """The session name (TorchX's ``Runner.name()``)."""
+        return self.session_name
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -76,8 +103,23 @@ class Runner:
         """The (cached) scheduler ``name`` for ``session`` (default: this runner's)."""
         key = (name, session or self.session_name)
         if key not in self._schedulers:
-            self._schedulers[key] = get_scheduler(name, key[1], **self._params.get(name, {}))
+            if self._factories is None:
+                self._schedulers[key] = get_scheduler(name, key[1], **self._params)
+            elif name in self._factories:
+                self._schedulers[key] = self._factories[name](key[1], **self._params)
+            else:
+                raise UsageError(
+                    f"unknown scheduler {name!r}; this runner has: {', '.join(self._factories)}"
+                )
         return self._schedulers[key]
+
+    def scheduler_backends(self) -> list[str]:
+        """The scheduler names this runner may use."""
+        return list(self._factories) if self._factories is not None else scheduler_names()
+
+    def scheduler_run_opts(self, scheduler: str) -> runopts[Any]:
+        """``scheduler``'s run options (``print()`` them for the table ``xrun runopts`` shows)."""
+        return self.scheduler(scheduler).run_opts()
 
     def run_cfg(self, scheduler: str, cfg: Mapping[str, object] | None) -> dict[str, object]:
         """The config files' run options for ``scheduler`` under the explicit ``cfg``."""
@@ -90,9 +132,14 @@ class Runner:
 
     # ------------------------------------------------------------------ submitting
     def component_app(self, component: str, args: Sequence[str]) -> AppDef:
-        """Call a component with CLI-style ``args`` (its config-file defaults applied)."""
+        """Call a component with CLI-style ``args`` (its config-file defaults applied, then the
+        runner's ``component_defaults``)."""
         comp = get_component(component)
-        return call_component(comp, args, self.config.component_defaults(comp.name))
+        defaults = dict(self.config.component_defaults(comp.name))
+        given = self._component_defaults.get(component, self._component_defaults.get(comp.name))
+        where = "Runner(component_defaults=...)"
+        defaults.update({k: (v, where) for k, v in (given or {}).items()})
+        return call_component(comp, args, defaults)
 
     def with_job_env(self, app: AppDef, scheduler: str, parent_run_id: str | None = None) -> AppDef:
         """A copy of ``app`` whose roles' env tells the replicas their job (``TORCHX_JOB_ID``,
@@ -111,20 +158,29 @@ class Runner:
         app: AppDef,
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
+        workspace: str | None = None,
         parent_run_id: str | None = None,
     ) -> AppDryRunInfo[Any]:
-        """The scheduler's request for ``app``, not executed (print it to see what would run)."""
+        """The scheduler's request for ``app``, not executed (print it to see what would run):
+        the same request :meth:`run` executes with the same ``workspace``."""
         job = self.with_job_env(app, scheduler, parent_run_id)
-        return self.scheduler(scheduler).submit_dryrun(job, self.run_cfg(scheduler, cfg))
+        sched = self.scheduler(scheduler)
+        run_cfg = self.run_cfg(scheduler, cfg)
+        if workspace is None:  # a plugin's submit_dryrun may predate the workspace
+            return sched.submit_dryrun(job, run_cfg)
+        return sched.submit_dryrun(job, run_cfg, workspace=workspace)
 
     def dryrun_component(
         self,
         component: str,
-        args: Sequence[str],
+        component_args: Sequence[str],
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
     ) -> AppDryRunInfo[Any]:
-        return self.dryrun(self.component_app(component, args), scheduler, cfg)
+        app = self.component_app(component, component_args)
+        return self.dryrun(app, scheduler, cfg, workspace, parent_run_id)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Execute a request from :meth:`dryrun`; returns the app handle."""
@@ -150,12 +206,14 @@ class Runner:
     def run_component(
         self,
         component: str,
-        args: Sequence[str],
+        component_args: Sequence[str],
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
         workspace: str | None = None,
+        parent_run_id: str | None = None,
     ) -> str:
-        return self.run(self.component_app(component, args), scheduler, cfg, workspace)
+        app = self.component_app(component, component_args)
+        return self.run(app, scheduler, cfg, workspace, parent_run_id)
 
     # ------------------------------------------------------------------ watching
     # Every verb below takes any handle: an app's, a sweep's, or a trial's (SWEEP/TRIAL).
@@ -163,10 +221,10 @@ class Runner:
         """What ``handle`` names (see :mod:`xrun.sweeps.handles`)."""
         return resolve(handle, max_rest)
 
-    def status(self, handle: str) -> AppStatus | SweepStatus | None:
+    def status(self, app_handle: str) -> AppStatus | SweepStatus | None:
         """The app's (or trial's) status; a sweep's: every trial's (a
         :class:`~xrun.sweeps.status.SweepStatus`). None when unknown."""
-        t = resolve(handle)
+        t = resolve(app_handle)
         if t.is_sweep:
             backend, sweep_id = self._sweep(t)
             if t.trial is None:
@@ -174,29 +232,34 @@ class Runner:
             return backend.trial_status(sweep_id, t.trial)
         return _app_status(self._scheduler_of(t).describe(t.handle.app_id))
 
-    def wait(self, handle: str, timeout: float | None = None) -> AppStatus | SweepStatus | None:
+    def wait(
+        self, app_handle: str, wait_interval: float = 10, *, timeout: float | None = None
+    ) -> AppStatus | SweepStatus | None:
         """Block until the app, trial or sweep ends (or ``timeout`` seconds pass); None when
-        unknown."""
-        t = resolve(handle)
+        unknown. ``wait_interval``: the longest time between two looks at a trial (TorchX's
+        poll interval); an app's scheduler is told when the app ends (local_cwd: a pidfd on
+        its supervisor) or polls faster, so an app's end is seen sooner."""
+        t = resolve(app_handle)
         if not t.is_sweep:
             return _app_status(self._scheduler_of(t).wait(t.handle.app_id, timeout))
         backend, sweep_id = self._sweep(t)
         if t.trial is None:
             return backend.wait(sweep_id, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
+        poll = max(0.0, min(wait_interval, backend.wait_poll_s))
         while True:
             st = backend.trial_status(sweep_id, t.trial)
             if st is None or st.is_terminal():
                 return st
             if deadline is not None and time.monotonic() >= deadline:
                 return st
-            time.sleep(backend.wait_poll_s)
+            time.sleep(poll)
 
-    def describe(self, handle: str) -> AppDef | None:
+    def describe(self, app_handle: str) -> AppDef | None:
         """The app as the scheduler knows it (name = app id); a trial's AppDef; a sweep's
         template AppDef (``{{NAME}}`` placeholders; trial 0's when each trial differs). None
         when unknown."""
-        t = resolve(handle)
+        t = resolve(app_handle)
         if t.is_sweep:
             backend, sweep_id = self._sweep(t)
             if backend.status(sweep_id) is None:
@@ -211,18 +274,20 @@ class Runner:
 
     def log_lines(
         self,
-        handle: str,
-        role: str,
+        app_handle: str,
+        role_name: str,
         k: int = 0,
         regex: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
+        since: datetime.datetime | float | None = None,
+        until: datetime.datetime | float | None = None,
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterable[str]:
-        """Replica ``k`` of ``role``'s log lines (an app's or a trial's: ``SWEEP/TRIAL``);
-        ``should_tail`` follows until it ends."""
-        return self.logs(handle, LogQuery(role, k, regex, since, until, should_tail, streams))
+        """Replica ``k`` of ``role_name``'s log lines (an app's or a trial's: ``SWEEP/TRIAL``);
+        ``should_tail`` follows until it ends. ``since``/``until``: datetimes (TorchX) or epoch
+        seconds."""
+        query = LogQuery(role_name, k, regex, _epoch(since), _epoch(until), should_tail, streams)
+        return self.logs(app_handle, query)
 
     def logs(self, handle: str, query: LogQuery) -> Iterable[str]:
         """:meth:`log_lines` with the query as one value."""
@@ -247,15 +312,29 @@ class Runner:
         app = self.describe(handle)
         return None if app is None else {r.name: r.num_replicas for r in app.roles}
 
-    def cancel(self, handle: str) -> None:
-        """Stop the app, the trial, or every trial of the sweep (they end CANCELLED);
-        AppNotFoundError when unknown."""
-        t = resolve(handle)
-        if t.is_sweep:
-            backend, sweep_id = self._sweep(t)
-            backend.cancel(sweep_id, t.trial)
-            return
-        self._scheduler_of(t).cancel(t.handle.app_id)
+    def cancel(self, app_handle: str, *, missing_ok: bool = True) -> None:
+        """Stop the app, the trial, or every trial of the sweep (they end CANCELLED). An
+        unknown handle does nothing, as in TorchX; ``missing_ok=False`` raises
+        AppNotFoundError instead (``xrun cancel``: exit 1)."""
+        t = resolve(app_handle)
+        try:
+            if t.is_sweep:
+                backend, sweep_id = self._sweep(t)
+                backend.cancel(sweep_id, t.trial)
+                return
+            self._scheduler_of(t).cancel(t.handle.app_id)
+        except AppNotFoundError:
+            if not missing_ok:
+                raise
+
+    def stop(self, app_handle: str) -> None:
+        """:meth:`cancel` (TorchX's older name; it warns as TorchX's does)."""
+        warnings.warn(
+            "Runner.stop is Runner.cancel's older name: call cancel",
+            PendingDeprecationWarning,
+            stacklevel=2,
+        )
+        self.cancel(app_handle)
 
     def list(self, scheduler: str) -> list[ListAppResponse]:
         """The apps ``scheduler`` knows in this session."""
@@ -323,7 +402,7 @@ class Runner:
     def wait_sweep(
         self, handle: str, timeout: float | None = None
     ) -> AppStatus | SweepStatus | None:
-        return self.wait(handle, timeout)
+        return self.wait(handle, timeout=timeout)
 
     def cancel_sweep(self, handle: str, trial: int | None = None) -> None:
         self.cancel(handle if trial is None else f"{handle}/{trial}")
@@ -351,17 +430,32 @@ class Runner:
 
     def __exit__(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+        type: type[BaseException] | None,  # noqa: A002 - TorchX's parameter names
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
         self.close()
+        return False
 
 
 def _app_status(resp: DescribeAppResponse | None) -> AppStatus | None:
     return None if resp is None else resp.app_status()
 
 
-def get_runner(session_name: str = "default", **kwargs: Any) -> Runner:
-    """A :class:`Runner` (use it as a context manager to close its schedulers)."""
-    return Runner(session_name, **kwargs)
+def _epoch(t: datetime.datetime | float | None) -> float | None:
+    return t.timestamp() if isinstance(t, datetime.datetime) else t
+
+
+def get_runner(
+    name: str | None = None,
+    component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    config: Config | None = None,
+    **scheduler_params: Any,
+) -> Runner:
+    """A :class:`Runner` on every scheduler xrun has (use it as a context manager to close
+    them). ``name``: the session (None: the CLI's, ``default``); ``scheduler_params``: keyword
+    arguments for every scheduler's factory."""
+    return Runner(
+        name or DEFAULT_SESSION, None, component_defaults, scheduler_params, config=config
+    )

@@ -40,6 +40,7 @@ from xrun.errors import UsageError
 from xrun.named_resources import get_named_resource, names
 from xrun.schedulers import api, options
 from xrun.specs import AppDef, BindMount, DeviceMount, Resource, RetryPolicy, Role, VolumeMount
+from xrun.torchx_stand_ins import MORE_STAND_INS, LazyStandIns, add_stand_ins
 
 TORCHX_VERSION = "0.7.0"  # the TorchX whose API the stand-ins follow
 # The modules xrun stands in for (anything else under torchx. is refused with this list).
@@ -220,8 +221,8 @@ class _RefuseOthers(importlib.abc.MetaPathFinder):
         if fullname == "torchx" or fullname.startswith("torchx."):
             raise ModuleNotFoundError(
                 f"No module named {fullname!r}: TorchX is not installed, and xrun stands in "
-                f"only for {', '.join(STAND_INS)} (pip install torchx=={TORCHX_VERSION} for "
-                "the rest)",
+                f"only for {', '.join(STAND_INS + MORE_STAND_INS)} (pip install "
+                f"torchx=={TORCHX_VERSION} for the rest)",
                 name=fullname,
             )
         return None
@@ -234,17 +235,18 @@ def torchx_imports() -> Iterator[None]:
     if "torchx" in sys.modules or torchx_installed():
         yield
         return
-    modules = _stand_ins()
-    refuse = _RefuseOthers()
+    modules = add_stand_ins(_stand_ins())
+    refuse, lazy = _RefuseOthers(), LazyStandIns()
     sys.modules.update(modules)
-    sys.meta_path.insert(0, refuse)
+    sys.meta_path[:0] = [lazy, refuse]
     try:
         yield
     finally:
         sys.meta_path.remove(refuse)
-        for name, module in modules.items():
-            if sys.modules.get(name) is module:
-                del sys.modules[name]
+        sys.meta_path.remove(lazy)
+        for name in [n for n in sys.modules if n == "torchx" or n.startswith("torchx.")]:
+            if getattr(sys.modules[name], "__xrun_stand_in__", False):
+                del sys.modules[name]  # the lazily made ones (torchx.runner) too
 
 
 def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -142,6 +142,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "xrun.components",
         "xrun.component",
         "xrun.torchx_compat",
+        "xrun.torchx_stand_ins",
+        "xrun.torchx_finder",
     ),
     "runner/sweeps": ("xrun.runner", "xrun.sweeps"),
     "cli": ("xrun.cli", "xrun.__main__"),

@@ -84,8 +84,9 @@ def test_unknown_and_malformed_handles(runner: Runner) -> None:
     assert runner.status(missing) is None
     assert runner.describe(missing) is None
     assert runner.wait(missing, timeout=1) is None
+    assert runner.cancel(missing) is None  # TorchX's: an unknown app is nothing to stop
     with pytest.raises(AppNotFoundError):
-        runner.cancel(missing)
+        runner.cancel(missing, missing_ok=False)  # `xrun cancel`'s exit 1
     with pytest.raises(UsageError, match="malformed app handle"):
         runner.status("local_cwd/oops")
     with pytest.raises(UsageError, match="unknown scheduler 'nosuch'"):

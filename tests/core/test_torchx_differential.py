@@ -49,6 +49,10 @@ KNOWN: dict[tuple[str, str], str] = {
     ("copy", "entrypoint"): "utils.copy is xrun's own fsspec copier",
     ("copy", "args"): "utils.copy is xrun's own fsspec copier",
     ("ddp-mounts-debug", "env"): "debug=True also sets NCCL_DEBUG=INFO",
+    ("booth", "args"): "xrun's booth app (python3 -m xrun.components._apps booth), the same "
+    "flags and values; it stores the result as TorchX's FsspecResultTracker does",
+    ("tensorboard", "args"): "xrun's process monitor (python3 -m xrun.components._apps "
+    "monitor), the same flags, then the same tensorboard command",
     ("slurm-echo", "slurm.layout"): "one allocation per role (--nodes=N), not one het group "
     "per replica",
     ("slurm-ddp", "slurm.layout"): "one allocation per role (--nodes=N), not one het group "
@@ -204,6 +208,15 @@ def test_dryrun_matches_torchx_or_differs_on_purpose(
         if r == rid and (k not in theirs and k not in ours or theirs.get(k) == ours.get(k))
     ]
     assert stale == [], f"{rid}: listed as different but equal now: {stale}"
+
+
+def test_booth_and_tensorboard_args_differ_only_in_the_module() -> None:
+    for rid, module in (("booth", "booth"), ("tensorboard", "monitor")):
+        rec = RECORDS[rid]
+        theirs = rec["app"]["roles"][0]["args"]
+        ours = Runner(config=Config()).component_app(rec["component"], rec["args"]).roles[0].args
+        assert ours[:3] == ["-m", "xrun.components._apps", module]
+        assert ours[3:] == theirs[2:], rid
 
 
 def test_the_recording_covers_what_the_issue_names() -> None:

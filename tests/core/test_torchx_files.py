@@ -177,7 +177,7 @@ def test_the_stand_ins_exist_only_while_a_file_loads_and_runs(tmp_path: Path) ->
 
         assert torchx.specs.AppDef is AppDef
         with pytest.raises(ModuleNotFoundError, match="xrun stands in only for torchx, "):
-            import torchx.schedulers  # noqa: F401
+            import torchx.pipelines  # noqa: F401
     assert "torchx" not in sys.modules
 
 
@@ -218,8 +218,8 @@ def test_a_dist_ddp_wrapper_runs_a_real_2x2_job(cli: Env) -> None:
 
 
 def test_a_broken_torchx_import_names_what_xrun_provides(tmp_path: Path) -> None:
-    path = _write(tmp_path / "c.py", "from torchx.runner import get_runner\n")
-    with pytest.raises(UsageError, match=r"No module named 'torchx.runner'.*stands in only"):
+    path = _write(tmp_path / "c.py", "from torchx.pipelines.kfp import adapter\n")
+    with pytest.raises(UsageError, match=r"No module named 'torchx.pipelines'.*stands in only"):
         get_component(f"{path}:f")
 
 

@@ -20,7 +20,7 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def main(ns: argparse.Namespace) -> int:
     with Runner() as runner:
         target = runner.target(ns.handle)
-        runner.cancel(ns.handle)
+        runner.cancel(ns.handle, missing_ok=False)
     if target.kind == "sweep":
         what = f"every trial of {target}"
     elif target.kind == "trial":

@@ -80,7 +80,9 @@ def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
             reject_app_placeholders(app, component)
         scheduler = ns.scheduler or runner.config.default_scheduler() or DEFAULT_SCHEDULER
         if ns.dryrun:
-            info = runner.dryrun(app, scheduler, cfg, parent_run_id=ns.parent_run_id)
+            info = runner.dryrun(
+                app, scheduler, cfg, workspace=ns.workspace, parent_run_id=ns.parent_run_id
+            )
             _print_dryrun(app, scheduler, str(info))
             return 0
         handle = runner.run(

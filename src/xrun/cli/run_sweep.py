@@ -54,7 +54,7 @@ def cmd_run_sweep(ns: RunOptions, component: str | None, comp_args: list[str]) -
         scheduler = ns.scheduler or runner.config.default_scheduler() or DEFAULT_SCHEDULER
         backend = runner.sweep_backend(scheduler)
         if ns.dryrun:
-            request = backend.dryrun(plan, runner.run_cfg(scheduler, cfg))
+            request = backend.dryrun(plan, runner.run_cfg(scheduler, cfg), ns.workspace)
             print_dryrun(plan, scheduler, backend, request)
             return 0
         handle = runner.run_sweep(plan, None, scheduler, cfg, workspace=ns.workspace)

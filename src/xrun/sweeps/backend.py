@@ -50,8 +50,11 @@ class SweepBackend(abc.ABC):
 
     # ---- submitting
     @abc.abstractmethod
-    def dryrun(self, plan: SweepPlan, cfg: Mapping[str, object]) -> str:
-        """What ``--dryrun`` prints after the trial table: the request(s), not executed."""
+    def dryrun(
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None = None
+    ) -> str:
+        """What ``--dryrun`` prints after the trial table: the request(s) :meth:`submit` would
+        make with the same ``workspace``, not executed."""
 
     @abc.abstractmethod
     def submit(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> str:

@@ -79,9 +79,16 @@ class TrialsBackend(SweepBackend):
             return plan.max_parallel, "--max-parallel"
         return default_parallel(plan.app(0))
 
-    def dryrun(self, plan: SweepPlan, cfg: Mapping[str, object]) -> str:
+    def dryrun(
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None = None
+    ) -> str:
         k, why = self.parallel(plan)
-        info = self.sched.submit_dryrun(trial_app(plan, 0), cfg)
+        app = trial_app(plan, 0)
+        info = (
+            self.sched.submit_dryrun(app, cfg)
+            if workspace is None  # a plugin's submit_dryrun may predate the workspace
+            else self.sched.submit_dryrun(app, cfg, workspace=workspace)
+        )
         return (
             f"# {self.backend}: each trial is one app like trial 0's below (its own values "
             f"filled in), {describe_parallel(k, why)}, started by a detached sweep supervisor\n"

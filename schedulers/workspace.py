@@ -1,0 +1,193 @@
+"""A workspace: the folder of code a job runs, on any fsspec filesystem, walked ONE way.
+
+The docker scheduler (the image's build context, ``docker/workspace.py``) and the Slurm
+scheduler (the ``job_dir`` copy, ``slurm/workspace.py``) both take the files from
+:func:`walk`, with one ignore rule, so the same workspace gives the same files on both:
+
+- **where**: a local path, a ``file://`` URL, ``memory://NAME``, or any fsspec URL whose
+  filesystem is installed (``s3://…`` with s3fs, ...).
+- **the patterns**: ``.xrunignore`` at the workspace's top if it has one, else its
+  ``.gitignore`` (one file, the top level's; nested ignore files are ordinary files), after
+  :data:`ALWAYS_SKIP` (version control, virtualenvs, caches), so a ``!pattern`` there can take
+  one of those back.
+- **the semantics**: gitignore's, the common subset: ``name`` and ``*.ext`` match at any depth,
+  ``dir/`` only folders, ``/rooted`` and ``a/b`` are anchored at the top, ``**`` spans folders,
+  ``#`` comments, ``!negation``; the last matching pattern wins, and an ignored folder's
+  contents are never looked at.
+
+Why gitignore and not ``.dockerignore``: most projects already keep a ``.gitignore`` naming
+what is not code (virtualenvs, data, outputs, checkpoints), and its unanchored ``name`` is what
+people expect to match at any depth (``.dockerignore`` anchors every pattern at the top).
+
+A :class:`Workspace` is opened once (the ignore file read once); the dry run prints its
+:meth:`~Workspace.describe`, and submit walks the same value, so ``--dryrun`` shows exactly the
+folder and the ignore set that submit uses. fsspec is imported only here, when a workspace is
+opened (``import xrun`` and a local_cwd dry run never do: benchmark 5).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from xrun.errors import UsageError
+
+IGNORE_FILES = (".xrunignore", ".gitignore")
+# Never a job's code, often large: version control, virtualenvs, caches, byte code.
+ALWAYS_SKIP = (
+    ".git/",
+    ".hg/",
+    ".svn/",
+    ".venv/",
+    "venv/",
+    "__pycache__/",
+    ".mypy_cache/",
+    ".pytest_cache/",
+    ".ruff_cache/",
+    ".hypothesis/",
+    ".tox/",
+    ".eggs/",
+    "*.egg-info/",
+    "node_modules/",
+    "*.pyc",
+    "*.pyo",
+)
+EXPECTED = (
+    "a folder: a local path, file:///ABS/PATH, memory://NAME or a URL of an installed fsspec "
+    "filesystem"
+)
+
+
+@dataclass(frozen=True)
+class WorkspaceFile:
+    rel: str  # the path below the workspace, '/'-separated
+    path: str  # the path on the workspace's filesystem
+    size: int
+    mode: int  # permission bits (0o644 where the filesystem keeps none)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """One opened workspace: where it is and the ignore set that every walk of it uses."""
+
+    url: str  # as shown and recorded: an absolute local path, or the URL as given
+    root: str  # the folder's path on ``fs``
+    ignore_file: str | None  # the ignore file the user's patterns came from
+    patterns: tuple[str, ...]  # ALWAYS_SKIP, then the ignore file's
+    fs: Any = field(compare=False, repr=False)
+
+    def user_patterns(self) -> tuple[str, ...]:
+        return self.patterns[len(ALWAYS_SKIP) :]
+
+    def describe_ignored(self) -> str:
+        """One line: the ignore set (what ``--dryrun`` prints under the workspace's URL)."""
+        own = (
+            f"{self.ignore_file}: {' '.join(self.user_patterns()) or '(no patterns)'}"
+            if self.ignore_file
+            else f"(no {' or '.join(IGNORE_FILES)})"
+        )
+        return f"leaving out {own}; always: {' '.join(ALWAYS_SKIP)}"
+
+    def local_path(self) -> str | None:
+        """The folder as a local path, when it is one (a plain path or ``file://``)."""
+        protocol = getattr(self.fs, "protocol", None)
+        names = protocol if isinstance(protocol, tuple) else (protocol,)
+        return self.root if "file" in names else None
+
+
+def _filesystem(spec: str) -> tuple[Any, str, str]:
+    """(fs, root, url) for a local path or an fsspec URL."""
+    import fsspec  # lazy: see the module's docstring
+    from fsspec.implementations.local import LocalFileSystem
+
+    if "://" not in spec:
+        root = os.path.abspath(spec)
+        return LocalFileSystem(), root, root
+    try:
+        fs, root = fsspec.core.url_to_fs(spec)
+    except (ValueError, ImportError) as e:  # an unknown protocol, a filesystem not installed
+        raise UsageError(f"workspace {spec!r}: {e}; pass {EXPECTED}") from None
+    return fs, root, spec
+
+
+def open_workspace(spec: str) -> Workspace:
+    """The workspace ``spec`` names, its ignore file read; UsageError unless it is a folder."""
+    if not spec:
+        raise UsageError(f"an empty workspace; pass {EXPECTED}")
+    fs, root, url = _filesystem(spec)
+    try:
+        is_dir = fs.isdir(root)
+    except OSError as e:
+        raise UsageError(f"workspace {spec!r} cannot be read ({e}); pass {EXPECTED}") from None
+    if not is_dir:
+        raise UsageError(f"workspace {spec!r} is not a directory; pass {EXPECTED}")
+    patterns = list(ALWAYS_SKIP)
+    used = None
+    for name in IGNORE_FILES:
+        path = posixpath.join(root, name)
+        if fs.isfile(path):
+            with fs.open(path, "rb") as f:
+                text = f.read().decode("utf-8", errors="replace")
+            patterns += [
+                ln.rstrip()
+                for ln in text.splitlines()
+                if ln.strip() and not ln.lstrip().startswith("#")
+            ]
+            used = name
+            break
+    return Workspace(url=url, root=root, ignore_file=used, patterns=tuple(patterns), fs=fs)
+
+
+def _match_one(pattern: str, rel: str, is_dir: bool) -> bool:
+    dir_only = pattern.endswith("/")
+    pattern = pattern.rstrip("/")
+    if dir_only and not is_dir:
+        return False
+    if pattern.startswith("/") or "/" in pattern:
+        # Anchored at the workspace root; ** spans directories.
+        regex = fnmatch.translate(pattern.lstrip("/")).replace(".*.*", ".*")
+        return re.match(regex, rel) is not None
+    return fnmatch.fnmatch(posixpath.basename(rel), pattern)
+
+
+def is_ignored(rel: str, is_dir: bool, patterns: tuple[str, ...] | list[str]) -> bool:
+    """gitignore semantics for the subset above: the last matching pattern wins."""
+    ignored = False
+    for p in patterns:
+        negate = p.startswith("!")
+        if _match_one(p[1:] if negate else p, rel, is_dir):
+            ignored = not negate
+    return ignored
+
+
+def walk(ws: Workspace) -> Iterator[WorkspaceFile]:
+    """Every file of ``ws`` that the ignore set keeps, sorted by ``rel``. A linked folder is
+    not followed (a link to a file is read as the file): a link loop cannot walk forever."""
+    stack = [("", ws.root)]
+    found: list[WorkspaceFile] = []
+    while stack:
+        rel_dir, path = stack.pop()
+        for entry in ws.fs.ls(path, detail=True):
+            name = posixpath.basename(str(entry["name"]).rstrip("/"))
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            is_dir = entry.get("type") == "directory"
+            if is_ignored(rel, is_dir, ws.patterns):
+                continue
+            if is_dir:
+                if not entry.get("islink"):
+                    stack.append((rel, entry["name"]))
+            elif entry.get("type") == "file":
+                mode = int(entry.get("mode") or 0o644) & 0o777
+                found.append(WorkspaceFile(rel, entry["name"], int(entry.get("size") or 0), mode))
+    return iter(sorted(found, key=lambda f: f.rel))
+
+
+def read(ws: Workspace, f: WorkspaceFile) -> bytes:
+    with ws.fs.open(f.path, "rb") as src:
+        data: bytes = src.read()
+    return data
