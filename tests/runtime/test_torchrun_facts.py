@@ -26,6 +26,9 @@ KNOWN: dict[tuple[str, int, str], str] = {
     ("events-fail-restart", 10, "name"): "a failed run's agent event says FAILED; torch 2.13's "
     "says SUCCEEDED (its final agent state is the worker group's last recorded one)",
     ("events-fail-restart", 10, "metadata.state"): "as above: FAILED, not SUCCEEDED",
+    ("events-fail-restart", 9, "metadata.raw_error"): "where the failed worker wrote no error "
+    "file, xrun's agent fills in the root cause it found (issue #24: its traceback, or how it "
+    "ended and why); torch 2.13's says <NONE>",
 }
 
 
