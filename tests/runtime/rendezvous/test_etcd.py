@@ -1,0 +1,346 @@
+"""The etcd rendezvous (``--rdzv-backend etcd`` / ``etcd-v2``) against a real etcd: real agents
+with real workers (a 2-node job, elastic scale-up, a lost node, restarts, torch's gloo over the
+workers' store), the handlers side by side, and the mistakes a user makes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.net import free_port
+from tests.helpers.waiting import wait_for
+from tests.runtime.agent.helpers import (
+    ALLREDUCE,
+    BEHAVE,
+    agent,
+    by_rank,
+    check_world,
+    events,
+    popen,
+    run,
+)
+from tests.runtime.rendezvous.helpers import FAST, rendezvous_all, wait_event
+from xrun.errors import UsageError
+from xrun.runtime.rendezvous import (
+    RendezvousClosedError,
+    RendezvousEvent,
+    RendezvousHandler,
+    RendezvousParams,
+    RendezvousTimeoutError,
+    create_handler,
+)
+
+# Fast failure detection: etcd's shortest lease is 2 s, so a killed agent is seen in ~2-3 s.
+AGENT_FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,last_call_timeout=0.5,join_timeout=30"
+
+
+@pytest.fixture
+def procs() -> object:
+    """Agents started with Popen; whatever is still running at the end is killed."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.communicate(timeout=10)
+
+
+def _run_id() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"  # etcd outlives a test: one job's keys per test
+
+
+def _common(etcd: str, nnodes: str, nproc: int, backend: str = "etcd-v2") -> tuple[str, ...]:
+    return (
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        backend,
+        "--rdzv-endpoint",
+        etcd,
+        "--rdzv-id",
+        _run_id(),
+        "--rdzv-conf",
+        AGENT_FAST,
+    )
+
+
+# -- real agents ---------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", ["etcd", "etcd-v2"])
+def test_two_agents_form_one_world(
+    etcd: str, backend: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    common = _common(etcd, "2", 2, backend)
+    agents = [popen(procs, agent(*common, BEHAVE, str(tmp_path), "ready")) for _ in range(2)]
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.communicate()[1]
+    evs = by_rank(events(tmp_path))
+    check_world(evs, [2, 2])
+    # The workers' store is group rank 0's agent's, not etcd.
+    assert {e["MASTER_PORT"] for e in evs.values()} != {etcd.rpartition(":")[2]}
+
+
+@pytest.mark.timeout(120)
+def test_torch_gloo_allreduce_over_the_workers_store(
+    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    common = _common(etcd, "2", 2)
+    agents = [popen(procs, agent(*common, ALLREDUCE, str(tmp_path))) for _ in range(2)]
+    for a in agents:
+        assert a.wait(timeout=100) == 0, a.communicate()[1]
+    sums = {json.loads(p.read_text())["sum"] for p in tmp_path.glob("allreduce.*.json")}
+    assert len(list(tmp_path.glob("allreduce.*.json"))) == 4 and sums == {10.0}  # 1+2+3+4
+
+
+@pytest.mark.timeout(90)
+def test_elastic_scale_up_restarts_into_a_bigger_world(
+    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    common = _common(etcd, "1:2", 2)
+    actions = (BEHAVE, str(tmp_path), "ready", "sleep-unless-world:4:60")
+    first = popen(procs, agent(*common, *actions))
+    wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 2, what="first agent's workers")
+    alone = events(tmp_path)
+    assert {e["WORLD_SIZE"] for e in alone} == {"2"}
+    second = popen(procs, agent(*common, *actions))
+    assert second.wait(timeout=60) == 0, second.communicate()[1]
+    assert first.wait(timeout=60) == 0, first.communicate()[1]
+    evs = events(tmp_path)[len(alone) :]
+    assert sorted(int(str(e["RANK"])) for e in evs if e["WORLD_SIZE"] == "4") == [0, 1, 2, 3]
+    # a membership change is not a failure restart
+    assert {e["TORCHELASTIC_RESTART_COUNT"] for e in evs} == {"0"}
+
+
+@pytest.mark.timeout(90)
+def test_a_killed_agent_is_dropped_and_the_other_continues(
+    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    common = _common(etcd, "1:2", 1)
+    actions = (BEHAVE, str(tmp_path), "ready", "sleep-unless-world:1:60")
+    a = popen(procs, agent(*common, *actions))
+    b = popen(procs, agent(*common, *actions))
+    wait_for(
+        lambda: {e["WORLD_SIZE"] for e in events(tmp_path)} == {"2"} and len(events(tmp_path)) == 2,
+        what="a two-node world",
+    )
+    # Kill group rank 0's agent, whose store the workers use: with etcd the rendezvous survives.
+    rank0_pid = {e["GROUP_RANK"]: e for e in events(tmp_path)}["0"]
+    victim, survivor = (a, b) if _is_parent(a.pid, int(str(rank0_pid["pid"]))) else (b, a)
+    t0 = time.monotonic()
+    victim.kill()
+    assert survivor.wait(timeout=30) == 0, survivor.communicate()[1]
+    # etcd drops it when its lease runs out (2 s), then the survivor re-forms alone.
+    assert time.monotonic() - t0 < 15
+    last = events(tmp_path)[-1]
+    assert last["WORLD_SIZE"] == "1"
+    assert "lost" in survivor.communicate()[1]
+
+
+def _is_parent(ppid: int, pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return int(stat.rpartition(")")[2].split()[1]) == ppid
+
+
+@pytest.mark.timeout(90)
+def test_max_restarts_restarts_every_node_once(
+    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    common = _common(etcd, "2", 1)
+    agents = [
+        popen(procs, agent(*common, "--max-restarts", "1", BEHAVE, str(tmp_path), "fail-rank:0"))
+        for _ in range(2)
+    ]
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.communicate()[1]
+    evs = events(tmp_path)
+    # restart 0 failed (both nodes' local rank 0 raise); restart 1 ran the world again
+    assert sorted(int(str(e["RANK"])) for e in evs if e["TORCHELASTIC_RESTART_COUNT"] == "1") == [
+        0,
+        1,
+    ]
+
+
+@pytest.mark.timeout(90)
+def test_restarts_exhausted_fail_the_job_on_every_node(
+    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    common = _common(etcd, "2", 1)
+    actions = (BEHAVE, str(tmp_path), "fail-rank-always:0")
+    agents = [popen(procs, agent(*common, "--max-restarts", "1", *actions)) for _ in range(2)]
+    codes = [a.wait(timeout=60) for a in agents]
+    assert codes == [1, 1]
+    assert {e["TORCHELASTIC_RESTART_COUNT"] for e in events(tmp_path)} == {"0", "1"}
+
+
+def test_an_endpoint_with_no_etcd_is_one_clear_line() -> None:
+    port = free_port()
+    proc = run(
+        agent(
+            "--nnodes",
+            "1",
+            "--rdzv-backend",
+            "etcd",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "x",
+            "-m",
+            "json.tool",
+        ),
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    lines = [x for x in proc.stderr.splitlines() if f"127.0.0.1:{port}" in x]
+    assert len(lines) == 1 and "etcd" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_an_endpoint_that_is_not_etcd_says_so(tmp_path: Path) -> None:
+    # An HTTP server that is not etcd (python's own): the line names the fault and the fix.
+    port = free_port()
+    server = subprocess.Popen(
+        ["python3", "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _answers(port), what="the http server")
+        proc = run(
+            agent(
+                "--nnodes",
+                "1",
+                "--rdzv-backend",
+                "etcd-v2",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "-m",
+                "json.tool",
+            ),
+            timeout=30,
+        )
+    finally:
+        server.kill()
+        server.wait()
+    assert proc.returncode == 1
+    assert "is not an etcd v3 server" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _answers(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize(
+    ("conf", "needle"),
+    [("protocol=https", "protocol='https'"), ("etcd_prefix=relative", "etcd_prefix='relative'")],
+)
+def test_bad_etcd_conf_is_a_usage_error(etcd: str, conf: str, needle: str) -> None:
+    proc = run(
+        agent(
+            "--nnodes",
+            "1",
+            "--rdzv-backend",
+            "etcd",
+            "--rdzv-endpoint",
+            etcd,
+            "--rdzv-conf",
+            conf,
+            "-m",
+            "json.tool",
+        ),
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("xrun")
+    assert needle in proc.stderr
+
+
+# -- handlers side by side -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def make(etcd: str) -> object:
+    made: list[RendezvousHandler] = []
+
+    def factory(run_id: str, nodes: str, addr: str, **conf: str) -> RendezvousHandler:
+        lo, hi = (int(x) for x in nodes.split(":"))
+        h = create_handler(
+            RendezvousParams(
+                "etcd-v2",
+                etcd,
+                run_id,
+                lo,
+                hi,
+                1,
+                {**FAST, "heartbeat_timeout": "2", **conf},
+                local_addr=addr,
+            )
+        )
+        made.append(h)
+        return h
+
+    yield factory
+    for h in sorted(made, key=lambda h: h.is_host):
+        h.shutdown()
+
+
+def test_a_full_world_keeps_running_and_the_extra_node_stands_by(make: object) -> None:
+    rid = _run_id()
+    a, b = make(rid, "1:2", "127.0.0.1"), make(rid, "1:2", "127.0.0.1")  # type: ignore[operator]
+    infos = rendezvous_all([a, b])
+    assert sorted(i.group_rank for i in infos) == [0, 1]
+    extra = make(rid, "1:2", "127.0.0.1", join_timeout="1")  # type: ignore[operator]
+    with pytest.raises(RendezvousTimeoutError, match="stood by"):
+        extra.next_rendezvous()
+    assert wait_event(a, 0.5) is None and wait_event(b, 0.5) is None
+
+
+def test_request_restart_and_close_reach_every_node(make: object) -> None:
+    rid = _run_id()
+    a, b = make(rid, "2:2", "127.0.0.1"), make(rid, "2:2", "127.0.0.1")  # type: ignore[operator]
+    rendezvous_all([a, b])
+    a.request_restart("worker 0 failed")
+    for h in (a, b):
+        ev = wait_event(h, 5)
+        assert ev is not None and ev[0] is RendezvousEvent.RESTART and "worker 0 failed" in ev[1]
+    r1 = rendezvous_all([a, b])
+    assert {i.round for i in r1} == {1}
+    b.close(failed=True, reason="out of memory")
+    ev = wait_event(a, 5)
+    assert ev is not None and ev[0] is RendezvousEvent.CLOSED and "out of memory" in ev[1]
+    assert a.closed_failed
+    with pytest.raises(RendezvousClosedError, match="out of memory"):
+        a.next_rendezvous()
+
+
+def test_the_verdict_expires_and_the_run_id_is_free_again(make: object) -> None:
+    rid = _run_id()
+    a = make(rid, "1:1", "127.0.0.1", close_timeout="2")  # type: ignore[operator]
+    a.next_rendezvous()
+    assert a.finish(5) == []
+    late = make(rid, "1:1", "127.0.0.1", close_timeout="2")  # type: ignore[operator]
+    with pytest.raises(RendezvousClosedError) as e:
+        late.next_rendezvous()
+    assert not e.value.failed and "finished" in e.value.reason
+    time.sleep(3.5)  # the verdict's lease (close_timeout, 2 s) ran out
+    again = make(rid, "1:1", "127.0.0.1")  # type: ignore[operator]
+    assert again.next_rendezvous().round == 0
+
+
+def test_port_zero_is_refused() -> None:
+    with pytest.raises(UsageError, match="etcd's client"):
+        create_handler(RendezvousParams("etcd", "127.0.0.1:0", "j", 1, 1, 1, {}))
