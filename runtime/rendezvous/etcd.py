@@ -341,7 +341,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         elif s["round"] != rnd:
             self._set_event(rnd, RendezvousEvent.RESTART, s.get("why") or "the round re-formed")
         elif s["formed"] and not self._finished:
-            lost = [m[0] for m in s["members"] if m[3] not in alive]
+            # A member that finished and left is done, not lost: its peers run on.
+            lost = [m[0] for m in s["members"] if m[3] not in alive and m[3] not in s["fin"]]
             if lost:
                 why = f"node {', '.join(lost)} was lost (its lease expired)"
                 self._write(_fresh(rnd + 1, why, None), srev)

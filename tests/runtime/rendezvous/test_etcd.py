@@ -135,6 +135,7 @@ def test_a_killed_agent_is_dropped_and_the_other_continues(
     # Kill group rank 0's agent, whose store the workers use: with etcd the rendezvous survives.
     rank0_pid = {e["GROUP_RANK"]: e for e in events(tmp_path)}["0"]
     victim, survivor = (a, b) if _is_parent(a.pid, int(str(rank0_pid["pid"]))) else (b, a)
+    assert _is_parent(victim.pid, int(str(rank0_pid["pid"])))
     t0 = time.monotonic()
     victim.kill()
     assert survivor.wait(timeout=30) == 0, survivor.communicate()[1]
@@ -325,6 +326,30 @@ def test_request_restart_and_close_reach_every_node(make: object) -> None:
     assert a.closed_failed
     with pytest.raises(RendezvousClosedError, match="out of memory"):
         a.next_rendezvous()
+
+
+def test_a_finished_node_does_not_disturb_peers_still_running(make: object) -> None:
+    rid = _run_id()
+    a, b = make(rid, "1:2", "127.0.0.1"), make(rid, "1:2", "127.0.0.1")  # type: ignore[operator]
+    infos = rendezvous_all([a, b])
+    done = [a, b][[i.group_rank for i in infos].index(1)]
+    running = a if done is b else b
+    assert done.finish(5) == []
+    done.shutdown()  # its lease is revoked: its alive key goes at once
+    assert wait_event(running, 3) is None
+    assert running.finish(5) == []  # the exit barrier: everyone finished
+
+
+def test_a_lost_member_ends_the_round_for_the_rest(make: object) -> None:
+    rid = _run_id()
+    a, b = make(rid, "1:2", "127.0.0.1"), make(rid, "1:2", "127.0.0.1")  # type: ignore[operator]
+    rendezvous_all([a, b])
+    b._stop.set()  # type: ignore[attr-defined]  # b's heartbeats stop: a hung node
+    t0 = time.monotonic()
+    ev = wait_event(a, 10)
+    assert ev is not None and ev[0] is RendezvousEvent.RESTART and "lost" in ev[1]
+    assert time.monotonic() - t0 < 6  # a 2 s lease, renewals every 0.1 s until then
+    assert a.next_rendezvous().group_world_size == 1
 
 
 def test_the_verdict_expires_and_the_run_id_is_free_again(make: object) -> None:
