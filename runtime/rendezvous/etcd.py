@@ -117,6 +117,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._finished = self._closed = self._shut = False
         self._ready_r, self._ready_w = os.pipe()
         self._stop = threading.Event()
+        # While we join, the watcher only renews our lease: a round we are not in yet has no
+        # news for us, and N watchers reading the job at every arrival would make a
+        # rendezvous of N agents cost N² reads more (benchmark 6). Set again once we joined.
+        self._joining = False
+        self._wake = threading.Event()
         self._watcher: threading.Thread | None = None
 
     # -- what the agent reads ------------------------------------------------------------------
@@ -174,11 +179,15 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     def next_rendezvous(self) -> RendezvousInfo:
         self._new_generation()
+        self._joining = True
         try:
             self._start()
             rnd, members = self._join(self._round)
         except EtcdError as e:
             raise self._errors(e) from None
+        finally:
+            self._joining = False
+            self._wake.set()
         ids = [m[3] for m in members]
         rank = ids.index(self._id)
         offset = sum(int(m[2]) for m in members[:rank])
@@ -317,6 +326,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         # re-forming without us, and we will see it).
                         self._lease_id = self._etcd.grant(_MIN_TTL)
                         self._etcd.put(self._alive + self._id, self.addr.encode(), self._lease_id)
+                if self._joining:
+                    self._wake.wait(max(0.0, next_beat - time.monotonic()))
+                    self._wake.clear()
+                    continue
                 rev = self._check()
                 if self._stop.is_set():
                     return
@@ -478,6 +491,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         with self._lock:  # the watcher reports nothing from now on (the pipe closes below)
             self._shut = True
         self._stop.set()
+        self._wake.set()
         if self._lease_id:
             try:
                 self._etcd.revoke(self._lease_id)  # our alive key goes now, not after a TTL
