@@ -184,7 +184,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._start()
             rnd, members = self._join(self._round)
         except EtcdError as e:
-            raise self._errors(e) from None
+            # Not "closed by a peer": we could not reach (or use) etcd ourselves.
+            raise RendezvousError(
+                f"{e}; check that etcd runs there (--rdzv-endpoint is etcd's client "
+                f"HOST:PORT, default port {ETCD_DEFAULT_PORT})"
+            ) from None
         finally:
             self._joining = False
             self._wake.set()

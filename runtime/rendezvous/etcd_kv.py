@@ -94,7 +94,7 @@ class EtcdClient:
             if status == 404 or not isinstance(doc, dict):
                 raise EtcdError(
                     f"{self.host}:{self.port} is not an etcd v3 server (POST {path}: HTTP "
-                    f"{status} {text!r}); --rdzv-endpoint must be etcd's client HOST:PORT"
+                    f"{status} {text[:80]!r})"
                 )
             raise EtcdError(f"{self.where}: POST {path}: HTTP {status}: {doc.get('message', text)}")
         return doc

@@ -159,18 +159,18 @@ def test_max_restarts_restarts_every_node_once(
     etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     common = _common(etcd, "2", 1)
-    agents = [
-        popen(procs, agent(*common, "--max-restarts", "1", BEHAVE, str(tmp_path), "fail-rank:0"))
-        for _ in range(2)
-    ]
+    # The barrier: a node's restarted workers cannot finish (and its agent leave) while its
+    # peer is still re-forming after its own failure.
+    actions = (BEHAVE, str(tmp_path), "fail-rank:0", "barrier:2")
+    agents = [popen(procs, agent(*common, "--max-restarts", "1", *actions)) for _ in range(2)]
     for a in agents:
         assert a.wait(timeout=60) == 0, a.communicate()[1]
     evs = events(tmp_path)
-    # restart 0 failed (both nodes' local rank 0 raise); restart 1 ran the world again
-    assert sorted(int(str(e["RANK"])) for e in evs if e["TORCHELASTIC_RESTART_COUNT"] == "1") == [
-        0,
-        1,
-    ]
+    # Restart 0 failed (both nodes' local rank 0 raise), restart 1 ran the world again. (A node
+    # that saw its peer's restart request before its own worker failed re-forms without counting
+    # it, as torchrun does, and may use its one restart a round later: ranks then repeat.)
+    assert {int(str(e["RANK"])) for e in evs if e["TORCHELASTIC_RESTART_COUNT"] == "1"} == {0, 1}
+    assert {e["TORCHELASTIC_RESTART_COUNT"] for e in evs} == {"0", "1"}
 
 
 @pytest.mark.timeout(90)
@@ -183,6 +183,18 @@ def test_restarts_exhausted_fail_the_job_on_every_node(
     codes = [a.wait(timeout=60) for a in agents]
     assert codes == [1, 1]
     assert {e["TORCHELASTIC_RESTART_COUNT"] for e in events(tmp_path)} == {"0", "1"}
+
+
+@pytest.mark.timeout(60)
+def test_without_an_endpoint_etcd_is_on_this_host(etcd: str, tmp_path: Path) -> None:
+    # torchrun's default for the etcd backends: localhost:2379 (the suite's etcd listens there)
+    assert etcd.endswith(":2379")
+    proc = run(
+        agent("--rdzv-backend", "etcd", "--rdzv-id", _run_id(), BEHAVE, str(tmp_path), "ready"),
+        timeout=50,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [e["WORLD_SIZE"] for e in events(tmp_path)] == ["1"]
 
 
 def test_an_endpoint_with_no_etcd_is_one_clear_line() -> None:
@@ -204,7 +216,8 @@ def test_an_endpoint_with_no_etcd_is_one_clear_line() -> None:
     )
     assert proc.returncode == 1
     lines = [x for x in proc.stderr.splitlines() if f"127.0.0.1:{port}" in x]
-    assert len(lines) == 1 and "etcd" in lines[0] and "Traceback" not in proc.stderr
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert "cannot reach etcd" in lines[0] and "default port 2379" in lines[0]
 
 
 def test_an_endpoint_that_is_not_etcd_says_so(tmp_path: Path) -> None:
