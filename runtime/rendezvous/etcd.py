@@ -299,9 +299,15 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     deadline_here = min(last_call, deadline)
                 else:
                     deadline_here = deadline
-                self._etcd.wait_change(self._prefix, rev, max(0.0, deadline_here - now))
+                self._wait_state(rev, deadline_here - now)
                 continue
-            self._etcd.wait_change(self._prefix, rev, max(0.0, deadline - now))
+            self._wait_state(rev, deadline - now)
+
+    def _wait_state(self, rev: int, timeout: float) -> None:
+        """Wait for the next change of the state alone: N agents' ``alive`` keys coming and
+        going would wake every joiner N more times (benchmark 6). A joiner that dies before
+        the round forms is pruned at the next change, or left to the watchers if it is formed."""
+        self._etcd.wait_change(self._state_key, rev, max(0.0, timeout))
 
     def _withdraw(self) -> None:
         """Leave a round that has not formed (we give up waiting)."""
