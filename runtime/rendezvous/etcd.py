@@ -122,6 +122,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         # rendezvous of N agents cost N² reads more (benchmark 6). Set again once we joined.
         self._joining = False
         self._wake = threading.Event()
+        self._ttl = max(_MIN_TTL, int(-(-cfg.heartbeat_timeout // 1)))
         self._watcher: threading.Thread | None = None
 
     # -- what the agent reads ------------------------------------------------------------------
@@ -166,8 +167,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         """Our lease and ``alive`` key, and the thread that renews it and watches the round."""
         if self._watcher is not None:
             return
-        ttl = max(_MIN_TTL, int(-(-self.cfg.heartbeat_timeout // 1)))
-        self._lease_id = self._etcd.grant(ttl)
+        self._lease_id = self._etcd.grant(self._ttl)
         self._etcd.put(self._alive + self._id, self.addr.encode(), self._lease_id)
         self._watcher = threading.Thread(target=self._watch, name="xrun-etcd-watch", daemon=True)
         self._watcher.start()
@@ -327,6 +327,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         interval = self.cfg.heartbeat_interval
         next_beat = time.monotonic() + interval
         rev = 0
+        ok_at = time.monotonic()  # when etcd last answered us
         while not self._stop.is_set():
             try:
                 if time.monotonic() >= next_beat:
@@ -334,22 +335,32 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     if not self._etcd.keep_alive(self._lease_id):
                         # We were silent too long and dropped: be alive again (our round is
                         # re-forming without us, and we will see it).
-                        self._lease_id = self._etcd.grant(_MIN_TTL)
+                        self._lease_id = self._etcd.grant(self._ttl)
                         self._etcd.put(self._alive + self._id, self.addr.encode(), self._lease_id)
+                ok_at = time.monotonic()
                 if self._joining:
                     self._wake.wait(max(0.0, next_beat - time.monotonic()))
                     self._wake.clear()
                     continue
                 rev = self._check()
+                ok_at = time.monotonic()
                 if self._stop.is_set():
                     return
                 self._etcd.wait_change(self._prefix, rev, max(0.0, next_beat - time.monotonic()))
             except EtcdError as e:
-                if self._round >= 0:
+                # etcd is built to be briefly away (a leader election, a member restarting):
+                # give up only once it has been silent as long as our lease lives, after which
+                # the peers have dropped us anyway.
+                silent = time.monotonic() - ok_at
+                if silent >= self.cfg.heartbeat_timeout and self._round >= 0:
                     self._set_event(
-                        self._round, RendezvousEvent.CLOSED, f"lost {self.endpoint}: {e}", True
+                        self._round,
+                        RendezvousEvent.CLOSED,
+                        f"lost {self.endpoint} for {silent:.1f}s (heartbeat_timeout="
+                        f"{self.cfg.heartbeat_timeout:g}s): {e}",
+                        True,
                     )
-                self._stop.wait(min(interval, 1.0))
+                self._stop.wait(min(interval, 0.5))
 
     def _check(self) -> int:
         """One look at the job: report our round's end, or end it if a member is lost."""

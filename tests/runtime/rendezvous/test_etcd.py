@@ -4,8 +4,11 @@ workers' store), the handlers side by side, and the mistakes a user makes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -290,12 +293,14 @@ def test_bad_etcd_conf_is_a_usage_error(etcd: str, conf: str, needle: str) -> No
 def make(etcd: str) -> object:
     made: list[RendezvousHandler] = []
 
-    def factory(run_id: str, nodes: str, addr: str, **conf: str) -> RendezvousHandler:
+    def factory(
+        run_id: str, nodes: str, addr: str, endpoint: str = etcd, **conf: str
+    ) -> RendezvousHandler:
         lo, hi = (int(x) for x in nodes.split(":"))
         h = create_handler(
             RendezvousParams(
                 "etcd-v2",
-                etcd,
+                endpoint,
                 run_id,
                 lo,
                 hi,
@@ -363,6 +368,78 @@ def test_a_lost_member_ends_the_round_for_the_rest(make: object) -> None:
     assert ev is not None and ev[0] is RendezvousEvent.RESTART and "lost" in ev[1]
     assert time.monotonic() - t0 < 6  # a 2 s lease, renewals every 0.1 s until then
     assert a.next_rendezvous().group_world_size == 1
+
+
+class _Proxy:
+    """A TCP relay to etcd that the test can take down and bring back on the same port."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.port = free_port()
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.up()
+
+    def up(self) -> None:
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", self.port))
+        self._listener.listen(64)
+        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            with self._lock:
+                self._socks += [conn, upstream]
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def down(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accept() blocked on it (Linux)
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+@pytest.mark.timeout(60)
+def test_etcd_briefly_away_is_tolerated_and_away_for_good_closes(etcd: str, make: object) -> None:
+    proxy = _Proxy(etcd)
+    rid = _run_id()
+    a = make(rid, "2:2", "127.0.0.1", endpoint=f"127.0.0.1:{proxy.port}")  # type: ignore[operator]
+    b = make(rid, "2:2", "127.0.0.1")  # type: ignore[operator]
+    rendezvous_all([a, b])
+    proxy.down()
+    time.sleep(0.8)  # under heartbeat_timeout (2 s): a blip, e.g. an etcd leader election
+    proxy.up()
+    assert wait_event(a, 2.5) is None and wait_event(b, 0.1) is None
+    proxy.down()  # for good
+    ev = wait_event(a, 8)
+    assert ev is not None and ev[0] is RendezvousEvent.CLOSED and "heartbeat_timeout" in ev[1]
+    assert a.closed_failed
+    ev = wait_event(b, 8)  # a's lease ran out: b's round ends without it
+    assert ev is not None and ev[0] is RendezvousEvent.RESTART and "lost" in ev[1]
 
 
 def test_the_verdict_expires_and_the_run_id_is_free_again(make: object) -> None:
