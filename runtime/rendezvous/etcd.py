@@ -79,7 +79,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
     interface (the agent cannot tell them apart), none of its store-bound state: ``__init__``
     deliberately does not call the base's, which would serve or reach an xrun store."""
 
-    def __init__(self, params: RendezvousParams, cfg: RdzvConfig, prefix: str) -> None:  # noqa: PLW0231
+    def __init__(self, params: RendezvousParams, cfg: RdzvConfig, prefix: str) -> None:
         global _seq
         self.params = params
         self.cfg = cfg
