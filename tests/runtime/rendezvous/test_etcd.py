@@ -286,6 +286,23 @@ def test_bad_etcd_conf_is_a_usage_error(etcd: str, conf: str, needle: str) -> No
     assert needle in proc.stderr
 
 
+def test_the_etcd_script_is_idempotent(etcd: str) -> None:
+    from tests.helpers.etcd import SCRIPT
+
+    def etcd_pids() -> set[str]:
+        out = subprocess.run(["pgrep", "-x", "etcd"], capture_output=True, text=True).stdout
+        return set(out.split())
+
+    before = etcd_pids()
+    up = subprocess.run(["bash", str(SCRIPT), "up"], capture_output=True, text=True, timeout=60)
+    assert up.returncode == 0, up.stderr
+    assert etcd_pids() == before  # one answers already: nothing started
+    status = subprocess.run(
+        ["bash", str(SCRIPT), "status"], capture_output=True, text=True, timeout=30
+    )
+    assert status.returncode == 0 and '"health":"true"' in status.stdout
+
+
 # -- handlers side by side -----------------------------------------------------------------------
 
 
