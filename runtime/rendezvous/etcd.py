@@ -4,8 +4,9 @@ an etcd the cluster already runs instead of a store one agent serves, so no agen
 single point of failure for the rendezvous.
 
 ``--rdzv-endpoint`` is etcd's client ``HOST[:PORT]`` (port 2379 by default, as torchrun's);
-conf ``etcd_prefix`` roots the job's keys (default ``/xrun/rdzv``), conf ``protocol`` must be
-``http`` (TLS is not supported yet). Every timeout key of ``--rdzv-conf`` means what it means
+conf ``etcd_prefix`` roots the job's keys (default ``/xrun/rdzv``); conf ``protocol=https``
+speaks TLS (``ca_cert``/``cacert``, ``ssl_cert``/``cert``, ``ssl_cert_key``/``key``, torchrun's
+two spellings). Every timeout key of ``--rdzv-conf`` means what it means
 for c10d.
 
 Keys under ``<etcd_prefix>/<run_id>/``:
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import threading
 import time
 from typing import Any
@@ -58,7 +60,7 @@ from .api import (
 )
 from .conf import RdzvConfig, config_from_conf
 from .endpoint import bind_address, default_local_addr, format_endpoint, parse_endpoint
-from .etcd_kv import EtcdClient, EtcdError
+from .etcd_kv import EtcdClient, EtcdError, tls_context
 from .handler import RendezvousHandler
 from .keys import closed_error, verdict
 from .kv import KeyValue
@@ -79,12 +81,18 @@ class EtcdRendezvousHandler(RendezvousHandler):
     interface (the agent cannot tell them apart), none of its store-bound state: ``__init__``
     deliberately does not call the base's, which would serve or reach an xrun store."""
 
-    def __init__(self, params: RendezvousParams, cfg: RdzvConfig, prefix: str) -> None:
+    def __init__(
+        self,
+        params: RendezvousParams,
+        cfg: RdzvConfig,
+        prefix: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         global _seq
         self.params = params
         self.cfg = cfg
         host, port = parse_endpoint(params.endpoint, ETCD_DEFAULT_PORT)
-        self._etcd = EtcdClient(host, port, cfg.read_timeout)
+        self._etcd = EtcdClient(host, port, cfg.read_timeout, tls)
         self._etcd_endpoint = format_endpoint(host, port)
         self.addr = params.local_addr or default_local_addr()
         with _seq_lock:
@@ -541,12 +549,6 @@ def _fresh(rnd: int, why: str, me: Member | None) -> dict[str, Any]:
 def create_etcd_handler(params: RendezvousParams) -> EtcdRendezvousHandler:
     """Validate the etcd-specific parts of ``params`` (UsageError) and build the handler."""
     conf = params.conf
-    protocol = conf.get("protocol", "http").strip().lower()
-    if protocol != "http":
-        raise UsageError(
-            f"--rdzv-conf protocol={protocol!r}: the etcd rendezvous speaks plain http only "
-            f"(TLS is not supported yet); write protocol=http or leave it out"
-        )
     prefix = conf.get("etcd_prefix", "/xrun/rdzv").strip()
     if not prefix.startswith("/") or len(prefix) > 200:
         raise UsageError(
@@ -559,4 +561,4 @@ def create_etcd_handler(params: RendezvousParams) -> EtcdRendezvousHandler:
             f"rendezvous endpoint {params.endpoint!r}: the etcd rendezvous needs etcd's client "
             f"HOST:PORT (default port {ETCD_DEFAULT_PORT}), not port 0"
         )
-    return EtcdRendezvousHandler(params, config_from_conf(conf), prefix)
+    return EtcdRendezvousHandler(params, config_from_conf(conf), prefix, tls_context(conf))

@@ -11,12 +11,16 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import ssl
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EtcdClient", "EtcdError", "Entry", "prefix_end"]
+from xrun.errors import UsageError
+
+__all__ = ["EtcdClient", "EtcdError", "Entry", "prefix_end", "tls_context"]
 
 
 class EtcdError(Exception):
@@ -46,9 +50,19 @@ class EtcdClient:
     thread (``http.client`` connections are not thread-safe). ``timeout`` bounds every call but
     ``wait_change``, which is bounded by its own argument."""
 
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.host, self.port, self.timeout = host, port, timeout
+        self._tls = tls  # https (conf protocol=https) when given
         self._local = threading.local()
+
+    def _open(self) -> http.client.HTTPConnection:
+        if self._tls is not None:
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout, context=self._tls
+            )
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
 
     @property
     def where(self) -> str:
@@ -57,7 +71,7 @@ class EtcdClient:
     def _conn(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            conn = self._open()
             self._local.conn = conn
         return conn
 
@@ -164,7 +178,7 @@ class EtcdClient:
         ``timeout`` passes (False). A watch of its own, on a connection of its own: closing it
         cancels the watch."""
         deadline = time.monotonic() + timeout
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        conn = self._open()
         try:
             body = {
                 "create_request": {
@@ -205,3 +219,34 @@ def _kv(d: dict[str, Any]) -> Entry:
         base64.b64decode(d.get("value", "")),
         int(d.get("mod_revision", 0)),
     )
+
+
+def tls_context(conf: Mapping[str, str]) -> ssl.SSLContext | None:
+    """conf ``protocol=https``: the TLS context, from torchrun's keys (``etcd-v2``'s ``ca_cert``,
+    ``ssl_cert``, ``ssl_cert_key``, or ``etcd``'s ``cacert``, ``cert``, ``key``); None for http."""
+    protocol = conf.get("protocol", "http").strip().lower()
+    if protocol == "http":
+        return None
+    if protocol != "https":
+        raise UsageError(
+            f"--rdzv-conf protocol={protocol[:20]!r} is not http or https; write protocol=http "
+            f"(the default) or protocol=https"
+        )
+    ca = conf.get("ca_cert") or conf.get("cacert")
+    cert = conf.get("ssl_cert") or conf.get("cert")
+    key = conf.get("ssl_cert_key") or conf.get("key")
+    try:
+        ctx = ssl.create_default_context(cafile=ca)  # None: the system's CAs
+        if cert:
+            ctx.load_cert_chain(cert, key)
+        elif key:
+            raise UsageError(
+                "--rdzv-conf ssl_cert_key (key) without ssl_cert (cert): give the client "
+                "certificate too, or neither"
+            )
+    except (OSError, ssl.SSLError) as e:
+        raise UsageError(
+            f"--rdzv-conf protocol=https: cannot load the TLS files (ca_cert={ca!r}, "
+            f"ssl_cert={cert!r}, ssl_cert_key={key!r}): {e}; point them at readable PEM files"
+        ) from None
+    return ctx

@@ -263,7 +263,7 @@ def _answers(port: int) -> bool:
 
 @pytest.mark.parametrize(
     ("conf", "needle"),
-    [("protocol=https", "protocol='https'"), ("etcd_prefix=relative", "etcd_prefix='relative'")],
+    [("protocol=gopher", "protocol='gopher'"), ("etcd_prefix=relative", "etcd_prefix='relative'")],
 )
 def test_bad_etcd_conf_is_a_usage_error(etcd: str, conf: str, needle: str) -> None:
     proc = run(
@@ -301,6 +301,92 @@ def test_the_etcd_script_is_idempotent(etcd: str) -> None:
         ["bash", str(SCRIPT), "status"], capture_output=True, text=True, timeout=30
     )
     assert status.returncode == 0 and '"health":"true"' in status.stdout
+
+
+# -- TLS -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_etcd(etcd: str, tmp_path: Path) -> object:
+    """A second, TLS-only etcd (self-signed certificate for 127.0.0.1): (endpoint, cert)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    port, peer = free_port(), free_port()
+    proc = subprocess.Popen(
+        ["etcd", "--name", "tls", "--data-dir", str(tmp_path / "data")]
+        + ["--listen-client-urls", f"https://127.0.0.1:{port}"]
+        + ["--advertise-client-urls", f"https://127.0.0.1:{port}"]
+        + ["--listen-peer-urls", f"http://127.0.0.1:{peer}"]
+        + ["--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}"]
+        + ["--initial-cluster", f"tls=http://127.0.0.1:{peer}"]
+        + ["--cert-file", str(cert), "--key-file", str(key)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _healthy(port, cert), what="the TLS etcd", timeout=30)
+        yield f"127.0.0.1:{port}", cert
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _healthy(port: int, cert: Path) -> bool:
+    import http.client
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(cert))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=2, context=ctx)
+    try:
+        conn.request("GET", "/health")
+        return b'"health":"true"' in conn.getresponse().read()
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(90)
+def test_two_agents_over_https(
+    tls_etcd: tuple[str, Path], tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    endpoint, cert = tls_etcd
+    common = _common(endpoint, "2", 1)
+    conf = f"{AGENT_FAST},protocol=https,ca_cert={cert}"
+    cmd = agent(*common[:-1], conf, BEHAVE, str(tmp_path / "out"), "ready")
+    (tmp_path / "out").mkdir()
+    agents = [popen(procs, cmd) for _ in range(2)]
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.communicate()[1]
+    check_world(by_rank(events(tmp_path / "out")), [1, 1])
+
+
+def test_https_with_an_untrusted_certificate_is_one_line(tls_etcd: tuple[str, Path]) -> None:
+    endpoint, _ = tls_etcd
+    proc = run(
+        agent("--rdzv-backend", "etcd", "--rdzv-endpoint", endpoint)
+        + ["--rdzv-conf", "protocol=https", "-m", "json.tool"],
+        timeout=30,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "CERTIFICATE_VERIFY_FAILED" in proc.stderr
+
+
+def test_https_with_a_missing_ca_file_is_a_usage_error(etcd: str) -> None:
+    proc = run(
+        agent("--rdzv-backend", "etcd", "--rdzv-endpoint", etcd)
+        + ["--rdzv-conf", "protocol=https,cacert=/nonexistent.pem", "-m", "json.tool"],
+        timeout=30,
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "'/nonexistent.pem'" in proc.stderr
 
 
 # -- handlers side by side -----------------------------------------------------------------------
