@@ -2,7 +2,7 @@
 
 ``run(n)`` measures xrun's c10d rendezvous (one store + n handlers, min = max = n);
 ``run_torch(n, timeout)`` measures torch's dynamic rendezvous on its c10d backend the same way
-(torch is imported only there). ``python benchmarks/rdzv.py`` prints both tables.
+(torch is imported only there); ``run_etcd(n)`` xrun's etcd rendezvous against a running etcd. ``python benchmarks/rdzv.py`` prints both tables.
 
 The clock starts before the handlers are created (so it includes connecting and authenticating)
 and stops when the last ``next_rendezvous`` returns.
@@ -101,6 +101,40 @@ def run(n_agents: int, timeout: float = 120.0, token: bytes | None = None) -> fl
                 h.shutdown()
         server.stop()
         token_dir.cleanup()
+
+
+def run_etcd(n_agents: int, timeout: float = 120.0, endpoint: str = "127.0.0.1:2379") -> float:
+    """xrun's etcd rendezvous: ``n_agents`` handlers as threads against the etcd at
+    ``endpoint`` (scripts/etcd-server.sh); seconds until all have a world, as ``run``. Each
+    handler also starts the workers' store it would serve as group rank 0: part of the cost."""
+    from xrun.runtime.rendezvous import RendezvousParams, create_handler
+
+    _raise_fd_limit(2 * n_agents)
+    run_id = uuid.uuid4().hex[:8]
+    handlers: list[Any] = [None] * n_agents
+
+    def join(i: int) -> None:
+        params = RendezvousParams(
+            backend="etcd-v2",
+            endpoint=endpoint,
+            run_id=run_id,
+            min_nodes=n_agents,
+            max_nodes=n_agents,
+            local_world_size=8,
+            conf={"join_timeout": str(timeout), "close_timeout": "2"},
+            local_addr="127.0.0.1",  # each agent's workers' store binds it
+        )
+        handlers[i] = h = create_handler(params)
+        info = h.next_rendezvous()
+        assert info.group_world_size == n_agents
+
+    try:
+        return _run_threads(n_agents, join, timeout)
+    finally:
+        for h in handlers:
+            if h is not None:
+                h.close(False, "benchmark over")  # the verdict expires: no exit barrier wait
+                h.shutdown()
 
 
 def run_torch(n_agents: int, timeout: float = 60.0) -> float:

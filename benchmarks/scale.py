@@ -1,4 +1,5 @@
-"""Measure 6: rendezvous of N agents (threads in one process), xrun vs torch's c10d.
+"""Measure 6: rendezvous of N agents (threads in one process), xrun vs torch's c10d; then N
+agents through etcd (xrun's etcd rendezvous, scripts/etcd-server.sh) vs through xrun's store.
 
 The rendezvous code itself is ``benchmarks/rdzv.py`` (``run(n)`` for xrun, ``run_torch(n)`` for
 torch). Each figure comes from a fresh child interpreter, killed at a cap: torch's rendezvous
@@ -76,5 +77,46 @@ def measure_6(reps: int, smoke: bool) -> list[Row]:
         )
         if torch_gave_up is None and not isinstance(row.results["torch c10d"], Stats):
             torch_gave_up = n
+        rows.append(row)
+    rows.extend(_etcd_rows(reps, smoke, cap))
+    return rows
+
+
+ETCD_FULL_SIZES = (8, 64)
+ETCD_SMOKE_SIZES = (4,)
+
+
+def _etcd_rows(reps: int, smoke: bool, cap: float) -> list[Row]:
+    """N agents through etcd (``--rdzv-backend etcd-v2``) vs through xrun's own store."""
+    up = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "etcd-server.sh"), "up"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    def etcd(n: int) -> Callable[[], float]:
+        if up.returncode != 0:
+
+            def unavailable() -> float:
+                raise Unavailable(f"etcd did not start: {one_line(up.stderr[-300:])}")
+
+            return unavailable
+        return functools.partial(_child, "run_etcd", n, cap)
+
+    rows: list[Row] = []
+    for n in ETCD_SMOKE_SIZES if smoke else ETCD_FULL_SIZES:
+        row = Row(
+            f"rendezvous of {n} agents through etcd",
+            "s",
+            "(comparison)",
+            subject="xrun etcd",
+            reference="xrun store",
+        )
+        row.results = interleave(
+            {"xrun store": functools.partial(_child, "run", n, cap), "xrun etcd": etcd(n)},
+            reps=min(reps, 3),
+            warmup=False,
+        )
         rows.append(row)
     return rows

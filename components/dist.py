@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from xrun.contract import (
+    ETCD_BACKENDS,
     MASTER_PORT_DEFAULT,
     MAX_NODES,
     MAX_NPROC_PER_NODE,
@@ -200,10 +201,19 @@ class DistJob:
         if (self.script is None) == (self.module is None):
             got = "both" if self.script is not None else "neither"
             raise UsageError(f"{c}: give exactly one of --script FILE or -m MODULE (got {got})")
+        if self.rdzv_backend in ETCD_BACKENDS:
+            # The agent speaks etcd, but this component points the rendezvous at its first
+            # replica, where no etcd runs.
+            raise UsageError(
+                f"{c}: --rdzv_backend {self.rdzv_backend!r} is not supported by this component "
+                f"yet: it points the rendezvous at its first replica, while etcd's needs etcd's "
+                f"endpoint; use c10d or static here, or run python -m xrun.runtime "
+                f"--rdzv-backend {self.rdzv_backend} --rdzv-endpoint ETCD_HOST:2379 yourself"
+            )
         if self.rdzv_backend not in RDZV_BACKENDS:
             raise UsageError(
                 f"{c}: --rdzv_backend {self.rdzv_backend!r} is not supported; use one of "
-                f"{', '.join(RDZV_BACKENDS)}"
+                f"{', '.join(b for b in RDZV_BACKENDS if b not in ETCD_BACKENDS)}"
             )
         if not 0 <= self.tee <= 3:
             raise UsageError(f"{c}: --tee {self.tee} is invalid; expected 0, 1, 2 or 3")

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from xrun.contract import (
+    ETCD_BACKENDS,
+    ETCD_DEFAULT_PORT,
     MAX_DURATION_S,
     MAX_NODES,
     MAX_NPROC_PER_NODE,
@@ -93,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt(
         *both("rdzv-backend"),
         default="static",
-        help="c10d or static (torchrun's default "
-        "static on one node without --master-port means standalone).",
+        help="c10d, static, etcd or etcd-v2 (torchrun's default "
+        "static on one node without --master-port means standalone; etcd: --rdzv-endpoint is "
+        "etcd's HOST[:2379]).",
     )
     opt(
         *both("rdzv-endpoint"),
@@ -386,6 +389,8 @@ def parse(
         # torchrun: a one-node job without a master port gets a private store on a free port
         # (the Agent gives it a random run id).
         backend, endpoint, run_id = "c10d", "", ""
+    if backend in ETCD_BACKENDS and not endpoint:
+        endpoint = f"localhost:{ETCD_DEFAULT_PORT}"  # torchrun's: an etcd on this host
     node_rank = -1
     if backend == "static":
         master_port = _int("--master-port", ns.master_port or "29500")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it, from a fresh machine:
-#   system packages (Slurm + munge, Docker Engine, mmdebstrap, shellcheck) -> .venv -> lint
-#   -> real Slurm cluster and Docker Engine -> pytest (everything, nothing skipped) -> benchmark smoke.
+#   system packages (Slurm + munge, Docker Engine, etcd, mmdebstrap, shellcheck) -> .venv -> lint
+#   -> real Slurm cluster, Docker Engine and etcd -> pytest (everything, nothing skipped) -> benchmark smoke.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Byte-code caching on: start-up time is part of what the tests and benchmarks exercise.
@@ -12,6 +12,7 @@ bash scripts/lint.sh
 bash scripts/slurm-cluster.sh up
 bash scripts/docker-engine.sh up
 bash scripts/docker-engine.sh image
+bash scripts/etcd-server.sh up
 # -rs lists skips: the suite must not skip anything, and conftest fails a run that does.
 .venv/bin/python -m pytest -q -rs -p no:cacheprovider tests "$@"
 .venv/bin/python -m benchmarks --smoke

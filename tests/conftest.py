@@ -21,6 +21,7 @@ import pytest
 
 # The real backends: session fixtures that start them (idempotent scripts under scripts/).
 from tests.helpers.docker import docker_engine, no_watcher  # noqa: F401
+from tests.helpers.etcd import etcd  # noqa: F401
 from tests.helpers.paths import REPO
 from tests.helpers.slurm import slurm_cluster  # noqa: F401
 

@@ -14,7 +14,9 @@ The wing, module by module:
 * ``leases.py``: a member's lease and the heartbeat thread;
 * ``hosting.py``: serving the store or reaching it, and the connections to it;
 * ``keys.py``: the keys and what they hold (a node's seat, the member list, the verdict);
-* ``kv.py``: ``KeyValue``, the agent's own keys.
+* ``kv.py``: ``KeyValue``, the agent's own keys;
+* ``backends.py``: ``create_handler``, the backend's handler for the parameters;
+* ``etcd.py``, ``etcd_kv.py``: the etcd rendezvous (``etcd``, ``etcd-v2``) and its etcd calls.
 
 Backends
 --------
@@ -23,7 +25,8 @@ the agent whose endpoint host is a local address binds the endpoint and serves t
 port is taken, another agent on this host won, and this one connects as a client); the rest
 connect with retry and backoff. ``static``: node rank 0 serves the store at the endpoint
 (``master_addr:master_port``), ranks come from ``node_rank`` and the world is exactly
-``max_nodes`` nodes.
+``max_nodes`` nodes. ``etcd`` / ``etcd-v2``: the same rounds kept in an etcd the cluster runs
+(``--rdzv-endpoint`` is etcd's; see ``etcd.py``); each agent serves its workers' store.
 
 The same store, on the same port, is the workers' store (torch's TCPStore protocol, a key space
 of its own: see ``store/server.py``): ``RendezvousHandler.workers_address`` is the
@@ -96,9 +99,10 @@ from .api import (
     RendezvousParams,
     RendezvousTimeoutError,
 )
+from .backends import create_handler
 from .conf import CONF_KEYS, RdzvConfig, config_from_conf, load_token, parse_rdzv_conf
 from .endpoint import format_endpoint, parse_endpoint
-from .handler import RendezvousHandler, create_handler
+from .handler import RendezvousHandler
 from .kv import KeyValue
 
 __all__ = [

@@ -36,7 +36,7 @@ from .kv import KeyValue
 from .leases import Lease
 from .rounds import Rounds
 
-__all__ = ["RendezvousHandler", "create_handler"]
+__all__ = ["RendezvousHandler", "check_params", "create_handler"]
 
 _handler_seq = 0
 _handler_seq_lock = threading.Lock()
@@ -337,7 +337,16 @@ class RendezvousHandler:
 
 def create_handler(params: RendezvousParams) -> RendezvousHandler:
     """Validate ``params`` (UsageError on a user mistake) and build the handler."""
-    p = params
+    check_params(params)
+    cfg = config_from_conf(params.conf)
+    token = load_token(cfg)
+    if token is None and params.private_store:
+        token = os.urandom(32)
+    return RendezvousHandler(params, cfg, token)
+
+
+def check_params(p: RendezvousParams) -> None:
+    """What every backend needs of ``p`` (UsageError naming the fault)."""
     if p.backend not in RDZV_BACKENDS:
         raise UsageError(
             f"rendezvous backend {p.backend!r} is not supported; use one of {', '.join(RDZV_BACKENDS)}"
@@ -362,8 +371,3 @@ def create_handler(params: RendezvousParams) -> RendezvousHandler:
                 f"expected 0..{p.max_nodes - 1}"
             )
     parse_endpoint(p.endpoint)
-    cfg = config_from_conf(p.conf)
-    token = load_token(cfg)
-    if token is None and p.private_store:
-        token = os.urandom(32)
-    return RendezvousHandler(p, cfg, token)

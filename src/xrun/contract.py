@@ -10,7 +10,11 @@ Standard library only and nothing imported: the agent, the CLI and every schedul
 from __future__ import annotations
 
 # The rendezvous backends the runtime implements (torchrun's names).
-RDZV_BACKENDS = ("c10d", "static")
+RDZV_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
+# The ones kept in an etcd the cluster runs (torchrun's two names, one implementation), and
+# etcd's client port: torchrun's default for an etcd ``--rdzv-endpoint HOST``.
+ETCD_BACKENDS = ("etcd", "etcd-v2")
+ETCD_DEFAULT_PORT = 2379
 
 # torchrun's port for an ``--rdzv-endpoint HOST`` given without one (c10d rendezvous).
 RDZV_ENDPOINT_DEFAULT_PORT = 29400

@@ -302,7 +302,7 @@ BAD = [
     (["--nproc-per-node", "0", "s.py"], "'0'"),
     (["--max-restarts", "-1", "s.py"], "'-1'"),
     (["--shutdown-timeout", "soon", "s.py"], "'soon'"),
-    (["--rdzv-backend", "etcd", "s.py"], "'etcd'"),
+    (["--rdzv-backend", "zookeeper", "s.py"], "'zookeeper'"),
     (
         ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999", "s.py"],
         "'h:99999'",

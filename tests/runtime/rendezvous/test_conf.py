@@ -97,7 +97,7 @@ def test_create_handler_validates_params() -> None:
         return RendezvousParams(**base)
 
     for bad, needle in [
-        (params(backend="etcd"), "etcd"),
+        (params(backend="zookeeper"), "zookeeper"),
         (params(min_nodes=3, max_nodes=2), "3:2"),
         (params(run_id=""), "run id"),
         (params(endpoint="host:99999"), "99999"),

@@ -1,0 +1,564 @@
+"""The etcd rendezvous (``--rdzv-backend etcd`` / ``etcd-v2``, torchrun's names): the same rounds
+as c10d (elastic MIN:MAX, last call, scale-up, a lost node, restarts, the exit barrier), kept in
+an etcd the cluster already runs instead of a store one agent serves, so no agent is the job's
+single point of failure for the rendezvous.
+
+``--rdzv-endpoint`` is etcd's client ``HOST[:PORT]`` (port 2379 by default, as torchrun's);
+conf ``etcd_prefix`` roots the job's keys (default ``/xrun/rdzv``); conf ``protocol=https``
+speaks TLS (``ca_cert``/``cacert``, ``ssl_cert``/``cert``, ``ssl_cert_key``/``key``, torchrun's
+two spellings). Every timeout key of ``--rdzv-conf`` means what it means
+for c10d.
+
+Keys under ``<etcd_prefix>/<run_id>/``:
+
+* ``state``: the job's one JSON document, only ever changed by compare-and-set on its revision:
+  ``round`` (counts up), ``formed``, ``members`` (``[addr, sortkey, nproc, node id, store]``,
+  in rank order once formed), ``why`` (what ended the previous round), ``fin`` (members whose
+  workers finished) and ``closed`` (the verdict, ``{"failed", "reason"}``);
+* ``alive/<node id>``: one per agent, bound to the agent's lease (TTL heartbeat_timeout,
+  renewed every heartbeat_interval): it vanishes when the agent dies (TTL) or leaves (revoke).
+
+A round ends by starting the next one: whoever sees a reason (a member's ``alive`` key gone, a
+restart request, a node waiting next to a world with room) writes ``round + 1``, not formed,
+with ``why``; the old round's members see the round move on (RESTART) and join it. A node next
+to a full world stands by. Joiners wait on etcd watches, never by polling; the round forms
+when MAX nodes joined, or MIN did and no one joined for last_call_timeout. Ranks: members
+sorted by (advertised address, sort key), as c10d.
+
+The workers' store: every agent serves a ``StoreServer`` (torch's TCPStore protocol) on a free
+port of its advertised address and names it in its member entry; the round's group rank 0's is
+MASTER_ADDR/MASTER_PORT. An agent starts a new workers' generation in its store each time it
+joins, before the round can form, so a round's workers never see the last round's keys. Group
+rank 0 is therefore the "host" of the exit barrier: it waits for the others to finish before its
+store (and its agent) goes away, then writes the verdict. The verdict is bound to a lease of
+close_timeout seconds: peers read it, then the job's state is gone and the run id is free again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import threading
+import time
+from typing import Any
+
+from xrun.contract import ETCD_DEFAULT_PORT
+from xrun.errors import UsageError
+
+from ..store.client import StoreClient
+from ..store.errors import StoreError
+from ..store.server import StoreServer
+from .api import (
+    Members,
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousEvent,
+    RendezvousInfo,
+    RendezvousParams,
+    RendezvousTimeoutError,
+)
+from .conf import RdzvConfig, config_from_conf
+from .endpoint import bind_address, default_local_addr, format_endpoint, parse_endpoint
+from .etcd_kv import EtcdClient, EtcdError, tls_context
+from .handler import RendezvousHandler
+from .keys import closed_error, verdict
+from .kv import KeyValue
+
+__all__ = ["EtcdRendezvousHandler", "create_etcd_handler"]
+
+# etcd refuses leases shorter than its own minimum (1.5 x its election timeout: 2 s by default).
+_MIN_TTL = 2
+_WORKERS_KEY = "workers"
+_seq = 0
+_seq_lock = threading.Lock()
+
+Member = list[Any]  # [addr, sortkey, nproc, node id, store address]
+
+
+class EtcdRendezvousHandler(RendezvousHandler):
+    """One agent's membership in one job's rendezvous kept in etcd. It has the c10d handler's
+    interface (the agent cannot tell them apart), none of its store-bound state: ``__init__``
+    deliberately does not call the base's, which would serve or reach an xrun store."""
+
+    def __init__(
+        self,
+        params: RendezvousParams,
+        cfg: RdzvConfig,
+        prefix: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        global _seq
+        self.params = params
+        self.cfg = cfg
+        host, port = parse_endpoint(params.endpoint, ETCD_DEFAULT_PORT)
+        self._etcd = EtcdClient(host, port, cfg.read_timeout, tls)
+        self._etcd_endpoint = format_endpoint(host, port)
+        self.addr = params.local_addr or default_local_addr()
+        with _seq_lock:
+            _seq += 1
+            self._sortkey = f"{os.getpid():08d}.{_seq:08d}"
+        self._id = os.urandom(8).hex()
+        self._prefix = f"{prefix.rstrip('/')}/{params.run_id}/"
+        self._state_key = self._prefix + "state"
+        self._alive = self._prefix + "alive/"
+        # The workers' store, ours to serve should we be group rank 0 (see the module docstring).
+        self._token = os.urandom(32)
+        try:
+            self._server = StoreServer(
+                bind_address(self.addr), 0, self._token, workers_key=_WORKERS_KEY
+            )
+        except OSError as e:
+            raise UsageError(
+                f"cannot serve the workers' store on {self.addr!r}: {e}; give --local-addr an "
+                f"address of this host"
+            ) from None
+        self._store_addr = format_endpoint(self.addr, self._server.port)
+        self._store_client: StoreClient | None = None
+        self._generation = 0
+        self._lease_id = 0
+        self._lock = threading.Lock()  # guards the round state below and the event
+        self._round = -1
+        self._place: tuple[int, list[Member]] | None = None  # (rank, members) of our round
+        self._event: tuple[RendezvousEvent, str] | None = None
+        self._closed_failed = True
+        self._finished = self._closed = self._shut = False
+        self._ready_r, self._ready_w = os.pipe()
+        self._stop = threading.Event()
+        # While we join, the watcher only renews our lease: a round we are not in yet has no
+        # news for us, and N watchers reading the job at every arrival would make a
+        # rendezvous of N agents cost N² reads more (benchmark 6). Set again once we joined.
+        self._joining = False
+        self._wake = threading.Event()
+        self._ttl = max(_MIN_TTL, int(-(-cfg.heartbeat_timeout // 1)))
+        self._watcher: threading.Thread | None = None
+
+    # -- what the agent reads ------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        return self._etcd_endpoint
+
+    @property
+    def is_host(self) -> bool:
+        """Group rank 0 of the current round: its agent serves the workers' store."""
+        return self._place is not None and self._place[0] == 0
+
+    @property
+    def workers_address(self) -> tuple[str, int]:
+        if self._place is None:
+            raise RendezvousError("no round has formed yet")
+        host, port = parse_endpoint(self._place[1][0][4])
+        return host, port
+
+    @property
+    def closed_failed(self) -> bool:
+        return self._closed_failed
+
+    # -- etcd ----------------------------------------------------------------------------------
+
+    def _read(self) -> tuple[int, dict[str, Any] | None, int, set[str]]:
+        """(revision, the state or None, the state's revision, the live node ids)."""
+        rev, entries = self._etcd.get_prefix(self._prefix)
+        state, srev, alive = None, 0, set()
+        for e in entries:
+            if e.key == self._state_key:
+                state, srev = json.loads(e.value), e.mod_revision
+            elif e.key.startswith(self._alive):
+                alive.add(e.key[len(self._alive) :])
+        return rev, state, srev, alive
+
+    def _write(self, state: dict[str, Any], srev: int, lease: int = 0) -> bool:
+        return self._etcd.put_if(self._state_key, json.dumps(state).encode(), srev, lease)
+
+    def _start(self) -> None:
+        """Our lease and ``alive`` key, and the thread that renews it and watches the round."""
+        if self._watcher is not None:
+            return
+        self._lease_id = self._etcd.grant(self._ttl)
+        self._etcd.put(self._alive + self._id, self.addr.encode(), self._lease_id)
+        self._watcher = threading.Thread(target=self._watch, name="xrun-etcd-watch", daemon=True)
+        self._watcher.start()
+
+    def _errors(self, e: EtcdError) -> RendezvousError:
+        return RendezvousClosedError(f"rendezvous at {self.endpoint}: {e}", failed=True)
+
+    # -- joining -------------------------------------------------------------------------------
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        self._new_generation()
+        self._joining = True
+        try:
+            self._start()
+            rnd, members = self._join(self._round)
+        except EtcdError as e:
+            # Not "closed by a peer": we could not reach (or use) etcd ourselves.
+            raise RendezvousError(
+                f"{e}; check that etcd runs there (--rdzv-endpoint is etcd's client "
+                f"HOST:PORT, default port {ETCD_DEFAULT_PORT})"
+            ) from None
+        finally:
+            self._joining = False
+            self._wake.set()
+        ids = [m[3] for m in members]
+        rank = ids.index(self._id)
+        offset = sum(int(m[2]) for m in members[:rank])
+        world_size = sum(int(m[2]) for m in members)
+        with self._lock:
+            self._round, self._place, self._event = rnd, (rank, members), None
+            os.set_blocking(self._ready_r, False)
+            try:
+                while os.read(self._ready_r, 64):
+                    pass
+            except BlockingIOError:
+                pass
+        sizes = tuple(int(m[2]) for m in members)
+        addrs = tuple(str(m[0]) for m in members)
+        return RendezvousInfo(
+            round=rnd,
+            group_rank=rank,
+            group_world_size=len(members),
+            rank_offset=offset,
+            world_size=world_size,
+            members=Members(lambda: (sizes, addrs)),
+        )
+
+    def _new_generation(self) -> None:
+        """A fresh workers' key space in our store, before the round we join can form."""
+        self._generation += 1
+        try:
+            if self._store_client is None:
+                self._store_client = StoreClient(
+                    "127.0.0.1" if ":" not in self._server.host else "::1",
+                    self._server.port,
+                    self._token,
+                    connect_timeout=self.cfg.read_timeout,
+                    read_timeout=self.cfg.read_timeout,
+                )
+            self._store_client.set(_WORKERS_KEY, str(self._generation).encode())
+        except StoreError as e:
+            raise RendezvousError(f"the workers' store of this agent failed: {e}") from None
+
+    def _join(self, last: int) -> tuple[int, list[Member]]:
+        """Join the first round after ``last`` that takes us; block until it forms."""
+        p, cfg = self.params, self.cfg
+        deadline = time.monotonic() + cfg.join_timeout
+        me: Member = [self.addr, self._sortkey, p.local_world_size, self._id, self._store_addr]
+        count, since = -1, time.monotonic()
+        while True:
+            rev, s, srev, alive = self._read()
+            now = time.monotonic()
+            if s is None:
+                self._write(_fresh(0, "", me), 0)
+                continue
+            if s["closed"] is not None:
+                raise closed_error(json.dumps(s["closed"]).encode())
+            members: list[Member] = s["members"]
+            ids = [m[3] for m in members]
+            r = s["round"]
+            if s["formed"]:
+                if self._id in ids and r > last:
+                    return r, members
+                lost = [m[0] for m in members if m[3] not in alive]
+                if self._id in ids or lost or len(members) < p.max_nodes:
+                    # The world must re-form (with us): start the next round.
+                    why = (
+                        f"node {', '.join(lost)} was lost (its lease expired)"
+                        if lost
+                        else f"node {self.addr} is waiting to join"
+                    )
+                    self._write(_fresh(r + 1, why, me), srev)
+                    continue
+                if now >= deadline:  # a full, live world: we stood by in vain
+                    raise RendezvousTimeoutError(
+                        f"rendezvous {p.run_id!r} at {self.endpoint}: the running round is full "
+                        f"({p.max_nodes} nodes) and this node stood by for join_timeout="
+                        f"{cfg.join_timeout:g}s without a slot opening; raise --nnodes MAX to use it"
+                    )
+                self._etcd.wait_change(self._prefix, rev, deadline - now)
+                continue
+            live = [m for m in members if m[3] in alive]
+            if len(live) < len(members):  # a joiner died before the round formed
+                self._write({**s, "members": live}, srev)
+                continue
+            if self._id not in ids:
+                if len(members) < p.max_nodes:
+                    self._write({**s, "members": [*members, me]}, srev)
+                    continue
+            else:
+                if len(members) != count:
+                    count, since = len(members), now
+                last_call = since + cfg.last_call_timeout
+                if len(members) >= p.max_nodes or (
+                    len(members) >= p.min_nodes and now >= min(last_call, deadline)
+                ):
+                    ranked = sorted(members, key=lambda m: (m[0], m[1]))
+                    self._write({**s, "formed": True, "members": ranked}, srev)
+                    continue
+                if now >= deadline:
+                    self._withdraw()
+                    raise RendezvousTimeoutError(
+                        f"rendezvous {p.run_id!r} at {self.endpoint}: fewer than {p.min_nodes} "
+                        f"node(s) joined within join_timeout={cfg.join_timeout:g}s; start the "
+                        f"other nodes, check that they use the same endpoint and run id, or "
+                        f"raise --rdzv-conf join_timeout"
+                    )
+                if len(members) >= p.min_nodes:
+                    deadline_here = min(last_call, deadline)
+                else:
+                    deadline_here = deadline
+                self._wait_state(rev, deadline_here - now)
+                continue
+            self._wait_state(rev, deadline - now)
+
+    def _wait_state(self, rev: int, timeout: float) -> None:
+        """Wait for the next change of the state alone: N agents' ``alive`` keys coming and
+        going would wake every joiner N more times (benchmark 6). A joiner that dies before
+        the round forms is pruned at the next change, or left to the watchers if it is formed."""
+        self._etcd.wait_change(self._state_key, rev, max(0.0, timeout))
+
+    def _withdraw(self) -> None:
+        """Leave a round that has not formed (we give up waiting)."""
+        for _ in range(10):
+            _, s, srev, _ = self._read()
+            if s is None or s["formed"]:
+                return
+            members = [m for m in s["members"] if m[3] != self._id]
+            if self._write({**s, "members": members}, srev):
+                return
+
+    # -- watching the round --------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Renew our lease every heartbeat_interval; between renewals, wait on an etcd watch of
+        the job's keys and, on any change, look whether our round is over."""
+        interval = self.cfg.heartbeat_interval
+        next_beat = time.monotonic() + interval
+        rev = 0
+        ok_at = time.monotonic()  # when etcd last answered us
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + interval
+                    if not self._etcd.keep_alive(self._lease_id):
+                        # We were silent too long and dropped: be alive again (our round is
+                        # re-forming without us, and we will see it).
+                        self._lease_id = self._etcd.grant(self._ttl)
+                        self._etcd.put(self._alive + self._id, self.addr.encode(), self._lease_id)
+                ok_at = time.monotonic()
+                if self._joining:
+                    self._wake.wait(max(0.0, next_beat - time.monotonic()))
+                    self._wake.clear()
+                    continue
+                rev = self._check()
+                ok_at = time.monotonic()
+                if self._stop.is_set():
+                    return
+                self._etcd.wait_change(self._prefix, rev, max(0.0, next_beat - time.monotonic()))
+            except EtcdError as e:
+                # etcd is built to be briefly away (a leader election, a member restarting):
+                # give up only once it has been silent as long as our lease lives, after which
+                # the peers have dropped us anyway.
+                silent = time.monotonic() - ok_at
+                if silent >= self.cfg.heartbeat_timeout and self._round >= 0:
+                    self._set_event(
+                        self._round,
+                        RendezvousEvent.CLOSED,
+                        f"lost {self.endpoint} for {silent:.1f}s (heartbeat_timeout="
+                        f"{self.cfg.heartbeat_timeout:g}s): {e}",
+                        True,
+                    )
+                self._stop.wait(min(interval, 0.5))
+
+    def _check(self) -> int:
+        """One look at the job: report our round's end, or end it if a member is lost."""
+        with self._lock:
+            rnd, seat = self._round, self._place
+        rev, s, srev, alive = self._read()
+        if rnd < 0 or seat is None or s is None:
+            return rev
+        if s["closed"] is not None:
+            err = closed_error(json.dumps(s["closed"]).encode())
+            self._set_event(rnd, RendezvousEvent.CLOSED, err.reason, err.failed)
+        elif s["round"] != rnd:
+            self._set_event(rnd, RendezvousEvent.RESTART, s.get("why") or "the round re-formed")
+        elif s["formed"] and not self._finished:
+            # A member that finished and left is done, not lost: its peers run on.
+            lost = [m[0] for m in s["members"] if m[3] not in alive and m[3] not in s["fin"]]
+            if lost:
+                why = f"node {', '.join(lost)} was lost (its lease expired)"
+                self._write(_fresh(rnd + 1, why, None), srev)
+        return rev
+
+    def _set_event(
+        self, rnd: int, event: RendezvousEvent, reason: str, failed: bool = True
+    ) -> None:
+        with self._lock:
+            if self._shut or self._round != rnd or self._event is not None:
+                return
+            self._event = (event, reason)
+            if event is RendezvousEvent.CLOSED:
+                self._closed_failed = failed
+            os.write(self._ready_w, b"!")
+
+    def fileno(self) -> int:
+        return self._ready_r
+
+    def poll_event(self) -> tuple[RendezvousEvent, str] | None:
+        with self._lock:
+            return self._event
+
+    # -- leaving -------------------------------------------------------------------------------
+
+    def _update(self, change: Any) -> dict[str, Any] | None:
+        """Compare-and-set the state with ``change(state) -> new state | None`` (None: leave it)
+        until it sticks; the state written (or None)."""
+        while True:
+            _, s, srev, _ = self._read()
+            if s is None:
+                return None
+            new = change(s)
+            if new is None:
+                return None
+            lease = 0
+            if new.get("closed") is not None:
+                # The verdict lives close_timeout seconds, then the run id is free again.
+                ttl = max(_MIN_TTL, int(-(-self.cfg.close_timeout // 1)))
+                lease = self._etcd.grant(ttl)
+            if self._write(new, srev, lease):
+                return new
+
+    def request_restart(self, reason: str) -> None:
+        rnd = self._round
+        if rnd < 0:
+            return
+        why = f"node {self.addr}: {reason}"
+
+        def bump(s: dict[str, Any]) -> dict[str, Any] | None:
+            if s["round"] != rnd or s["closed"] is not None:
+                return None  # moved on already
+            return _fresh(rnd + 1, why, None)
+
+        try:
+            self._update(bump)
+        except EtcdError as e:
+            raise self._errors(e) from None
+
+    def close(self, failed: bool, reason: str) -> None:
+        self._closed = True
+        closed = json.loads(verdict(failed, f"node {self.addr}: {reason}"))
+        try:
+            self._update(lambda s: None if s["closed"] is not None else {**s, "closed": closed})
+        except EtcdError as e:
+            raise self._errors(e) from None
+
+    def finish(self, timeout: float | None = None) -> list[str]:
+        """As c10d's: we finished; group rank 0 (whose store the workers use) waits for the
+        others (exit barrier), then closes the job (failed, naming laggards, if any)."""
+        self._finished = True
+        rnd, seat = self._round, self._place
+        if rnd < 0 or seat is None:
+            return []
+        timeout = self.cfg.exit_barrier_timeout if timeout is None else timeout
+
+        def fin(s: dict[str, Any]) -> dict[str, Any] | None:
+            if s["round"] != rnd or self._id in s["fin"]:
+                return None
+            return {**s, "fin": [*s["fin"], self._id]}
+
+        try:
+            self._update(fin)
+            if seat[0] != 0:
+                return []
+            return self._exit_barrier(rnd, seat[1], timeout)
+        except EtcdError as e:
+            raise self._errors(e) from None
+
+    def _exit_barrier(self, rnd: int, members: list[Member], timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            rev, s, _, alive = self._read()
+            if s is None or s["closed"] is not None:
+                return []
+            done = set(s["fin"]) if s["round"] == rnd else set()
+            unfinished = [m[0] for m in members if m[3] not in done]
+            # A member whose lease is gone left without finishing: no use waiting for it.
+            pending = [m for m in members if m[3] not in done and m[3] in alive]
+            left = deadline - time.monotonic()
+            if not pending or s["round"] != rnd or left <= 0:
+                break
+            self._etcd.wait_change(self._prefix, rev, left)
+        if unfinished:
+            closed = json.loads(
+                verdict(
+                    True,
+                    f"node {self.addr} finished, but {', '.join(unfinished)} did not finish "
+                    f"within exit_barrier_timeout={timeout:g}s (or left without finishing); if "
+                    f"nodes legitimately finish further apart, raise --rdzv-conf "
+                    f"exit_barrier_timeout",
+                )
+            )
+        else:
+            closed = json.loads(verdict(False, "the job finished"))
+        self._update(lambda s: None if s["closed"] is not None else {**s, "closed": closed})
+        return unfinished
+
+    def kv(self) -> KeyValue:
+        raise RendezvousError(
+            "the agent's own keys (kv()) live in an xrun store; the etcd rendezvous has none"
+        )
+
+    def shutdown(self) -> None:
+        if self._shut:
+            return
+        if self._round >= 0 and not (self._finished or self._closed):
+            # Leaving mid-round without close/finish: let the peers re-form at once.
+            try:
+                self.request_restart("left the rendezvous")
+            except RendezvousError:
+                pass
+        with self._lock:  # the watcher reports nothing from now on (the pipe closes below)
+            self._shut = True
+        self._stop.set()
+        self._wake.set()
+        if self._lease_id:
+            try:
+                self._etcd.revoke(self._lease_id)  # our alive key goes now, not after a TTL
+            except EtcdError:
+                pass
+        if self._store_client is not None:
+            self._store_client.close()
+        self._server.stop()
+        self._etcd.close()
+        os.close(self._ready_r)
+        os.close(self._ready_w)
+
+
+def _fresh(rnd: int, why: str, me: Member | None) -> dict[str, Any]:
+    """A round ``rnd`` nobody (or only ``me``) has joined yet."""
+    return {
+        "round": rnd,
+        "formed": False,
+        "members": [me] if me is not None else [],
+        "why": why,
+        "fin": [],
+        "closed": None,
+    }
+
+
+def create_etcd_handler(params: RendezvousParams) -> EtcdRendezvousHandler:
+    """Validate the etcd-specific parts of ``params`` (UsageError) and build the handler."""
+    conf = params.conf
+    prefix = conf.get("etcd_prefix", "/xrun/rdzv").strip()
+    if not prefix.startswith("/") or len(prefix) > 200:
+        raise UsageError(
+            f"--rdzv-conf etcd_prefix={prefix[:40]!r} must be an absolute etcd key path, e.g. "
+            f"etcd_prefix=/xrun/rdzv"
+        )
+    _, port = parse_endpoint(params.endpoint, ETCD_DEFAULT_PORT)
+    if port == 0:
+        raise UsageError(
+            f"rendezvous endpoint {params.endpoint!r}: the etcd rendezvous needs etcd's client "
+            f"HOST:PORT (default port {ETCD_DEFAULT_PORT}), not port 0"
+        )
+    return EtcdRendezvousHandler(params, config_from_conf(conf), prefix, tls_context(conf))
