@@ -13,14 +13,17 @@ import difflib
 import enum
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from xrun.contract import RESTARTS_IN_PLACE
 from xrun.errors import UsageError
 from xrun.limits import check_duration, shown
 from xrun.specs import AppDef, AppState, Role, RoleStatus
+
+if TYPE_CHECKING:
+    from .stacks import NodeStacks
 
 T = TypeVar("T")
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
@@ -336,6 +339,11 @@ class Scheduler(abc.ABC, Generic[T]):
         streams: Stream | None = None,
     ) -> Iterable[str]:
         raise UsageError(f"scheduler {self.backend} does not support logs")
+
+    def stacks(self, app_id: str, timeout: float = 10.0) -> Sequence[NodeStacks]:
+        """Every replica's runtime agent's answer to a stack request (``schedulers.stacks``:
+        a list of ``NodeStacks``), waiting up to ``timeout`` s."""
+        raise UsageError(f"scheduler {self.backend} cannot collect stacks")
 
     @abc.abstractmethod
     def cancel(self, app_id: str) -> None:

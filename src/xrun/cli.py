@@ -71,6 +71,10 @@ def _dispatch(args: list[str]) -> int:
     if ns.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if ns.command == "stacks":  # a module of its own, as every command will have
+        from xrun.cli_stacks import cmd_stacks
+
+        return cmd_stacks(ns)
     from xrun import cli_cmds
 
     handler = getattr(cli_cmds, f"cmd_{ns.command}")

@@ -80,6 +80,10 @@ def build_parser() -> Parser:
         help="which stream (default: the scheduler's combined log)",
     )
 
+    from xrun.cli_stacks import add_arguments as add_stacks_arguments
+
+    add_stacks_arguments(sub.add_parser("stacks", help="print every rank's Python stack, grouped"))
+
     ls = sub.add_parser("list", help="list the apps a scheduler knows")
     ls.add_argument("-s", "--scheduler", help="default local_cwd")
 

@@ -30,6 +30,7 @@ from xrun.specs import AppDef, AppHandle, AppStatus, macros, make_app_handle
 
 if TYPE_CHECKING:
     from xrun.schedulers.api import AppDryRunInfo, ListAppResponse, Scheduler, Stream
+    from xrun.schedulers.stacks import AppStacks
     from xrun.schedulers.sweeps import SweepBackend
     from xrun.sweep import Sweep, SweepPlan
     from xrun.sweep_status import SweepStatus
@@ -188,6 +189,14 @@ class Runner:
         """Replica ``k`` of ``role``'s log lines; ``should_tail`` follows until the app ends."""
         sched, app_id = self._for_handle(handle)
         return sched.log_iter(app_id, role, k, regex, since, until, should_tail, streams)
+
+    def stacks(self, handle: str, timeout: float = 10.0) -> AppStacks:
+        """Every rank's Python stack (all threads) of a running app, read by each node's agent
+        (py-spy); ``xrun stacks`` prints them grouped."""
+        from xrun.schedulers.stacks import AppStacks
+
+        sched, app_id = self._for_handle(handle)
+        return AppStacks.of(app_id, sched.stacks(app_id, timeout))
 
     def cancel(self, handle: str) -> None:
         """Stop the app (it ends CANCELLED); AppNotFoundError when unknown."""
