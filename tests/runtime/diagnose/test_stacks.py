@@ -17,7 +17,7 @@ from xrun.runtime.diagnose.stacks import PYSPY_ENV, collect
 
 # Two kinds of worker: "odd" parks in stuck_here, "even" in wait_for_peers; both start a
 # helper thread named "bg" and say "ready" once in place.
-WORKER = '''
+WORKER = """
 import sys, threading, time
 
 def bg_loop():
@@ -33,7 +33,7 @@ def wait_for_peers():
 
 threading.Thread(target=bg_loop, name="bg", daemon=True).start()
 stuck_here() if sys.argv[1] == "odd" else wait_for_peers()
-'''
+"""
 
 
 @pytest.fixture
