@@ -262,8 +262,8 @@ class Agent:
                 {offset + r: result.return_values.get(r) for r in range(cfg.nproc_per_node)},
             )
         failures = {offset + r: f for r, f in result.failures.items()}
-        # where the others were, read before they are stopped (bounded by shutdown_timeout)
-        survivors = self._diag.survivors(frozenset(result.failures))
+        # where the others were, read before pc.wait stopped them (bounded by shutdown_timeout)
+        survivors = self._diag.survivors()
         pc.close(signal.SIGTERM, cfg.shutdown_timeout)
         root = failures[root_cause(failures)]
         reason = f"local_rank {root.local_rank} on {self.host} failed: {root.reason()}"

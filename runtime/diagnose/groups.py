@@ -2,7 +2,8 @@
 
 In a hung collective every healthy rank waits at the same line and the culprit is elsewhere:
 ranks whose main-thread stacks are identical form one group, and the smallest group (the odd
-one out) comes first. A group is named by *where* it is: the innermost frame's function at the
+one out) comes first; of two groups of one size, the one in the job's own code comes before one
+waiting inside a library. A group is named by *where* it is: the innermost frame's function at the
 innermost frame of the job's own code (not the standard library's, not site-packages'), e.g.
 ``all_reduce (train.py:42)`` for a rank blocked in torch's ``all_reduce`` called on line 42.
 
@@ -51,7 +52,7 @@ def where(frames: list[dict[str, Any]]) -> str:
 
 
 def group(ranks: Mapping[int, Mapping[str, Any]]) -> list[Group]:
-    """The groups, smallest first (ties: lowest rank first)."""
+    """The groups, smallest first (see ``_order`` for ties)."""
     by_key: dict[Any, Group] = {}
     for rank in sorted(ranks):
         r = ranks[rank]
@@ -65,7 +66,14 @@ def group(ranks: Mapping[int, Mapping[str, Any]]) -> list[Group]:
             key = tuple((f.get("name"), f.get("file"), f.get("line")) for f in frames)
             g = by_key.setdefault(key, Group([], where(frames), main=frames))
         g.ranks.append(rank)
-    return sorted(by_key.values(), key=lambda g: (len(g.ranks), g.ranks[0]))
+    return sorted(by_key.values(), key=_order)
+
+
+def _order(g: Group) -> tuple[int, bool, int]:
+    """Smallest first; of equal size, a group in the job's own code before one waiting inside a
+    library (a collective, a queue): the one that does not wait is the likelier culprit."""
+    waits = bool(g.main) and bool(_LIBRARY.search(str(g.main[0].get("file", ""))))
+    return (len(g.ranks), waits, g.ranks[0])
 
 
 def rank_list(ranks: Iterable[int]) -> str:

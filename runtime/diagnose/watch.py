@@ -6,7 +6,8 @@ survivors' stacks a failure report shows.
   writes ``<log_dir>/<run_id>/stacks.json`` (``STACKS_FILE``), which the CLI gathers through
   the scheduler. Not when ``--signals-to-handle`` lists SIGUSR1 (then it is the user's).
 * **Stall watchdog** (``--stall-timeout S``, off by default): progress is a worker's log file
-  growing (a line of output) or its beat file touched (``beat.beat()``). The agent looks every
+  growing (a line of output; or the agent's own stdout/stderr when those are files and the
+  workers write there) or its beat file touched (``beat.beat()``). The agent looks every
   ``S/4`` seconds (at most 1 s): a few ``stat`` calls per worker, nothing when off. On several
   nodes the agents share progress through a counter in the rendezvous store, so a node whose
   workers print nothing does not stall while another node's do. After ``S`` seconds without
@@ -54,6 +55,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _is_file(fd: int) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
 class Diagnostics:
     """One agent's hooks. ``attach`` each new worker group; ``check`` on every wake-up of the
     watch loop (a stack request to answer, a stall to report)."""
@@ -69,10 +79,12 @@ class Diagnostics:
         self._run_dir = ""
         self._kv: Callable[[], KeyValue] | None = None
         self._files: list[str] = []
+        self._fds: list[int] = []
         self._seen: tuple[Any, ...] = ()
         self._shared = -1  # the store's progress counter as last read
         self._last = 0.0  # monotonic time of the last progress
         self._next_poll = 0.0
+        self._survivors = ""
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -105,6 +117,8 @@ class Diagnostics:
     ) -> None:
         """A new worker group started (``kv``: the store's keys, for a job of several nodes)."""
         self._pc, self._offset, self._run_dir, self._kv = pc, rank_offset, run_dir, kv
+        self._survivors = ""
+        pc.before_stop = self._read_survivors
         if self.stall_timeout > 0:
             self._files = [
                 p
@@ -116,6 +130,9 @@ class Diagnostics:
                 )
                 if p
             ]
+            # Workers without log files write to the agent's own stdout/stderr: where those are
+            # files (a scheduler's replica log), their growth is progress too.
+            self._fds = [fd for fd in (1, 2) if _is_file(fd)]
             self._seen = self._signature()
             self._last = time.monotonic()
             self._next_poll = self._last + self._period
@@ -151,6 +168,12 @@ class Diagnostics:
 
     def _signature(self) -> tuple[Any, ...]:
         out: list[Any] = []
+        for fd in self._fds:
+            try:
+                st = os.fstat(fd)
+                out.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append(None)
         for p in self._files:
             try:
                 st = os.stat(p)
@@ -227,14 +250,19 @@ class Diagnostics:
         except OSError as e:
             print(f"xrun-agent: could not write {path}: {e}", file=sys.stderr, flush=True)
 
-    def survivors(self, failed_local_ranks: frozenset[int]) -> str:
-        """The still-running ranks' grouped stacks, read before they are stopped ("" when none
-        are left or there is no time for it)."""
+    def _read_survivors(self, failed_local_ranks: frozenset[int]) -> None:
+        """The still-running ranks' grouped stacks, read when a rank failed and before the
+        others are stopped (PContext.before_stop); nothing when none are left or there is no
+        time for it."""
         budget = min(_SURVIVORS_MAX_S, self._shutdown_timeout / 2)
         workers = self._workers(failed_local_ranks)
         if budget <= 0 or not workers:
-            return ""
+            return
         from .groups import format_groups
 
         text = format_groups(self._collect(workers, budget))
-        return f"Where the other ranks were (stacks before they were stopped):\n{text}"
+        self._survivors = f"Where the other ranks were (stacks before they were stopped):\n{text}"
+
+    def survivors(self) -> str:
+        """The survivors' stacks of the attempt's failure ("" when none were read)."""
+        return self._survivors
