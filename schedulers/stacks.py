@@ -21,7 +21,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["STACKS_FILE", "STACKS_TIMEOUT_S", "AppStacks", "NodeStacks", "gather", "is_agent"]
+__all__ = [
+    "STACKS_FILE",
+    "STACKS_TIMEOUT_S",
+    "AppStacks",
+    "NodeStacks",
+    "ask_here",
+    "gather",
+    "is_agent",
+]
 
 # The agent's answer file (xrun.runtime.diagnose.watch.STACKS_FILE; not imported from there:
 # the CLI need not load the agent's modules).
@@ -137,3 +145,47 @@ def gather(
     for replica in waiting:
         nodes[replica].note = f"its agent did not answer within {timeout:g}s"
     return list(nodes.values())
+
+
+def _agent_log_dir(pid: int) -> str:
+    """Where agent ``pid`` keeps its run dir: its ``PET_LOG_DIR`` (the scheduler's), else the
+    temp dir it made (``<tmp>/xrun_*``)."""
+    from xrun.contract import AGENT_LOG_DIR_ENV
+
+    key = AGENT_LOG_DIR_ENV.encode() + b"="
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        env = []
+    for kv in env:
+        if kv.startswith(key):
+            return kv[len(key) :].decode(errors="replace")
+    import tempfile
+
+    dirs = sorted(glob.glob(os.path.join(tempfile.gettempdir(), "xrun_*")), key=os.path.getmtime)
+    return dirs[-1] if dirs else ""
+
+
+def ask_here(timeout: float = STACKS_TIMEOUT_S) -> None:
+    """Ask every runtime agent on this host (inside a container, or a Slurm node) and print
+    their answers as one JSON list: what ``docker exec`` / ``srun`` runs on a replica's host,
+    so that only agents get the signal and no shared file system is needed."""
+    import signal
+    from functools import partial
+
+    targets: dict[str, tuple[Callable[[], None], str]] = {}
+    notes = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid() or not is_agent(int(name)):
+            continue
+        pid = int(name)
+        log_dir = _agent_log_dir(pid)
+        if log_dir and started(log_dir):
+            targets[str(pid)] = (partial(os.kill, pid, signal.SIGUSR1), log_dir)
+        else:
+            notes.append({"replica": str(pid), "note": "its agent is still starting"})
+    answers = [
+        {"replica": n.replica, "doc": n.doc, "note": n.note} for n in gather(targets, timeout)
+    ]
+    print(json.dumps(answers + notes))

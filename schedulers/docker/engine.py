@@ -115,13 +115,15 @@ def build_image(client: Any, context: bytes, dockerfile: str, base: str, workspa
     """Build ``context`` on ``base`` (see .workspace); return the tag. Cached by content."""
     import docker
 
-    tag = image_tag(context, base)
+    ensure_images(client, [base])
+    # The base image's id, not its name: a base rebuilt under the same tag (the python3 image
+    # that gained py-spy) must not reuse a workspace image built on the old one.
+    tag = image_tag(context, f"{base}@{client.images.get(base).id}")
     try:
         client.images.get(tag)
         return tag  # same workspace, same base: the image is already there
     except docker.errors.ImageNotFound:
         pass
-    ensure_images(client, [base])
     try:
         client.images.build(
             fileobj=io.BytesIO(context),
@@ -199,6 +201,7 @@ def create_args(client: Any, job: DockerJob, c: DockerContainer) -> dict[str, An
         ],
         "devices": c.devices,
         "privileged": c.privileged,
+        "cap_add": c.cap_add,
     }
     if c.nano_cpus:
         args["nano_cpus"] = c.nano_cpus
