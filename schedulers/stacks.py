@@ -167,25 +167,49 @@ def _agent_log_dir(pid: int) -> str:
     return dirs[-1] if dirs else ""
 
 
-def ask_here(timeout: float = STACKS_TIMEOUT_S) -> None:
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read().split(b"\0")
+    except OSError:
+        return {}
+    pairs = (kv.decode(errors="replace").partition("=") for kv in raw if b"=" in kv)
+    return {k: v for k, _, v in pairs}
+
+
+def ask_here(timeout: float = STACKS_TIMEOUT_S, same: tuple[str, ...] = ()) -> None:
     """Ask every runtime agent on this host (inside a container, or a Slurm node) and print
     their answers as one JSON list: what ``docker exec`` / ``srun`` runs on a replica's host,
-    so that only agents get the signal and no shared file system is needed."""
+    so that only agents get the signal and no shared file system is needed. ``same``: env vars
+    an agent must share with this process (a Slurm job id and node name: other jobs' agents,
+    or other nodes' on a host that plays several, are not ours to ask)."""
     import signal
     from functools import partial
 
+    mine = {k: os.environ.get(k) for k in same}
     targets: dict[str, tuple[Callable[[], None], str]] = {}
+    hosts: dict[str, str] = {}
     notes = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid() or not is_agent(int(name)):
             continue
         pid = int(name)
+        env = _environ(pid)
+        if any(env.get(k) != v for k, v in mine.items()):
+            continue
+        replica = f"{env.get('XRUN_ROLE', 'pid')}/{env.get('XRUN_REPLICA_ID', pid)}"
+        if env.get("SLURMD_NODENAME"):  # a node's name, where one host may play several
+            hosts[replica] = env["SLURMD_NODENAME"]
         log_dir = _agent_log_dir(pid)
         if log_dir and started(log_dir):
-            targets[str(pid)] = (partial(os.kill, pid, signal.SIGUSR1), log_dir)
+            targets[replica] = (partial(os.kill, pid, signal.SIGUSR1), log_dir)
         else:
-            notes.append({"replica": str(pid), "note": "its agent is still starting"})
-    answers = [
-        {"replica": n.replica, "doc": n.doc, "note": n.note} for n in gather(targets, timeout)
-    ]
+            notes.append({"replica": replica, "note": "its agent is still starting"})
+    answers = []
+    for n in gather(targets, timeout):
+        if n.doc is not None and n.replica in hosts:
+            n.doc["host"] = hosts[n.replica]
+            for r in (n.doc.get("ranks") or {}).values():
+                r["host"] = hosts[n.replica]
+        answers.append({"replica": n.replica, "doc": n.doc, "note": n.note})
     print(json.dumps(answers + notes))
