@@ -374,7 +374,7 @@ class Agent:
             **logs,
         )
         kv = handler.kv if cfg.max_nodes > 1 else None
-        self._diag.attach(pc, info.rank_offset, self._logs.run_dir, kv)
+        self._diag.attach(pc, info, self._logs.run_dir, kv)
         return pc
 
     def _logs_for_attempt(self, n: int) -> tuple[dict[str, Any], Callable[[int], str]]:

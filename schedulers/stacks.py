@@ -122,8 +122,9 @@ def gather(
 ) -> list[NodeStacks]:
     """Ask every target (replica -> (send the request, its agent's log dir)) and wait up to
     ``timeout`` s for the answers; ``read`` reads one log dir's answer newer than a time."""
-    # A second of slack: an agent on another node may run a little behind this clock.
-    since = time.time() - 1.0
+    # No slack: the answers are read on the agents' own host (here, or by ask_here there), and
+    # an answer written before this request is an earlier request's.
+    since = time.time()
     nodes: dict[str, NodeStacks] = {}
     for replica, (send, _) in targets.items():
         try:

@@ -33,6 +33,7 @@ from xrun.contract import BEAT_FILE_ENV
 from ..events import Stalled
 
 if TYPE_CHECKING:
+    from ..rendezvous.api import RendezvousInfo
     from ..rendezvous.kv import KeyValue
     from ..workers.api import PContext
 
@@ -44,6 +45,9 @@ STACKS_FILE = "stacks.json"
 _REQUEST_TIMEOUT_S = 5.0
 _SURVIVORS_MAX_S = 3.0
 _PROGRESS_KEY = "diagnose/progress"
+# How long a stalled agent waits for the other nodes' stacks: they find the same stall within
+# one check period (the shared progress counter) plus their own py-spy time.
+_SHARE_WAIT_S = 5.0
 
 
 def _alive(pid: int) -> bool:
@@ -85,6 +89,8 @@ class Diagnostics:
         self._last = 0.0  # monotonic time of the last progress
         self._next_poll = 0.0
         self._survivors = ""
+        self._round = self._node = 0
+        self._nodes = 1
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -111,12 +117,13 @@ class Diagnostics:
     def attach(
         self,
         pc: PContext,
-        rank_offset: int,
+        info: RendezvousInfo,
         run_dir: str,
         kv: Callable[[], KeyValue] | None = None,
     ) -> None:
         """A new worker group started (``kv``: the store's keys, for a job of several nodes)."""
-        self._pc, self._offset, self._run_dir, self._kv = pc, rank_offset, run_dir, kv
+        self._pc, self._offset, self._run_dir, self._kv = pc, info.rank_offset, run_dir, kv
+        self._round, self._node, self._nodes = info.round, info.group_rank, info.group_world_size
         self._survivors = ""
         pc.before_stop = self._read_survivors
         if self.stall_timeout > 0:
@@ -201,9 +208,34 @@ class Diagnostics:
         from .groups import format_groups, group, headline
 
         ranks = self._collect(self._workers(), _REQUEST_TIMEOUT_S)
+        if self._kv is not None and self._nodes > 1:
+            ranks = self._every_nodes(ranks)
         groups = group(ranks)
         reason = f"stalled {self.stall_timeout:g} s: {headline(groups)}"
         return Stalled(reason, format_groups(ranks, groups))
+
+    def _every_nodes(self, ranks: dict[int, Any]) -> dict[int, Any]:
+        """Every node's ranks: each stalled agent publishes its own in the store and reads the
+        others' (bounded), so that every node's root cause names the odd rank wherever it is."""
+        import json
+
+        from ..rendezvous import RendezvousError
+
+        assert self._kv is not None
+        prefix = f"diagnose/stall/{self._round}/"
+        merged = dict(ranks)
+        try:
+            kv = self._kv()
+            kv.set(f"{prefix}{self._node}", json.dumps(ranks).encode())
+            deadline = time.monotonic() + _SHARE_WAIT_S
+            for node in range(self._nodes):
+                if node == self._node:
+                    continue
+                raw = kv.get(f"{prefix}{node}", max(0.1, deadline - time.monotonic()))
+                merged.update({int(r): v for r, v in json.loads(raw).items()})
+        except (RendezvousError, ValueError):
+            pass  # a node that did not answer in time: its ranks are missing from the report
+        return dict(sorted(merged.items()))
 
     # -- collecting --------------------------------------------------------------------------------
 

@@ -200,3 +200,34 @@ def test_a_bad_stall_timeout_is_one_line(tmp_path: Path) -> None:
         "xrun-agent: error: --stall-timeout 'soon' is invalid: expected a number of seconds "
         "from 0 to 86400 (one day)\n"
     )
+
+
+@pytest.mark.timeout(120)
+def test_every_node_names_the_hung_rank_of_another_node(tmp_path: Path, procs: list) -> None:
+    """Two nodes, one worker each, rank 1 (node 1) hangs: both agents' root cause has every
+    rank, shared through the store, so node 0's report names rank 1 too."""
+    port = free_port()
+    agents = [
+        popen(
+            procs,
+            agent(
+                *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
+                *("--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job"),
+                *("--rdzv-conf", FAST, "--stall-timeout", "5", "--tee", "3"),
+                *("--log-dir", str(tmp_path / f"logs{i}"), str(HANG), "1000"),
+                *("--hang-rank", "1", "--hang-step", "2"),
+            ),
+        )
+        for i in range(2)
+    ]
+    reason = (
+        f"stalled 5 s: rank 1 in stuck_here (hang.py:{line_of('time.sleep(3600)')}); "
+        f"rank 0 in all_reduce (hang.py:{line_of('dist.all_reduce(t)')})"
+    )
+    errs = []
+    for a in agents:
+        _, err = a.communicate(timeout=100)
+        assert a.returncode == 1, err
+        errs.append(err)
+    # each agent found the stall itself, or learnt it from the one that closed the job first
+    assert all(reason in err for err in errs), errs
