@@ -33,7 +33,7 @@ def test_smoke_run_emits_every_measure(tmp_path: Path, slurm_cluster: SlurmClust
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1
     assert doc["machine"]["cpus"] >= 1
-    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 15)]
+    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 16)]
     for key, measure in doc["measures"].items():
         assert measure["title"] and measure["rows"], key
         for row in measure["rows"]:
@@ -62,8 +62,11 @@ def test_smoke_run_emits_every_measure(tmp_path: Path, slurm_cluster: SlurmClust
     for key, name in (("9", "xrun sweep"), ("10", "xrun")):
         for row in doc["measures"][key]["rows"]:
             assert "median" in row["contenders"][name], (key, row)
-    for i in range(1, 15):
+    for i in range(1, 16):
         assert f"\n## {i}. " in proc.stdout
+    # Issue #24's hang autopsy: xrun stacks and the watchdog both named the hung rank.
+    for row in doc["measures"]["15"]["rows"][:2]:
+        assert row["contenders"]["xrun"]["median"] == 0, row
     # Issue #14's reliability smoke: no job failed, no worker aborted, under a port thief.
     for row in doc["measures"]["14"]["rows"]:
         assert row["contenders"]["xrun"]["median"] == 0, row

@@ -119,3 +119,15 @@ def test_rank_lists_and_where() -> None:
     ]
     assert where(frames) == "all_reduce (train.py:42)"
     assert where(frames[:2]) == "all_reduce (c10d.py:9)"  # no job code: the innermost frame
+
+
+def test_no_ptrace_permission_is_one_line_naming_the_fix() -> None:
+    """py-spy's words when ptrace is refused (Yama, a container without CAP_SYS_PTRACE): as
+    root on this machine that cannot be produced on demand, so its stderr is given."""
+    from xrun.runtime.diagnose.stacks import _why
+
+    said = "Error: Operation not permitted (os error 1)\n\nStack backtrace:\n   0: anyhow::..."
+    assert _why(said, 42) == (
+        "no permission to read pid 42 (ptrace): run as the worker's user with "
+        "kernel.yama.ptrace_scope=0 (sysctl), or give the container CAP_SYS_PTRACE"
+    )
