@@ -141,12 +141,21 @@ def _torchrun_hang(cap: float) -> tuple[float, str]:
     hung = time.monotonic()
     try:
         p.wait(cap)
+        stopped = time.monotonic()
     except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+        stopped = time.monotonic()
+        # SIGTERM, not SIGKILL: torchrun then stops its workers (they run in sessions of their
+        # own and would outlive a killed torchrun).
+        p.terminate()
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
     th.join(10)
-    after = [ln for t, ln in lines if t > hung + 0.5]
-    return time.monotonic() - hung, (" | ".join(after[-3:]) or "nothing")
+    # what it said while hung (its own shutdown messages after our SIGTERM are not that)
+    after = [ln for t, ln in lines if hung + 0.5 < t < stopped]
+    return stopped - hung, (" | ".join(after[-3:]) or "nothing")
 
 
 def _autopsy(trials: int, stall: int, cap: float) -> list[Row]:
