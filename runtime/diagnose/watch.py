@@ -227,14 +227,17 @@ class Diagnostics:
         try:
             kv = self._kv()
             kv.set(f"{prefix}{self._node}", json.dumps(ranks).encode())
-            deadline = time.monotonic() + _SHARE_WAIT_S
-            for node in range(self._nodes):
-                if node == self._node:
-                    continue
+        except RendezvousError:
+            return merged  # the store is gone: our own ranks only
+        deadline = time.monotonic() + _SHARE_WAIT_S
+        for node in range(self._nodes):
+            if node == self._node:
+                continue
+            try:
                 raw = kv.get(f"{prefix}{node}", max(0.1, deadline - time.monotonic()))
                 merged.update({int(r): v for r, v in json.loads(raw).items()})
-        except (RendezvousError, ValueError):
-            pass  # a node that did not answer in time: its ranks are missing from the report
+            except (RendezvousError, ValueError):
+                continue  # a node that did not answer in time: its ranks are not in the report
         return dict(sorted(merged.items()))
 
     # -- collecting --------------------------------------------------------------------------------
