@@ -94,3 +94,24 @@ def test_stacks_of_an_unknown_app(tmp_path: Path) -> None:
     assert p.returncode == 1 and p.stderr.startswith(
         "xrun: error: local_cwd app 'nosuchapp-123' not found"
     )
+
+
+@pytest.mark.timeout(180)
+def test_stall_timeout_ends_a_hung_job_with_its_root_cause(tmp_path: Path) -> None:
+    """dist.ddp --stall_timeout on local_cwd: the hung attempt is restarted once
+    (--max_retries 1), the second ends the app FAILED; status names the rank and its line."""
+    run = xrun(
+        *("run", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "--stall_timeout", "5"),
+        *("--max_retries", "1", "--script", str(HANG), "--", "1000", "--hang-rank", "1"),
+        cwd=tmp_path,
+        timeout=170,
+    )
+    assert run.returncode == 1, run.stderr[-2000:]
+    reason = (
+        f"stalled 5 s: rank 1 in stuck_here (hang.py:{line_of('time.sleep(3600)')}); "
+        f"rank 0 in all_reduce (hang.py:{line_of('dist.all_reduce(t)')})"
+    )
+    assert f"{reason}; restarting the workers (1/1)" in run.stderr
+    handle = run.stdout.splitlines()[0]
+    status = xrun("status", handle)
+    assert f"    error: AgentFailedError: {reason}\n" in status.stdout, status.stdout
