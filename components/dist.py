@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from xrun.contract import (
     ETCD_BACKENDS,
     MASTER_PORT_DEFAULT,
+    MAX_DURATION_S,
     MAX_NODES,
     MAX_NPROC_PER_NODE,
     RDZV_BACKENDS,
@@ -68,6 +69,7 @@ def ddp(
     mounts: list[str] | None = None,
     debug: bool = False,
     tee: int = 3,
+    stall_timeout: int = 0,
 ) -> AppDef:
     """Distributed data parallel: NNODES replicas, each running NPROC workers of a script.
 
@@ -90,6 +92,7 @@ def ddp(
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly] (several: repeat type=)
         debug: set torch/NCCL debug environment variables
         tee: which worker streams also go to the console: 0 none, 1 stdout, 2 stderr, 3 both
+        stall_timeout: seconds without a line of output or a beat from any worker before the attempt ends with every rank's stack as its root cause (the agent's --stall-timeout, docs/diagnose.md); 0: off
     """
     size = parse_j(j)
     resource = get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
@@ -111,6 +114,7 @@ def ddp(
             mounts=tuple(mounts or ()),
             debug=debug,
             tee=tee,
+            stall_timeout=stall_timeout,
         )
     )
 
@@ -128,6 +132,7 @@ def spmd(
     rdzv_port: int = MASTER_PORT_DEFAULT,
     mounts: list[str] | None = None,
     debug: bool = False,
+    stall_timeout: int = 0,
 ) -> AppDef:
     """SPMD: one worker per GPU of the named resource, on [MIN:]NNODES nodes.
 
@@ -147,6 +152,7 @@ def spmd(
         rdzv_port: the rendezvous port on the first replica (multi-node only; left at the default, local_cwd picks a free one per app)
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly]
         debug: set torch/NCCL debug environment variables
+        stall_timeout: seconds without output or a beat from any worker before the attempt ends with every rank's stack as its root cause (see dist.ddp); 0: off
     """
     resource = get_named_resource(h)
     if "x" in j:  # NPROC given: as TorchX, it wins over the GPU count
@@ -169,6 +175,7 @@ def spmd(
             rdzv_port=rdzv_port,
             mounts=tuple(mounts or ()),
             debug=debug,
+            stall_timeout=stall_timeout,
         )
     )
 
@@ -194,6 +201,7 @@ class DistJob:
     mounts: tuple[str, ...] = ()
     debug: bool = False
     tee: int = 3
+    stall_timeout: int = 0  # the agent's --stall-timeout; 0: off
 
     def validate(self) -> None:
         """UsageError naming the option, its value and the expected form."""
@@ -219,6 +227,11 @@ class DistJob:
             raise UsageError(f"{c}: --tee {self.tee} is invalid; expected 0, 1, 2 or 3")
         if not 0 < self.rdzv_port < 65536:
             raise UsageError(f"{c}: --rdzv_port {self.rdzv_port} is invalid; expected 1..65535")
+        if not 0 <= self.stall_timeout <= MAX_DURATION_S:
+            raise UsageError(
+                f"{c}: --stall_timeout {self.stall_timeout} is invalid; expected seconds from 0 "
+                f"(off) to {MAX_DURATION_S:g}"
+            )
         if self.max_retries < 0:
             raise UsageError(f"{c}: --max_retries {self.max_retries} is invalid; expected >= 0")
         if self.rdzv_conf:
@@ -290,6 +303,8 @@ class DistJob:
             cmd += ["--node-rank", macros.replica_id]
         if self.rdzv_conf:
             cmd += ["--rdzv-conf", shlex.quote(self.rdzv_conf)]
+        if self.stall_timeout:
+            cmd += ["--stall-timeout", str(self.stall_timeout)]
         if self.script is not None:
             cmd += [shlex.quote(self.script)]
         else:

@@ -67,8 +67,9 @@ from .config import (
     substitute_local_rank,
     worker_env,
 )
+from .diagnose.watch import Diagnostics
 from .errors import AgentFailedError, ChildFailedError, ProcessFailure, format_failures, root_cause
-from .events import AgentEvent, JobClosed, RendezvousChanged, Signalled, WorkersDone
+from .events import AgentEvent, JobClosed, RendezvousChanged, Signalled, Stalled, WorkersDone
 from .logdirs import AttemptDirs
 from .signals import AgentSignal, SignalWatch
 
@@ -153,6 +154,8 @@ class Agent:
                 "console", config.run_id, config.role, self.host, config.rdzv_backend,
                 entry_point_name(entrypoint),
             )  # fmt: skip
+        # xrun stacks (SIGUSR1), the stall watchdog, survivors' stacks: runtime/diagnose
+        self._diag = Diagnostics(config.stall_timeout, config.shutdown_timeout, self.host)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -175,6 +178,7 @@ class Agent:
             private_store=parse_endpoint(endpoint)[1] == 0,
         )
         restore = self._signals.install()
+        undo_diag = self._diag.install(parse_signals(cfg.signals_to_handle))
         handler: RendezvousHandler | None = None
         result: RunResult | None = None
         try:
@@ -196,6 +200,7 @@ class Agent:
                 handler.shutdown()
             if self._timer is not None:
                 self._timer.stop()
+            undo_diag()
             restore()
             # A failed worker's files stay: the failure report points at them.
             if result is not None and result.failures and self._logs.temp:
@@ -227,7 +232,7 @@ class Agent:
             # Still raising while the workers start: a SIGTERM/SIGINT during the start of many
             # workers ends it at once (start_processes takes down the ones already started).
             try:
-                pc = self._start(info, *handler.workers_address)
+                pc = self._start(info, handler)
             except UsageError as e:  # e.g. the log dir filled up: tell the peers, then exit 2
                 self._close_quietly(handler, str(e))
                 raise
@@ -255,6 +260,9 @@ class Agent:
                 return None
             case WorkersDone(result):
                 return self._workers_done(result, handler, pc, info)
+            case Stalled(reason, report):
+                pc.close(signal.SIGTERM, self.config.shutdown_timeout)
+                return self._stalled(reason, report, handler)
 
     def _workers_done(
         self,
@@ -275,6 +283,8 @@ class Agent:
                 {offset + r: result.return_values.get(r) for r in range(cfg.nproc_per_node)},
             )
         failures = {offset + r: f for r, f in result.failures.items()}
+        # where the others were, read before pc.wait stopped them (bounded by shutdown_timeout)
+        survivors = self._diag.survivors()
         pc.close(signal.SIGTERM, cfg.shutdown_timeout)
         from .errors.rootcause import explain_attempt
 
@@ -284,10 +294,25 @@ class Agent:
         if self._restart_count < cfg.max_restarts:
             self._restart_count += 1
             _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
+            if survivors:
+                _log(survivors)
             self._request_restart(handler, reason)
             return None
         self._close_quietly(handler, reason)
-        return RunResult(1, failures=failures, message=format_failures(self.name, failures))
+        message = format_failures(self.name, failures)
+        return RunResult(1, failures=failures, message=f"{message}\n{survivors}".rstrip())
+
+    def _stalled(self, reason: str, report: str, handler: RendezvousHandler) -> RunResult | None:
+        """A stall ends the attempt like a failed worker: restart while restarts are left."""
+        cfg = self.config
+        if self._restart_count < cfg.max_restarts:
+            self._restart_count += 1
+            _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
+            _log(report)
+            self._request_restart(handler, reason)
+            return None
+        self._close_quietly(handler, reason)
+        return RunResult(1, message=f"{reason}\n{report}")
 
     @staticmethod
     def _close_quietly(handler: RendezvousHandler, reason: str) -> None:
@@ -327,10 +352,11 @@ class Agent:
             _log(f"while waiting for the other nodes to finish: {e}")
         return RunResult(0, values)
 
-    def _start(self, info: RendezvousInfo, master_addr: str, master_port: int) -> PContext:
+    def _start(self, info: RendezvousInfo, handler: RendezvousHandler) -> PContext:
         from .workers.api import start_processes
 
         cfg = self.config
+        master_addr, master_port = handler.workers_address
         n = cfg.nproc_per_node
         t0 = time.monotonic()
         logs, error_file_of = self._logs_for_attempt(n)
@@ -348,7 +374,11 @@ class Agent:
             max_restarts=cfg.max_restarts,
         )
         envs = {
-            lr: {**worker_env(group, lr, error_file_of(lr)), **launch_worker_env(cfg, lr)}
+            lr: {
+                **worker_env(group, lr, error_file_of(lr)),
+                **launch_worker_env(cfg, lr),
+                **self._diag.worker_env(error_file_of(lr)),
+            }
             for lr in range(n)
         }
         prefixes = {
@@ -384,6 +414,8 @@ class Agent:
         self._oom = OomWatch.start(self._oom)
         if self._events is not None:
             self._events.started(pc.pids(), self._restart_count)
+        kv = handler.kv if cfg.max_nodes > 1 else None
+        self._diag.attach(pc, info, self._logs.run_dir, kv)
         return pc
 
     def _logs_for_attempt(self, n: int) -> tuple[dict[str, Any], Callable[[int], str]]:
@@ -428,7 +460,7 @@ class Agent:
             if self._signals.fd >= 0:
                 sel.register(self._signals.fd, selectors.EVENT_READ, "signal")
             # Without an exit fd per worker fall back to polling every monitor_interval.
-            timeout = (
+            timeout = self._diag.timeout(
                 None
                 if len(worker_fds) >= self.config.nproc_per_node
                 else self.config.monitor_interval
@@ -439,6 +471,9 @@ class Agent:
                 result = pc.wait(0)
                 if result is not None:
                     return WorkersDone(result)
+                stalled = self._diag.check()  # also answers an `xrun stacks` request
+                if stalled is not None:
+                    return stalled
                 # wait() closes the fd of a worker it reaped: forget it before select sees a
                 # closed (or, worse, reused) fd number.
                 running = set(pc.fds())

@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
         "and SIGKILL (default $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30).",
     )
     opt(
+        *both("stall-timeout"),
+        default="0",
+        help="xrun: end an attempt when no worker printed a line or "
+        "beat (xrun.runtime.diagnose.beat) for this many seconds, with every rank's stack as "
+        "its root cause (needs py-spy); 0: off.",
+    )
+    opt(
         *both("event-log-handler"),
         default="null",
         help="where torchrun's event records go: null, console (JSON lines on stderr).",
@@ -435,6 +442,7 @@ def parse(
         node_rank=node_rank,
         local_addr=ns.local_addr,
         shutdown_timeout=_float("--shutdown-timeout", ns.shutdown_timeout),
+        stall_timeout=_float("--stall-timeout", ns.stall_timeout),
         signals_to_handle=ns.signals_to_handle,
         log_line_prefix_template=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
         logs_specs=load_logs_specs(ns.logs_specs, ns.log_dir, redirects, tee, ranks_filter, nproc),

@@ -67,6 +67,9 @@ class LaunchConfig:
     node_rank: int = -1  # static backend only
     local_addr: str | None = None
     shutdown_timeout: float = 30.0
+    # xrun's stall watchdog (runtime/diagnose): seconds without progress before the attempt
+    # ends with the ranks' stacks as its root cause; 0: off.
+    stall_timeout: float = 0.0
     signals_to_handle: str = DEFAULT_SIGNALS
     log_line_prefix_template: str | None = None
     # torch's LaunchConfig fields, same names and meaning. ``logs_specs`` (a LogsSpecs) replaces
@@ -155,6 +158,7 @@ def validate(cfg: LaunchConfig) -> None:
         )
     check_duration(cfg.shutdown_timeout, "shutdown_timeout")
     check_duration(cfg.monitor_interval, "monitor_interval")
+    check_duration(cfg.stall_timeout, "stall_timeout")
     if cfg.monitor_interval <= 0:
         raise UsageError(
             f"monitor_interval {cfg.monitor_interval} is invalid: expected a number of seconds > 0"

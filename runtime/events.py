@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .workers.api import RunProcsResult
 
-__all__ = ["AgentEvent", "JobClosed", "RendezvousChanged", "Signalled", "WorkersDone"]
+__all__ = ["AgentEvent", "JobClosed", "RendezvousChanged", "Signalled", "Stalled", "WorkersDone"]
 
 
 @dataclass(frozen=True)
@@ -42,4 +42,13 @@ class JobClosed:
     failed: bool
 
 
-AgentEvent = WorkersDone | Signalled | RendezvousChanged | JobClosed
+@dataclass(frozen=True)
+class Stalled:
+    """No worker made progress for ``--stall-timeout`` seconds (``diagnose.watch``): ``reason``
+    is the root cause line, ``report`` the local ranks' grouped stacks."""
+
+    reason: str
+    report: str
+
+
+AgentEvent = WorkersDone | Signalled | RendezvousChanged | JobClosed | Stalled

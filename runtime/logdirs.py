@@ -86,6 +86,11 @@ class AttemptDirs:
         return path
 
     @property
+    def run_dir(self) -> str:
+        """``<log_dir>/<run_id>`` once prepared ("" before)."""
+        return self._run_dir
+
+    @property
     def temp(self) -> str:
         """The temp dir this agent made ("" when none)."""
         return self._temp

@@ -12,7 +12,7 @@ import abc
 import difflib
 import enum
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -29,6 +29,9 @@ from .options import type_name as type_name
 
 if TYPE_CHECKING:
     from xrun.sweeps.backend import SweepBackend
+
+if TYPE_CHECKING:
+    from .stacks import NodeStacks
 
 T = TypeVar("T")
 
@@ -207,6 +210,11 @@ class Scheduler(abc.ABC, Generic[T]):
         None, the default: :mod:`xrun.sweeps` runs each trial as an ordinary app of this
         scheduler, at most K at once (:class:`xrun.sweeps.trials.TrialsBackend`)."""
         return None
+
+    def stacks(self, app_id: str, timeout: float = 10.0) -> Sequence[NodeStacks]:
+        """Every replica's runtime agent's answer to a stack request (``schedulers.stacks``:
+        a list of ``NodeStacks``), waiting up to ``timeout`` s."""
+        raise UsageError(f"scheduler {self.backend} cannot collect stacks")
 
     @abc.abstractmethod
     def cancel(self, app_id: str) -> None:

@@ -147,9 +147,38 @@ image_exists() {
     curl -fsS --max-time 10 --unix-socket "$SOCK" "http://localhost/images/$IMAGE/json" >/dev/null 2>&1
 }
 
+# py-spy (pyproject's `stacks` extra, same pin) for `xrun stacks` and the stall watchdog inside
+# containers: a static binary, added as a layer on top of the image (labelled with its version),
+# so an image built before keeps everything it had.
+PYSPY_VERSION=0.4.2
+
+image_has_pyspy() {
+    curl -fsS --max-time 10 --unix-socket "$SOCK" "http://localhost/images/$IMAGE/json" 2>/dev/null |
+        grep -q "\"xrun.py-spy\":\"$PYSPY_VERSION\""
+}
+
+add_pyspy() {
+    local tmp bin t0
+    t0=$(now_ms)
+    tmp=$(mktemp -d)
+    bin="$(dirname "$0")/../.venv/bin/py-spy"
+    if [ -x "$bin" ] && "$bin" --version | grep -qx "py-spy $PYSPY_VERSION"; then
+        cp "$bin" "$tmp/py-spy"
+    else
+        python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "py-spy==$PYSPY_VERSION" >&2
+        python3 -c 'import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/py_spy-*.whl")[0]); n = next(n for n in z.namelist() if n.endswith("/scripts/py-spy")); open(sys.argv[1] + "/py-spy", "wb").write(z.read(n))' "$tmp"
+        chmod +x "$tmp/py-spy"
+    fi
+    printf 'FROM %s\nCOPY py-spy /usr/local/bin/py-spy\nLABEL xrun.py-spy=%s\n' "$IMAGE" "$PYSPY_VERSION" >"$tmp/Dockerfile"
+    DOCKER_BUILDKIT=0 docker -H "$HOST" build -q -t "$IMAGE" "$tmp" >&2
+    rm -rf "$tmp"
+    log "added py-spy $PYSPY_VERSION to $IMAGE in $(($(now_ms) - t0)) ms"
+}
+
 cmd_image() {
     cmd_up
     if image_exists; then
+        image_has_pyspy || add_pyspy
         echo "$IMAGE"
         return 0
     fi
@@ -188,6 +217,7 @@ cmd_image() {
         --change 'CMD ["python3"]' \
         "$tarball" "$IMAGE" >&2
     log "imported $IMAGE in $(($(now_ms) - t0)) ms"
+    add_pyspy
     echo "$IMAGE"
 }
 

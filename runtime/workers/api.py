@@ -110,6 +110,9 @@ class PContext:
         self._failures: dict[int, ProcessFailure] = {}  # read each error file once
         self._result: RunProcsResult | None = None
         self.all_returned: Any = None  # function workers' barrier (see Launcher)
+        # Called with the failed local ranks before the survivors of a failure are stopped
+        # (the agent reads their stacks then: runtime/diagnose).
+        self.before_stop: Callable[[frozenset[int]], None] | None = None
         self._closed = False
 
     def __enter__(self) -> PContext:
@@ -210,6 +213,8 @@ class PContext:
 
     def _finish(self) -> RunProcsResult:
         own = dict(self._own_failures())
+        if own and self.before_stop is not None and not self._closed:
+            self.before_stop(frozenset(own))
         self.close()
         if own:
             # Binaries: the siblings stopped above count as failures too (torch's

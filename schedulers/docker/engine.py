@@ -127,13 +127,15 @@ def build_image(  # noqa: PLR0913 - the build's parts and its two run options
     import docker
 
     repo = repo or IMAGE_REPO
-    tag = image_tag(context, base, repo)
+    ensure_images(client, [base])
+    # The base image's id, not its name: a base rebuilt under the same tag (the python3 image
+    # that gained py-spy) must not reuse a workspace image built on the old one.
+    tag = image_tag(context, f"{base}@{client.images.get(base).id}", repo)
     try:
         client.images.get(tag)
         return tag  # same workspace, same base: the image is already there
     except docker.errors.ImageNotFound:
         pass
-    ensure_images(client, [base])
     steps: list[str] = []
     # The low-level build: its events arrive as the build runs (images.build returns them at
     # the end), so a long build shows its progress.
@@ -218,6 +220,7 @@ def create_args(client: Any, job: DockerJob, c: DockerContainer) -> dict[str, An
         ],
         "devices": c.devices,
         "privileged": c.privileged,
+        "cap_add": c.cap_add,
     }
     if c.nano_cpus:
         args["nano_cpus"] = c.nano_cpus

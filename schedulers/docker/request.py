@@ -72,6 +72,9 @@ class DockerContainer:
     privileged: bool = False
     max_retries: int = 0  # restart policy on-failure with this many retries (0: none)
     stop_timeout: int = STOP_TIMEOUT  # seconds from SIGTERM to SIGKILL when the engine stops it
+    # py-spy reads the workers through ptrace (`xrun stacks`, the stall watchdog), which a
+    # container's default capabilities do not allow.
+    cap_add: list[str] = field(default_factory=lambda: ["SYS_PTRACE"])
 
     def restart_policy(self) -> dict[str, Any] | None:
         if self.max_retries <= 0:
@@ -126,6 +129,7 @@ def format_job(job: DockerJob) -> str:
             opts.append(f"--shm-size {c.shm_size}")
         if c.gpus:
             opts.append(f"--gpus {'all' if c.gpus < 0 else c.gpus}")
+        opts += [f"--cap-add {cap}" for cap in c.cap_add]
         if c.privileged:
             opts.append("--privileged")
         if c.max_retries:

@@ -60,9 +60,9 @@ import os
 import secrets
 import string
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xrun.contract import TOKEN_ENV
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
@@ -108,6 +108,9 @@ from .status import (
     split_lines,
 )
 from .workspace import build_context
+
+if TYPE_CHECKING:
+    from ..stacks import NodeStacks
 
 # The watcher's module (watch.py), run by this interpreter with -m: it imports the same xrun.
 WATCH_MODULE = "xrun.schedulers.docker.watch"
@@ -425,6 +428,16 @@ class DockerScheduler(Scheduler[DockerJob]):
                 )
             roles[c["role"]].num_replicas += 1
         return list(roles.values())
+
+    def stacks(self, app_id: str, timeout: float = 10.0) -> Sequence[NodeStacks]:
+        """Each running agent's answer, asked inside its container (see .stacks)."""
+        from .stacks import gather_stacks
+
+        with self._engine_errors():
+            containers = self._containers(app_id)
+        if not containers:
+            raise AppNotFoundError(f"docker app {app_id!r} has no containers (ended or unknown)")
+        return gather_stacks(containers, timeout)
 
     def cancel(self, app_id: str) -> None:
         if self._state_dir.load_final(app_id) is not None:

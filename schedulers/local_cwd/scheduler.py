@@ -51,7 +51,7 @@ import select
 import signal
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.specs import AppDef, AppState, make_app_handle
@@ -77,6 +77,9 @@ from .request import (
 )
 from .status import describe_app, request_grace, stop_orphans, supervisor_pidfd
 from .supervisor import TERMINAL, is_alive
+
+if TYPE_CHECKING:
+    from ..stacks import NodeStacks
 
 # States in which an app may still change (UNKNOWN: its supervisor died, replicas run on).
 _LIVE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING, AppState.UNKNOWN)
@@ -219,6 +222,34 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         kinds = query.stream_names()
         files = [paths.log_file(role_name, k, s) for s in kinds]
         return query.filter(self._follow(app_id, paths, files, query.follow))
+
+    # ---- stacks
+    def stacks(self, app_id: str, timeout: float = 10.0) -> Sequence[NodeStacks]:
+        """Ask each replica's agent (SIGUSR1) for its workers' stacks; see ``..stacks``."""
+        from ..stacks import NodeStacks, gather, is_agent, started
+
+        paths = self._paths(app_id)
+        st = statedir.read_json(paths.state)
+        if st is None or st["state"] in TERMINAL:
+            state = "not started" if st is None else st["state"]
+            raise UsageError(
+                f"local_cwd app {app_id} is {state}: stacks are read from running workers "
+                f"(`xrun status local_cwd://{self.session_name}/{app_id}`)"
+            )
+        targets = {}
+        skipped = []
+        for rep in st["replicas"]:
+            name, pid = f"{rep['role']}/{rep['id']}", rep["pid"]
+            log_dir = os.path.join(paths.replica_dir(rep["role"], rep["id"]), "workers")
+            if not (pid and is_alive(pid, rep["start"])):
+                skipped.append(NodeStacks(name, note="not running"))
+            elif not is_agent(pid):
+                skipped.append(NodeStacks(name, note="not an xrun runtime agent (no stacks)"))
+            elif not started(log_dir):
+                skipped.append(NodeStacks(name, note="its agent is still starting"))
+            else:
+                targets[name] = (lambda p=pid: os.kill(p, signal.SIGUSR1), log_dir)
+        return skipped + gather(targets, timeout)
 
     # ---- cancel
     def cancel(self, app_id: str) -> None:

@@ -63,8 +63,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from xrun import xdg
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
@@ -115,6 +115,9 @@ from .status import (
     parse_squeue_json,
     parse_squeue_text,
 )
+
+if TYPE_CHECKING:
+    from ..stacks import NodeStacks
 
 # While following logs, how often to ask Slurm whether the job has ended.
 FOLLOW_POLL_S = 0.5
@@ -476,6 +479,22 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         return query.filter(iter_log_lines(files, query.follow, done))
 
     # ------------------------------------------------------------------ cancel / list
+    def stacks(self, app_id: str, timeout: float = 10.0) -> Sequence[NodeStacks]:
+        """Each node's agents' answers, asked by a task inside the job (see .stacks)."""
+        from .stacks import gather_stacks
+
+        resp = self.describe(app_id)
+        if resp is None:
+            raise AppNotFoundError(f"slurm job {app_id!r} not found")
+        if resp.state != AppState.RUNNING:
+            raise UsageError(
+                f"slurm job {app_id} is {resp.state.name}: stacks are read from running workers"
+            )
+        log_dir = self._log_dir(app_id, self._records(app_id))
+        if not log_dir or not os.path.isdir(log_dir):
+            raise SchedulerError(f"slurm job {app_id}: its log dir {log_dir!r} is not here")
+        return gather_stacks(app_id, log_dir, timeout)
+
     def cancel(self, app_id: str) -> None:
         resp = self.describe(app_id)
         if resp is None:

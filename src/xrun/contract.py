@@ -48,6 +48,10 @@ RESTARTS_IN_PLACE = "xrun.restarts_in_place"
 # never falls back to a temporary dir that outlives the job.
 AGENT_LOG_DIR_ENV = "PET_LOG_DIR"
 
+# The file a worker touches to tell its agent's stall watchdog it made progress
+# (``xrun.runtime.diagnose.beat.beat()``); the agent sets it per worker when a stall timeout is on.
+BEAT_FILE_ENV = "XRUN_BEAT_FILE"
+
 # Sweeps (``xrun run --sweep``): every worker of trial i gets its values as
 # ``XRUN_SWEEP_<NAME>`` (the parameter's name upper-cased), its index and the sweep's size.
 SWEEP_ENV_PREFIX = "XRUN_SWEEP_"

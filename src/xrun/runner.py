@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         Stream,
         runopts,
     )
+    from xrun.schedulers.stacks import AppStacks
     from xrun.sweeps.backend import SweepBackend
     from xrun.sweeps.plan import Sweep, SweepPlan
     from xrun.sweeps.status import SweepStatus
@@ -335,6 +336,31 @@ class Runner:
             stacklevel=2,
         )
         self.cancel(app_handle)
+
+    def stacks(self, handle: str, timeout: float = 10.0) -> AppStacks:
+        """Every rank's Python stack (all threads) of a running app (or trial), read by each
+        node's agent (py-spy); ``xrun stacks`` prints them grouped."""
+        from xrun.schedulers.stacks import AppStacks  # benchmark 5: a dry run reads no stacks
+
+        t = resolve(handle)
+        if t.is_sweep and t.trial is None:
+            raise UsageError(
+                f"{handle} is a sweep: name one of its trials, {handle}/TRIAL "
+                "(`xrun status` lists them)"
+            )
+        if t.trial is not None:  # the trial's own app (Slurm: its array task)
+            backend, sweep_id = self._sweep(t)
+            st = backend.status(sweep_id)
+            if st is None:
+                raise AppNotFoundError(f"sweep {t.handle} not found")
+            check_trial(sweep_id, t.trial, len(st.trials))
+            app_id = st.trials[t.trial].app_id
+            if not app_id:
+                raise UsageError(f"trial {t.trial} of {t.handle} has not started; no stacks yet")
+            sched = backend.sched
+        else:
+            sched, app_id = self._scheduler_of(t), t.handle.app_id
+        return AppStacks.of(app_id, sched.stacks(app_id, timeout))
 
     def list(self, scheduler: str) -> list[ListAppResponse]:
         """The apps ``scheduler`` knows in this session."""

@@ -248,3 +248,15 @@ def test_named_resource_plugins_add_but_never_replace(tmp_path: Path) -> None:
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("myres", None)
+
+
+def test_stall_timeout_reaches_the_agent_and_is_checked() -> None:
+    """dist.ddp/dist.spmd --stall_timeout N is the agent's --stall-timeout N; 0 (default): off."""
+    assert "--stall-timeout 20 " in dist.ddp(script="t.py", stall_timeout=20).roles[0].args[1]
+    assert (
+        "--stall-timeout 7 "
+        in dist.spmd(script="t.py", h="cpu.small", stall_timeout=7).roles[0].args[1]
+    )
+    assert "--stall-timeout" not in dist.ddp(script="t.py").roles[0].args[1]
+    with pytest.raises(UsageError, match=r"--stall_timeout -1 is invalid; expected seconds from 0"):
+        dist.ddp(script="t.py", stall_timeout=-1)

@@ -24,6 +24,7 @@ COMMANDS = (
     "describe",
     "cancel",
     "list",
+    "stacks",
     "builtins",
     "runopts",
     "configure",
@@ -105,6 +106,10 @@ def command_module(name: str) -> ModuleType:
         from xrun.cli import cmd_list
 
         return cmd_list
+    if name == "stacks":
+        from xrun.cli import cmd_stacks
+
+        return cmd_stacks
     if name == "builtins":
         from xrun.cli import cmd_builtins
 

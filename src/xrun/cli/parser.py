@@ -21,6 +21,7 @@ from xrun.cli import (
     cmd_log,
     cmd_run,
     cmd_runopts,
+    cmd_stacks,
     cmd_status,
 )
 from xrun.cli.common import PROG
@@ -34,6 +35,7 @@ _MODULES = (
     cmd_cancel,
     cmd_describe,
     cmd_log,
+    cmd_stacks,
     cmd_list,
     cmd_runopts,
     cmd_configure,

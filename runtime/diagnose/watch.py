@@ -1,0 +1,303 @@
+"""The agent's diagnostic hooks: answering ``xrun stacks``, the stall watchdog, and the
+survivors' stacks a failure report shows.
+
+* **Stacks on demand.** ``SIGUSR1`` to the agent asks for its workers' stacks: the handler only
+  notes the request (its wakeup byte wakes the agent's select loop), the loop collects them and
+  writes ``<log_dir>/<run_id>/stacks.json`` (``STACKS_FILE``), which the CLI gathers through
+  the scheduler. Not when ``--signals-to-handle`` lists SIGUSR1 (then it is the user's).
+* **Stall watchdog** (``--stall-timeout S``, off by default): progress is a worker's log file
+  growing (a line of output; or the agent's own stdout/stderr when those are files and the
+  workers write there) or its beat file touched (``beat.beat()``). The agent looks every
+  ``S/4`` seconds (at most 1 s): a few ``stat`` calls per worker, nothing when off. On several
+  nodes the agents share progress through a counter in the rendezvous store, so a node whose
+  workers print nothing does not stall while another node's do. After ``S`` seconds without
+  progress anywhere: the local ranks' stacks, grouped, become the attempt's root cause.
+* **Survivors.** When a rank fails, the still-running ranks' stacks are read (bounded: at most
+  3 s and half of ``--shutdown-timeout``) before they are stopped, for the failure report.
+
+Standard library only; ``stacks``/``groups`` (and ``json``) load when stacks are collected.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from xrun.contract import BEAT_FILE_ENV
+
+from ..events import Stalled
+
+if TYPE_CHECKING:
+    from ..rendezvous.api import RendezvousInfo
+    from ..rendezvous.kv import KeyValue
+    from ..workers.api import PContext
+
+__all__ = ["STACKS_FILE", "Diagnostics", "REQUEST_SIGNAL"]
+
+REQUEST_SIGNAL = signal.SIGUSR1
+STACKS_FILE = "stacks.json"
+# A stack request's own bound: a py-spy that hangs must not hold the agent's loop long.
+_REQUEST_TIMEOUT_S = 5.0
+_SURVIVORS_MAX_S = 3.0
+_PROGRESS_KEY = "diagnose/progress"
+# How long a stalled agent waits for the other nodes' stacks: they find the same stall within
+# one check period (the shared progress counter) plus their own py-spy time.
+_SHARE_WAIT_S = 5.0
+
+
+def _alive(pid: int) -> bool:
+    """Running (not exited, not a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _is_file(fd: int) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+class Diagnostics:
+    """One agent's hooks. ``attach`` each new worker group; ``check`` on every wake-up of the
+    watch loop (a stack request to answer, a stall to report)."""
+
+    def __init__(self, stall_timeout: float, shutdown_timeout: float, host: str) -> None:
+        self.stall_timeout = stall_timeout
+        self._shutdown_timeout = shutdown_timeout
+        self._host = host
+        self._period = min(1.0, stall_timeout / 4) if stall_timeout > 0 else 0.0
+        self.pending = False  # a stack request not answered yet
+        self._pc: PContext | None = None
+        self._offset = 0
+        self._run_dir = ""
+        self._kv: Callable[[], KeyValue] | None = None
+        self._files: list[str] = []
+        self._fds: list[int] = []
+        self._seen: tuple[Any, ...] = ()
+        self._shared = -1  # the store's progress counter as last read
+        self._last = 0.0  # monotonic time of the last progress
+        self._next_poll = 0.0
+        self._survivors = ""
+        self._round = self._node = 0
+        self._nodes = 1
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def install(self, handled: tuple[signal.Signals, ...] = ()) -> Callable[[], None]:
+        """Answer SIGUSR1 with stacks (main thread only); returns the undo function."""
+        if REQUEST_SIGNAL in handled or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        old = signal.signal(REQUEST_SIGNAL, self._on_request)
+
+        def restore() -> None:
+            signal.signal(REQUEST_SIGNAL, old)
+
+        return restore
+
+    def _on_request(self, signum: int, frame: object) -> None:
+        self.pending = True
+
+    def worker_env(self, error_file: str) -> dict[str, str]:
+        """The beat file of the worker whose error file is ``error_file`` (stall watchdog on)."""
+        if self.stall_timeout <= 0 or not error_file:
+            return {}
+        return {BEAT_FILE_ENV: os.path.join(os.path.dirname(error_file), "beat")}
+
+    def attach(
+        self,
+        pc: PContext,
+        info: RendezvousInfo,
+        run_dir: str,
+        kv: Callable[[], KeyValue] | None = None,
+    ) -> None:
+        """A new worker group started (``kv``: the store's keys, for a job of several nodes)."""
+        self._pc, self._offset, self._run_dir, self._kv = pc, info.rank_offset, run_dir, kv
+        self._round, self._node, self._nodes = info.round, info.group_rank, info.group_world_size
+        self._survivors = ""
+        pc.before_stop = self._read_survivors
+        if self.stall_timeout > 0:
+            self._files = [
+                p
+                for lr in range(pc.nprocs)
+                for p in (
+                    pc.stdouts.get(lr, ""),
+                    pc.stderrs.get(lr, ""),
+                    self.worker_env(pc.error_files.get(lr, "")).get(BEAT_FILE_ENV, ""),
+                )
+                if p
+            ]
+            # Workers without log files write to the agent's own stdout/stderr: where those are
+            # files (a scheduler's replica log), their growth is progress too.
+            self._fds = [fd for fd in (1, 2) if _is_file(fd)]
+            self._seen = self._signature()
+            self._last = time.monotonic()
+            self._next_poll = self._last + self._period
+
+    def timeout(self, default: float | None) -> float | None:
+        """The watch loop's select timeout: wake up for the stall checks when they are on."""
+        if self._period <= 0:
+            return default
+        return self._period if default is None else min(default, self._period)
+
+    # -- the loop's hook -------------------------------------------------------------------------
+
+    def check(self) -> Stalled | None:
+        """Answer a pending stack request; ``Stalled`` once nothing progressed for the timeout."""
+        if self.pending:
+            self.pending = False
+            self.answer()
+        if self._period <= 0 or self._pc is None:
+            return None
+        now = time.monotonic()
+        if now < self._next_poll:
+            return None
+        self._next_poll = now + self._period
+        sig = self._signature()
+        local = sig != self._seen
+        self._seen = sig
+        if self._shared_progress(local) or local:
+            self._last = now
+            return None
+        if now - self._last < self.stall_timeout:
+            return None
+        return self._stalled()
+
+    def _signature(self) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for fd in self._fds:
+            try:
+                st = os.fstat(fd)
+                out.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append(None)
+        for p in self._files:
+            try:
+                st = os.stat(p)
+                out.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    def _shared_progress(self, local: bool) -> bool:
+        """Several nodes: add our progress to the store's counter; True when another node's
+        progress moved it since we last looked."""
+        if self._kv is None:
+            return False
+        from ..rendezvous import RendezvousError
+
+        try:
+            value = self._kv().add(_PROGRESS_KEY, 1 if local else 0)
+        except RendezvousError:
+            return False  # the store is gone: the rendezvous watch reports that
+        moved = self._shared >= 0 and value != self._shared + (1 if local else 0)
+        self._shared = value
+        return moved
+
+    def _stalled(self) -> Stalled:
+        from .groups import format_groups, group, headline
+
+        ranks = self._collect(self._workers(), _REQUEST_TIMEOUT_S)
+        if self._kv is not None and self._nodes > 1:
+            ranks = self._every_nodes(ranks)
+        groups = group(ranks)
+        reason = f"stalled {self.stall_timeout:g} s: {headline(groups)}"
+        return Stalled(reason, format_groups(ranks, groups))
+
+    def _every_nodes(self, ranks: dict[int, Any]) -> dict[int, Any]:
+        """Every node's ranks: each stalled agent publishes its own in the store and reads the
+        others' (bounded), so that every node's root cause names the odd rank wherever it is."""
+        import json
+
+        from ..rendezvous import RendezvousError
+
+        assert self._kv is not None
+        prefix = f"diagnose/stall/{self._round}/"
+        merged = dict(ranks)
+        try:
+            kv = self._kv()
+            kv.set(f"{prefix}{self._node}", json.dumps(ranks).encode())
+        except RendezvousError:
+            return merged  # the store is gone: our own ranks only
+        deadline = time.monotonic() + _SHARE_WAIT_S
+        for node in range(self._nodes):
+            if node == self._node:
+                continue
+            try:
+                raw = kv.get(f"{prefix}{node}", max(0.1, deadline - time.monotonic()))
+                merged.update({int(r): v for r, v in json.loads(raw).items()})
+            except (RendezvousError, ValueError):
+                continue  # a node that did not answer in time: its ranks are not in the report
+        return dict(sorted(merged.items()))
+
+    # -- collecting --------------------------------------------------------------------------------
+
+    def _workers(self, skip: frozenset[int] = frozenset()) -> dict[int, tuple[int, int]]:
+        if self._pc is None:
+            return {}
+        return {
+            self._offset + lr: (lr, pid)
+            for lr, pid in self._pc.pids().items()
+            if lr not in skip and _alive(pid)
+        }
+
+    def _collect(self, workers: Mapping[int, tuple[int, int]], timeout: float) -> dict[int, Any]:
+        from .stacks import collect
+
+        ranks = collect(workers, timeout)
+        for r in ranks.values():
+            r["host"] = self._host
+        return ranks
+
+    def answer(self) -> None:
+        """Write this node's stacks to ``<run dir>/stacks.json`` for ``xrun stacks`` (to stderr
+        when the agent keeps no log dir)."""
+        import json
+
+        ranks = self._collect(self._workers(), _REQUEST_TIMEOUT_S)
+        doc = {
+            "host": self._host,
+            "agent_pid": os.getpid(),
+            "answered_at": time.time(),
+            "ranks": {str(r): v for r, v in ranks.items()},
+        }
+        if not self._run_dir:
+            from .groups import format_groups
+
+            print(format_groups(ranks) or "no workers running", file=sys.stderr, flush=True)
+            return
+        path = os.path.join(self._run_dir, STACKS_FILE)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, path)
+        except OSError as e:
+            print(f"xrun-agent: could not write {path}: {e}", file=sys.stderr, flush=True)
+
+    def _read_survivors(self, failed_local_ranks: frozenset[int]) -> None:
+        """The still-running ranks' grouped stacks, read when a rank failed and before the
+        others are stopped (PContext.before_stop); nothing when none are left or there is no
+        time for it."""
+        budget = min(_SURVIVORS_MAX_S, self._shutdown_timeout / 2)
+        workers = self._workers(failed_local_ranks)
+        if budget <= 0 or not workers:
+            return
+        from .groups import format_groups
+
+        text = format_groups(self._collect(workers, budget))
+        self._survivors = f"Where the other ranks were (stacks before they were stopped):\n{text}"
+
+    def survivors(self) -> str:
+        """The survivors' stacks of the attempt's failure ("" when none were read)."""
+        return self._survivors

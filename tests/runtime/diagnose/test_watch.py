@@ -1,0 +1,233 @@
+"""The agent's diagnostic hooks end to end (runtime/diagnose/watch.py): the stall watchdog on a
+real hung gloo job, what counts as progress (output, beats, another node's output), survivors'
+stacks in a failure report, and an agent's answer to a stack request."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.net import free_port
+from tests.helpers.paths import SCRIPTS
+from tests.helpers.waiting import wait_for
+from tests.runtime.agent.helpers import FAST, agent, popen, run
+
+HANG = SCRIPTS / "hang.py"
+
+# A torch-free worker: "talk" prints a line every 0.5 s, "beat" calls xrun's beat() as often
+# and prints nothing, "quiet" prints nothing; each for SECONDS, then exits 0.
+PACE = """
+import os, sys, time
+from xrun.runtime.diagnose.beat import beat
+
+mode, seconds = sys.argv[1], float(sys.argv[2])
+if mode == "rank0-talks":
+    mode = "talk" if os.environ["RANK"] == "0" else "quiet"
+
+def quiet_here(until):
+    while time.monotonic() < until:
+        time.sleep(0.5)
+
+end = time.monotonic() + seconds
+if mode == "quiet":
+    quiet_here(end)
+while time.monotonic() < end:
+    if mode == "talk":
+        print("tick", flush=True)
+    else:
+        beat()
+    time.sleep(0.5)
+"""
+
+
+def line_of(text: str) -> int:
+    return next(i for i, ln in enumerate(HANG.read_text().splitlines(), 1) if text in ln)
+
+
+@pytest.mark.timeout(120)
+def test_stall_names_the_hung_rank_and_frame_then_restarts(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    p = run(
+        agent(
+            "--nproc-per-node",
+            "2",
+            "--stall-timeout",
+            "6",
+            "--max-restarts",
+            "1",
+            "--log-dir",
+            str(tmp_path),
+            "--tee",
+            "3",
+            str(HANG),
+            "1000",
+            "--hang-rank",
+            "1",
+            "--hang-step",
+            "3",
+        ),
+        timeout=110,
+    )
+    took = time.monotonic() - t0
+    assert p.returncode == 1, p.stderr
+    reason = (
+        f"stalled 6 s: rank 1 in stuck_here (hang.py:{line_of('time.sleep(3600)')}); "
+        f"rank 0 in all_reduce (hang.py:{line_of('dist.all_reduce(t)')})"
+    )
+    assert f"{reason}; restarting the workers (1/1)" in p.stderr  # the first attempt
+    assert f"\nxrun-agent: {reason}\n" in p.stderr  # the second, the job's root cause
+    tail = p.stderr.split(f"xrun-agent: {reason}\n", 1)[1]
+    assert tail.startswith("rank 1 (1/2) on ")  # the grouped stacks follow it
+    assert f"    stuck_here ({HANG}:{line_of('time.sleep(3600)')})" in tail
+    assert [d.name for d in sorted(next(tmp_path.iterdir()).iterdir())] == [
+        "attempt_0",
+        "attempt_1",
+    ]
+    assert p.stdout.count("step 3") == 4  # both ranks reached step 3, twice
+    assert took < 2 * (6 + 15), took  # two stalls, each found within a few seconds
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("mode", "tee", "stalls"),
+    [("talk", "3", False), ("talk", "", False), ("beat", "", False), ("quiet", "3", True)],
+)
+def test_output_and_beats_are_progress(tmp_path: Path, mode: str, tee: str, stalls: bool) -> None:
+    """Output counts through the log files (--tee 3, as dist.ddp), or through the agent's own
+    stdout when the workers write there and it is a file (a scheduler's replica log)."""
+    script = tmp_path / "pace.py"
+    script.write_text(PACE)
+    logs = ("--log-dir", str(tmp_path / "logs"))
+    cmd = agent("--nproc-per-node", "2", "--stall-timeout", "2", *logs, str(script), mode, "5")
+    if tee:
+        p = run(cmd[:3] + ["--tee", tee] + cmd[3:])
+    else:
+        with open(tmp_path / "replica.log", "w") as out:
+            p = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, timeout=60)
+    if not stalls:
+        assert p.returncode == 0, p.stderr
+        assert "stalled" not in p.stderr
+    else:
+        assert p.returncode == 1
+        line = next(ln for ln in p.stderr.splitlines() if "stalled" in ln)
+        assert line == "xrun-agent: stalled 2 s: ranks 0,1 in quiet_here (pace.py:11)"
+
+
+@pytest.mark.timeout(90)
+def test_another_nodes_output_is_progress(tmp_path: Path, procs: list) -> None:
+    """Only rank 0 prints (the usual training script): node 1's quiet workers do not stall."""
+    script = tmp_path / "pace.py"
+    script.write_text(PACE)
+    port = free_port()
+    agents = [
+        popen(
+            procs,
+            agent(
+                *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
+                *("--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job"),
+                *("--rdzv-conf", FAST, "--stall-timeout", "2", "--tee", "3"),
+                *("--log-dir", str(tmp_path / f"logs{i}"), str(script), "rank0-talks", "6"),
+            ),
+        )
+        for i in range(2)
+    ]
+    for a in agents:
+        out, err = a.communicate(timeout=60)
+        assert a.returncode == 0, err
+        assert "stalled" not in err
+
+
+@pytest.mark.timeout(120)
+def test_survivors_stacks_are_in_the_failure_report(tmp_path: Path) -> None:
+    p = run(
+        agent(
+            "--nproc-per-node",
+            "3",
+            "--log-dir",
+            str(tmp_path),
+            str(HANG),
+            "1000",
+            *("--hang-rank", "1", "--hang-step", "2", "--fail", "--others-wait"),
+        ),
+        timeout=110,
+    )
+    assert p.returncode == 1
+    summary, survivors = p.stderr.split(
+        "Where the other ranks were (stacks before they were stopped):\n"
+    )
+    assert "Root Cause (first observed failure):" in summary and "rank      : 1" in summary
+    first = survivors.splitlines()[0]
+    assert first.startswith("ranks 0,2 (2/2) on ")
+    assert first.endswith(f": waiting_here (hang.py:{line_of('time.sleep(60)')})")
+
+
+@pytest.mark.timeout(60)
+def test_an_agent_answers_a_stack_request_for_a_binary_worker(tmp_path: Path, procs: list) -> None:
+    a = popen(
+        procs,
+        agent(
+            *("--nproc-per-node", "2", "--no-python", "--log-dir", str(tmp_path)),
+            *("sleep", "60"),
+        ),
+    )
+    wait_for(lambda: list(tmp_path.glob("*/attempt_0/1")), 20, "the workers' dirs")
+    time.sleep(0.3)  # the workers exec sleep
+    a.send_signal(signal.SIGUSR1)
+    answers = wait_for_file(tmp_path, 20)
+    doc = json.loads(answers.read_text())
+    assert sorted(doc["ranks"]) == ["0", "1"] and doc["agent_pid"] == a.pid
+    for r in doc["ranks"].values():
+        assert r["error"] == f"no Python stack: pid {r['pid']} runs sleep, not a Python interpreter"
+    assert a.poll() is None  # SIGUSR1 asked; it did not stop anything
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(30) == 128 + signal.SIGTERM
+
+
+def wait_for_file(base: Path, timeout: float) -> Path:
+    wait_for(lambda: list(base.glob("*/stacks.json")), timeout, "stacks.json")
+    return next(base.glob("*/stacks.json"))
+
+
+def test_a_bad_stall_timeout_is_one_line(tmp_path: Path) -> None:
+    p = run(agent("--stall-timeout", "soon", str(HANG), "1"))
+    assert p.returncode == 2
+    assert p.stderr == (
+        "xrun-agent: error: --stall-timeout 'soon' is invalid: expected a number of seconds "
+        "from 0 to 86400 (one day)\n"
+    )
+
+
+@pytest.mark.timeout(120)
+def test_every_node_names_the_hung_rank_of_another_node(tmp_path: Path, procs: list) -> None:
+    """Two nodes, one worker each, rank 1 (node 1) hangs: both agents' root cause has every
+    rank, shared through the store, so node 0's report names rank 1 too."""
+    port = free_port()
+    agents = [
+        popen(
+            procs,
+            agent(
+                *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
+                *("--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job"),
+                *("--rdzv-conf", FAST, "--stall-timeout", "5", "--tee", "3"),
+                *("--log-dir", str(tmp_path / f"logs{i}"), str(HANG), "1000"),
+                *("--hang-rank", "1", "--hang-step", "2"),
+            ),
+        )
+        for i in range(2)
+    ]
+    reason = (
+        f"stalled 5 s: rank 1 in stuck_here (hang.py:{line_of('time.sleep(3600)')}); "
+        f"rank 0 in all_reduce (hang.py:{line_of('dist.all_reduce(t)')})"
+    )
+    errs = []
+    for a in agents:
+        _, err = a.communicate(timeout=100)
+        assert a.returncode == 1, err
+        errs.append(err)
+    # each agent found the stall itself, or learnt it from the one that closed the job first
+    assert all(reason in err for err in errs), errs
