@@ -71,6 +71,10 @@ def _dispatch(args: list[str]) -> int:
     if ns.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if ns.command == "tracker":
+        from xrun import cli_tracker
+
+        return cli_tracker.cmd_tracker(ns)
     from xrun import cli_cmds
 
     handler = getattr(cli_cmds, f"cmd_{ns.command}")

@@ -101,6 +101,12 @@ def build_parser() -> Parser:
     )
     cf.add_argument("--print", action="store_true", help="print it to stdout instead")
     cf.add_argument("--force", action="store_true", help="replace an existing .xrunconfig")
+    from xrun.cli_tracker import add_tracker_arguments
+
+    add_tracker_arguments(
+        sub.add_parser("tracker", help="query experiment tracking: list jobs, metadata, artifacts"),
+        Parser,
+    )
     return p
 
 

@@ -96,11 +96,14 @@ class Runner:
         YAML ``--dryrun`` prints runs again on any scheduler."""
         import copy
 
-        from xrun.tracking import job_env
+        from xrun.tracking import job_env, run_id
 
         out = copy.deepcopy(app)
         env = job_env(
-            make_app_handle(scheduler, self.session_name, macros.app_id), parent_run_id, self.config
+            make_app_handle(scheduler, self.session_name, macros.app_id),
+            parent_run_id,
+            self.config,
+            run_id(scheduler, self.session_name, macros.app_id),
         )
         for role in out.roles:
             role.env.update(env)
