@@ -1,0 +1,46 @@
+"""One tracker run per logical job on local_cwd: a 2x2 dist.ddp job whose workers fail three
+times (the agents restart them in place) records into exactly one run, with every attempt as
+metadata; ``xrun tracker list`` shows it out of the box (the embedded default)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import xrun
+from tests.helpers.paths import SCRIPTS
+
+
+def test_2x2_with_3_restarts_is_one_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("TORCHX_TRACKERS", "TORCHX_PARENT_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)  # the embedded default, no parent
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    r = xrun(
+        "run", "--wait", "-s", "local_cwd", "-cfg", f"log_dir={tmp_path / 'logs'}",
+        "dist.ddp", "-j", "2x2", "--max_retries", "3",
+        "--script", str(SCRIPTS / "track_worker.py"), "--", "3", str(out),
+        cwd=tmp_path, env=env, timeout=280,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    handle = r.stdout.splitlines()[0].strip()
+    # 4 attempts of 4 workers, each of which saw the same run id and XRUN_RUN_ID
+    ready = sorted(p.name for p in out.glob("ready.*"))
+    assert ready == [f"ready.{rank}.{a}" for rank in range(4) for a in range(4)]
+    ids = {p.read_text() for p in out.glob("ready.*")}
+    app_id = handle.rsplit("/", 1)[1]
+    assert ids == {f"local_cwd_default_{app_id} {handle}"}
+
+    jobs = xrun("tracker", "list", "jobs", cwd=tmp_path, env=env)
+    assert jobs.returncode == 0, jobs.stderr
+    assert jobs.stdout.splitlines()[2:] == [handle]  # exactly one run
+    md = xrun("tracker", "list", "metadata", handle, cwd=tmp_path, env=env)
+    rows = dict(line.split(None, 1) for line in md.stdout.splitlines()[2:])
+    assert sorted(k for k in rows if k.startswith("attempt.")) == [
+        f"attempt.0.{a}" for a in range(4)
+    ]
+    assert rows["restart_count"] == "3" and rows["done"] == "True"
+    arts = xrun("tracker", "list", "artifacts", handle, cwd=tmp_path, env=env)
+    assert arts.stdout.splitlines()[2].split()[:2] == ["result", str(out / "result.txt")]
