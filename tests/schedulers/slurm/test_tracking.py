@@ -1,0 +1,95 @@
+# ruff: noqa: F811  (the sched fixture is imported, then named by the tests)
+"""One tracker run per logical job on the real Slurm cluster: a 2-node dist.ddp job restarted
+in place by its agents, then requeued by Slurm, records into ONE run with every attempt."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.schedulers.slurm.test_integration import (
+    _release_begin_time,
+    read,
+    sched,  # noqa: F401  (the fixture)
+    slurm_cluster,  # noqa: F401  (the session fixture)
+)
+from xrun.components.dist import ddp
+from xrun.config import Config
+from xrun.runner import Runner
+from xrun.schedulers.slurm import SlurmScheduler
+from xrun.specs import AppState
+from xrun.tracker.fsspec_backend import create
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+
+# Attempt (requeue 0, restart 0) fails (an in-place restart); (0, 1) waits to be requeued;
+# (1, 0) succeeds. Each worker first opens the run and passes a barrier, so rank 0's record of
+# the attempt is written before anything ends it.
+WORKER = """\
+import os, sys, time
+from torchx.tracker import app_run_from_env
+out = sys.argv[1]
+run = app_run_from_env()
+rank, n = os.environ["RANK"], int(os.environ["WORLD_SIZE"])
+attempt = f"{os.environ.get('SLURM_RESTART_COUNT', '0')}.{os.environ['TORCHELASTIC_RESTART_COUNT']}"
+with open(os.path.join(out, f"ready.{rank}.{attempt}"), "w") as f:
+    f.write(os.environ["XRUN_RUN_ID"] + " " + run.job_id())
+while sum(os.path.exists(os.path.join(out, f"ready.{r}.{attempt}")) for r in range(n)) < n:
+    time.sleep(0.05)
+if attempt == "0.0":
+    sys.exit(1)
+if attempt == "0.1":
+    time.sleep(200)
+if rank == "0":
+    run.add_metadata(done=True)
+"""
+
+
+def test_restart_and_requeue_are_one_run(
+    sched: SlurmScheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, out = tmp_path / "tracker", tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "worker.py").write_text(WORKER)
+    monkeypatch.setenv("TORCHX_TRACKERS", "fsspec")
+    monkeypatch.setenv("TORCHX_TRACKER_FSSPEC_CONFIG", str(root))
+    monkeypatch.delenv("TORCHX_PARENT_RUN_ID", raising=False)
+    app = ddp(str(out), script="worker.py", j="2x1", cpu=1, memMB=256, max_retries=1)
+    job = Runner("test", config=Config()).with_job_env(app, "slurm")
+    app_id = sched.submit(job, {}, workspace=str(tmp_path))
+    handle = f"slurm://test/{app_id}"
+    deadline = time.monotonic() + 120
+    while not all((out / f"ready.{r}.0.1").exists() for r in range(2)):
+        assert time.monotonic() < deadline, read(tmp_path / "slurm-logs" / app_id / "trainer")
+        time.sleep(0.2)
+    subprocess.run(["scontrol", "requeue", app_id], check=True)
+    deadline = time.monotonic() + 200
+    held_since: float | None = None
+    while True:
+        resp = sched.describe(app_id)
+        assert resp is not None
+        if "reason=BeginTime" in resp.msg:
+            held_since = held_since or time.monotonic()
+            if time.monotonic() - held_since > 3:
+                _release_begin_time(app_id)
+                held_since = None
+        if resp.state in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED):
+            break
+        assert time.monotonic() < deadline, f"job {app_id} stuck: {resp}"
+        time.sleep(0.3)
+    assert resp.state == AppState.SUCCEEDED, resp.msg
+    ready = sorted(p.name for p in out.glob("ready.*"))
+    assert ready == [f"ready.{r}.{a}" for r in range(2) for a in ("0.0", "0.1", "1.0")]
+    assert {p.read_text() for p in out.glob("ready.*")} == {f"slurm_test_{app_id} {handle}"}
+    tracker = create(str(root))
+    assert list(tracker.run_ids()) == [handle]  # ONE run
+    md = tracker.metadata(handle)
+    assert sorted(k for k in md if k.startswith("attempt.")) == [
+        "attempt.0.0",
+        "attempt.0.1",
+        "attempt.1.0",
+    ]
+    assert (md["slurm_restart_count"], md["restart_count"], md["done"]) == (1, 0, True)
