@@ -28,6 +28,7 @@ from xrun import sweep_store
 from xrun.specs import AppDef, AppState, Role
 from xrun.sweep import SweepPlan
 from xrun.sweep_status import LIVE, SweepStatus, TrialStatus
+from xrun.tracking import set_parent
 
 from .api import Stream
 from .local_cwd.supervisor import is_alive, proc_start_time
@@ -97,6 +98,8 @@ class TrialsBackend(SweepBackend):
         if ws:
             self._build_images(plan, ws, cfg)
         sweep_id = make_sweep_id(plan.name)
+        # every trial's tracker run is a child of the sweep's (docs/tracking.md)
+        set_parent([a for a in (plan.template, *(plan.apps or [])) if a], self.handle(sweep_id))
         spec = {
             "kind": "trials",
             "scheduler": self.backend,

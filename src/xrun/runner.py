@@ -243,8 +243,19 @@ class Runner:
         else:
             plan = plan_from_app(app, sweep)
         backend = self.sweep_backend(scheduler)
+        plan = self.with_sweep_job_env(plan, scheduler)
         sweep_id = backend.submit(plan, self.run_cfg(scheduler, cfg), workspace)
         return make_app_handle(scheduler, self.session_name, sweep_id)
+
+    def with_sweep_job_env(self, plan: SweepPlan, scheduler: str) -> SweepPlan:
+        """``plan`` with every trial's roles told their job, as :meth:`with_job_env` does for
+        an app (each trial is a job of its own, a child run of the sweep: the backend adds the
+        sweep's handle as ``TORCHX_PARENT_RUN_ID`` once it has one)."""
+        import dataclasses
+
+        template = self.with_job_env(plan.template, scheduler) if plan.template else None
+        apps = [self.with_job_env(a, scheduler) for a in plan.apps] if plan.apps else plan.apps
+        return dataclasses.replace(plan, template=template, apps=apps)
 
     def run_sweep_component(
         self,

@@ -24,9 +24,13 @@ The dist components add ``TORCHX_TRACKING_EXPERIMENT_NAME`` (from ``--name EXP/R
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from xrun.config import TRACKER_PREFIX, TRACKERS, Config
 from xrun.tracker.resolve import Tracker
+
+if TYPE_CHECKING:
+    from xrun.specs import AppDef
 
 JOB_ID_ENV = "TORCHX_JOB_ID"
 PARENT_RUN_ID_ENV = "TORCHX_PARENT_RUN_ID"
@@ -96,3 +100,11 @@ def job_env(
         if t.config:
             env[tracker_config_env(t.name)] = t.config
     return env
+
+
+def set_parent(apps: list[AppDef], parent: str) -> None:
+    """Make each app's run a child of ``parent`` (a sweep's trials: of the sweep's handle),
+    unless the submitter named a parent of their own."""
+    for app in apps:
+        for role in app.roles:
+            role.env.setdefault(PARENT_RUN_ID_ENV, parent)

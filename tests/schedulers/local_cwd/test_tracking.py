@@ -44,3 +44,40 @@ def test_2x2_with_3_restarts_is_one_run(tmp_path: Path, monkeypatch: pytest.Monk
     assert rows["restart_count"] == "3" and rows["done"] == "True"
     arts = xrun("tracker", "list", "artifacts", handle, cwd=tmp_path, env=env)
     assert arts.stdout.splitlines()[2].split()[:2] == ["result", str(out / "result.txt")]
+
+
+SWEEP_TRIAL = """\
+import os
+from torchx.tracker import app_run_from_env
+run = app_run_from_env()
+run.add_metadata(loss=float(os.environ["XRUN_SWEEP_LR"]) * 10)
+"""
+
+
+def test_a_sweeps_trials_are_child_runs_with_their_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("TORCHX_TRACKERS", "TORCHX_PARENT_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    (tmp_path / "trial.py").write_text(SWEEP_TRIAL)
+    r = xrun(
+        "run", "--wait", "--sweep", "lr=0.5,0.25", "-s", "local_cwd", "-cfg",
+        f"log_dir={tmp_path / 'logs'}", "dist.ddp", "-j", "1x1", "--cpu", "1",
+        "--script", "trial.py",
+        cwd=tmp_path, env=env, timeout=170,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    sweep = r.stdout.splitlines()[0].strip()
+    jobs = xrun("tracker", "list", "jobs", "--parent-run-id", sweep, cwd=tmp_path, env=env)
+    assert jobs.returncode == 0, jobs.stderr
+    trials = jobs.stdout.splitlines()[2:]
+    assert len(trials) == 2 and all(t.startswith("local_cwd://default/") for t in trials)
+    seen = {}
+    for t in trials:
+        md = xrun("tracker", "list", "metadata", t, cwd=tmp_path, env=env).stdout
+        rows = dict(line.split(None, 1) for line in md.splitlines()[2:])
+        seen[rows["sweep.trial"]] = (rows["sweep.lr"], rows["loss"])
+    assert seen == {"0": ("0.5", "5"), "1": ("0.25", "2.5")}  # tabulate prints 5.0 as 5
+    # the sweep's own handle is no run: only its trials are
+    assert sweep not in xrun("tracker", "list", "jobs", cwd=tmp_path, env=env).stdout
