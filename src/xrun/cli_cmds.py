@@ -62,6 +62,8 @@ def cmd_status(ns: argparse.Namespace) -> int:
     sweep = cli_sweep.find_sweep(ns.handle)
     if sweep is not None:
         return cli_sweep.cmd_status(ns, *sweep)
+    if ns.sort or ns.desc:
+        raise UsageError(f"--sort/--desc order a sweep's trials; {ns.handle} is no sweep")
     with Runner() as runner:
         status = runner.status(ns.handle)
         if status is None:

@@ -57,6 +57,9 @@ def build_parser() -> Parser:
         c.add_argument(
             "handle", metavar="HANDLE", help="SCHEDULER://SESSION/APP_ID (a sweep's: [/TRIAL])"
         )
+        if name == "status":  # a sweep's trials, by what they tracked (docs/tracking.md)
+            c.add_argument("--sort", metavar="KEY", help="a sweep: order trials by this metric")
+            c.add_argument("--desc", action="store_true", help="with --sort: largest first")
 
     lg = sub.add_parser("log", help="print an app's logs")
     lg.add_argument(

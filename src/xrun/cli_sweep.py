@@ -181,6 +181,7 @@ def cmd_status(ns: argparse.Namespace, handle: str, rest: list[str]) -> int:
         raise UsageError(f"{ns.handle!r}: expected the sweep's handle or HANDLE/TRIAL")
     with Runner() as runner:
         st = _status(runner, handle)
+        _add_metrics(st, ns)
         if rest:
             i = _trial(handle, rest[0])
             if not 0 <= i < len(st.trials):
@@ -189,6 +190,15 @@ def cmd_status(ns: argparse.Namespace, handle: str, rest: list[str]) -> int:
         print(f"Handle: {handle}")
         print(st.format())
     return 0
+
+
+def _add_metrics(st: SweepStatus, ns: argparse.Namespace) -> None:
+    """The trials' tracked numeric metadata as columns, sorted by ``--sort KEY`` (#25)."""
+    from xrun.tracker.sweep_metrics import sort_trials, trial_metrics
+
+    st.metrics = trial_metrics(st.handle, st.trials)
+    if getattr(ns, "sort", None):
+        st.trials = sort_trials(st.trials, st.metrics, st.params, ns.sort, ns.desc)
 
 
 def cmd_cancel(ns: argparse.Namespace, handle: str, rest: list[str]) -> int:

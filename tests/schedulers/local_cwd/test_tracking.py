@@ -81,3 +81,21 @@ def test_a_sweeps_trials_are_child_runs_with_their_values(
     assert seen == {"0": ("0.5", "5"), "1": ("0.25", "2.5")}  # tabulate prints 5.0 as 5
     # the sweep's own handle is no run: only its trials are
     assert sweep not in xrun("tracker", "list", "jobs", cwd=tmp_path, env=env).stdout
+
+    # xrun status SWEEP: each trial's numeric metadata as columns, sorted on request
+    def rows(*args: str) -> list[list[str]]:
+        r = xrun("status", sweep, *args, cwd=tmp_path, env=env)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        header = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["trial", "lr"])
+        assert lines[header].split() == [
+            "trial", "lr", "state", "exit", "host", "duration", "loss", "id",
+        ]  # fmt: skip
+        return [ln.split() for ln in lines[header + 1 :] if ln[:1] == " " or ln[:1].isdigit()]
+
+    assert [(r[0], r[6]) for r in rows()] == [("0", "5"), ("1", "2.5")]
+    assert [r[0] for r in rows("--sort", "loss")] == ["1", "0"]
+    assert [r[0] for r in rows("--sort", "loss", "--desc")] == ["0", "1"]
+    assert [r[0] for r in rows("--sort", "lr")] == ["1", "0"]
+    bad = xrun("status", sweep, "--sort", "acc", cwd=tmp_path, env=env)
+    assert bad.returncode == 2 and "--sort acc" in bad.stderr and "valid: lr, loss" in bad.stderr
