@@ -27,12 +27,14 @@ from xrun.errors import SchedulerError, UsageError
 from xrun.specs import AppState, is_terminal
 from xrun.sweep import SweepPlan
 from xrun.sweep_status import SweepStatus, TrialStatus
+from xrun.tracking import set_parent
 
 from ..api import Scheduler, Stream, filter_regex
 from ..logs import iter_log_lines
 from ..sweeps import SweepBackend, check_trial
 from .array import array_job, array_template
 from .commands import run as _run
+from .request import task_env
 from .status import SlurmJobRecord, app_state, expand_hostlist, explain
 
 # %F: the array's job id, %K: the task's index, %A: its own job id (the array's, while pending).
@@ -143,6 +145,9 @@ class ArrayBackend(SweepBackend):
 
     def _request(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> Any:
         template = array_template(plan)
+        # every task's tracker run is a child of the sweep's, whose id is the array's job id:
+        # known to the task only (docs/tracking.md)
+        set_parent([template], self.handle(task_env("SLURM_ARRAY_JOB_ID")))
         k, _ = self.parallel(plan)
         return self.slurm.array_dryrun(template, cfg, array_job(plan, template, k), workspace)
 

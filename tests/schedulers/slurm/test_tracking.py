@@ -93,3 +93,50 @@ def test_restart_and_requeue_are_one_run(
         "attempt.1.0",
     ]
     assert (md["slurm_restart_count"], md["restart_count"], md["done"]) == (1, 0, True)
+
+
+SWEEP_TRIAL = """\
+import os
+from torchx.tracker import app_run_from_env
+app_run_from_env().add_metadata(loss=float(os.environ["XRUN_SWEEP_LR"]) * 10)
+"""
+
+
+def test_array_tasks_are_child_runs_of_the_sweep(
+    slurm_cluster: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.helpers.cli import xrun
+    from tests.helpers.waiting import wait_for
+
+    root = tmp_path / "tracker"
+    (tmp_path / "trial.py").write_text(SWEEP_TRIAL)
+    env = {"TORCHX_TRACKERS": "fsspec", "TORCHX_TRACKER_FSSPEC_CONFIG": str(root)}
+    monkeypatch.delenv("TORCHX_PARENT_RUN_ID", raising=False)
+    r = xrun(
+        "run", "-s", "slurm", "--sweep", "lr=0.5,0.25", "dist.ddp", "-j", "1x1", "--cpu", "1",
+        "--memMB", "256", "--script", "trial.py",
+        cwd=tmp_path, env=env, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sweep = r.stdout.strip()
+    try:
+
+        def ended() -> bool:
+            text = xrun("status", sweep, cwd=tmp_path, env=env).stdout
+            return "State: SUCCEEDED" in text or "State: FAILED" in text
+
+        wait_for(ended, timeout=150, what=f"{sweep} ends")
+    finally:
+        subprocess.run(["scancel", sweep.rsplit("/", 1)[1]], check=False, capture_output=True)
+    jobs = xrun("tracker", "list", "jobs", "--parent-run-id", sweep, cwd=tmp_path, env=env)
+    assert jobs.returncode == 0, jobs.stderr
+    assert len(jobs.stdout.splitlines()[2:]) == 2, jobs.stdout
+    status = xrun("status", sweep, "--sort", "loss", cwd=tmp_path, env=env).stdout
+    assert "State: SUCCEEDED" in status, status
+    table = [
+        c
+        for c in map(str.split, status.splitlines())
+        if c[:1] == ["trial"] or c[:1] and c[0].isdigit()
+    ]
+    assert table[0][:7] == ["trial", "lr", "state", "exit", "host", "duration", "loss"], status
+    assert [(row[0], row[6]) for row in table[1:]] == [("1", "2.5"), ("0", "5")], status
