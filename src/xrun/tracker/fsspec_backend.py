@@ -275,6 +275,11 @@ def default_root() -> str:
     return state_dir("tracker")
 
 
+def read_only_default() -> FsspecTracker:
+    """The embedded default for reading: its root is not created (no run: none listed)."""
+    return FsspecTracker(_Local(default_root()))
+
+
 def create(config: str | None) -> FsspecTracker:
     """The factory (TorchX's ``torchx.tracker.backend.fsspec:create``): ``config`` as in
     :func:`store_for`; None: the embedded default under xrun's state dir."""

@@ -29,10 +29,10 @@ def tracker(config: Config | None = None) -> TrackerBase:
     from xrun.tracking import configured
 
     found = configured(config if config is not None else load())
-    if found is None:
-        from xrun.tracker.fsspec_backend import create
+    if found is None:  # the embedded default, read as it is (nothing created by a read)
+        from xrun.tracker.fsspec_backend import read_only_default
 
-        return create(None)
+        return read_only_default()
     if not found:
         raise UsageError(
             "tracking is turned off (an empty [torchx:tracker] section or TORCHX_TRACKERS=); "
@@ -43,7 +43,7 @@ def tracker(config: Config | None = None) -> TrackerBase:
     check_trackers([first])
     try:
         return build(first.name, first.config)
-    except (ImportError, ValueError, OSError) as e:
+    except (ImportError, ValueError, OSError) as e:  # e.g. a root that cannot be created
         raise UsageError(
             f"{first.name_source}: tracker {first.name!r} cannot be used: {e}"
         ) from None
