@@ -87,11 +87,12 @@ class MLflowTracker(TrackerBase):
     def _find(self, job_id: str) -> str | None:
         if job_id in self._ids:
             return self._ids[job_id]
+        # the earliest run with the job's tag (created first, then by run id: one order for all)
         runs = self.client.search_runs(
             [self.experiment_id],
             filter_string=f"tags.`{JOB_TAG}` = {_quoted(job_id)}",
             max_results=1,
-            order_by=["attributes.start_time ASC"],
+            order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
         )
         if runs:
             self._ids[job_id] = runs[0].info.run_id
@@ -104,8 +105,12 @@ class MLflowTracker(TrackerBase):
         run = self.client.create_run(
             self.experiment_id, tags={JOB_TAG: job_id}, run_name=_key(job_id.rpartition("/")[2])
         )
-        self._ids[job_id] = run.info.run_id
-        return str(run.info.run_id)
+        # Workers of one job may create its run at the same moment: all keep the earliest, the
+        # others delete theirs, so the job still has one run.
+        first = self._find(job_id)
+        if first != run.info.run_id:
+            self.client.delete_run(run.info.run_id)
+        return str(first)
 
     # ------------------------------------------------------------------ metadata
     def add_metadata(self, run_id: str, **kwargs: object) -> None:

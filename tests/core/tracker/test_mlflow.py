@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,32 @@ def test_unreachable_uri_refused_at_submit(config: str, tmp_path: Path) -> None:
     )
     r = env.run("run", "--dryrun", "-s", "local_cwd", "utils.echo")
     assert r.returncode == 2 and "[tracker:mlflow] config" in r.stderr and "unreachable" in r.stderr
+
+
+RACER = """
+import os, sys, time
+from xrun.tracker.mlflow_backend import create
+t = create(sys.argv[1])
+open(os.path.join(sys.argv[2], f"ready.{sys.argv[3]}"), "w").close()
+while not os.path.exists(os.path.join(sys.argv[2], "go")):
+    time.sleep(0.01)
+t.add_metadata("local_cwd://default/raced", **{f"w{sys.argv[3]}": 1})
+"""
+
+
+def test_workers_creating_the_run_at_once_leave_one(mlflow_server: str, tmp_path: Path) -> None:  # noqa: F811
+    config = f"{mlflow_server}#race"
+    create(config)  # the experiment exists before the race
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RACER, config, str(tmp_path), str(i)])
+        for i in range(3)
+    ]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready.*"))) < 3:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    t = create(config)
+    assert t.run_ids() == ["local_cwd://default/raced"]
+    assert t.metadata("local_cwd://default/raced") == {"w0": 1, "w1": 1, "w2": 1}
