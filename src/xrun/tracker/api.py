@@ -69,7 +69,7 @@ def trackers_from_environ() -> list[TrackerBase]:
 class AppRun:
     """A job's run: what it records goes to every backend; reads use the first."""
 
-    def __init__(self, id: str, backends: Iterable[TrackerBase]) -> None:  # noqa: A002
+    def __init__(self, id: str, backends: Iterable[TrackerBase]) -> None:
         self.id = id
         self.backends = list(backends)
 

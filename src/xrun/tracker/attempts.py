@@ -8,6 +8,7 @@ shows every attempt instead of a new run per attempt. A sweep's trial records it
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 
@@ -30,12 +31,15 @@ def _count(env: Mapping[str, str], name: str) -> int | None:
 
 def number(text: str) -> int | float | str:
     """A sweep value as recorded: a number when it reads as one (so trials sort by it)."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text  # nan/inf: no number JSON can carry
 
 
 def metadata(env: Mapping[str, str]) -> dict[str, object]:

@@ -108,6 +108,6 @@ def from_environ(env: Mapping[str, str]) -> list[TrackerBase]:
                 out.append(build("fsspec", None))  # its default root
             else:
                 out.append(build(name, env.get(tracker_config_env_var_name(name))))
-        except Exception as e:  # noqa: BLE001 - any backend's failure; reported, not raised
+        except Exception as e:  # any backend's failure: reported, not raised
             print(f"xrun.tracker: tracker {name or 'default'} left out: {e}", file=sys.stderr)
     return out
