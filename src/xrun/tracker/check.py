@@ -79,17 +79,32 @@ def _check_mlflow(t: Tracker) -> None:
 
 
 def _check_reachable(uri: str, t: Tracker) -> None:
+    """A TCP connection to the server, within MLFLOW_CONNECT_TIMEOUT_S: the name lookup too,
+    which has no timeout of its own, so it runs in a thread that is not waited for longer."""
     import socket
+    import threading
     from urllib.parse import urlsplit
 
-    parts = urlsplit(uri)
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        host = parts.hostname or ""
-        with socket.create_connection((host, port), timeout=MLFLOW_CONNECT_TIMEOUT_S):
-            pass
-    except (OSError, ValueError) as e:
+    errors: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            parts = urlsplit(uri)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            with socket.create_connection(
+                (parts.hostname or "", port), timeout=MLFLOW_CONNECT_TIMEOUT_S
+            ):
+                pass
+        except (OSError, ValueError) as e:
+            errors.append(e)
+
+    worker = threading.Thread(target=connect, daemon=True)
+    worker.start()
+    worker.join(MLFLOW_CONNECT_TIMEOUT_S + 0.5)
+    if worker.is_alive():
+        errors.append(TimeoutError(f"no answer in {MLFLOW_CONNECT_TIMEOUT_S:g} s"))
+    if errors:
         raise UsageError(
-            f"{t.config_source}={t.config}: the MLflow server at {uri} is unreachable ({e}); "
-            "start it (mlflow server --host 127.0.0.1 --port 5000) or fix the URI"
-        ) from None
+            f"{t.config_source}={t.config}: the MLflow server at {uri} is unreachable "
+            f"({errors[0]}); start it (mlflow server --host 127.0.0.1 --port 5000) or fix the URI"
+        )
