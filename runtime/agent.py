@@ -321,6 +321,7 @@ class Agent:
             master_port=master_port,
             restart_count=self._restart_count,
             max_restarts=cfg.max_restarts,
+            rdzv_round=info.round,
         )
         envs = {
             lr: {**worker_env(group, lr, error_file_of(lr)), **launch_worker_env(cfg, lr)}

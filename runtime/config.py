@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xrun.contract import MAX_NODES, MAX_NPROC_PER_NODE, RDZV_BACKENDS
+from xrun.contract import MAX_NODES, MAX_NPROC_PER_NODE, RDZV_BACKENDS, RDZV_ROUND_ENV
 from xrun.errors import UsageError
 from xrun.limits import check_count, check_duration
 
@@ -210,6 +210,7 @@ class WorkerGroup:
     master_port: int
     restart_count: int  # failure restarts used so far
     max_restarts: int
+    rdzv_round: int = 0  # the rendezvous round this start belongs to (RDZV_ROUND_ENV)
 
 
 def worker_env(
@@ -248,6 +249,7 @@ def worker_env(
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         # Each worker's own error file (under the agent's log dir), never the agent's.
         "TORCHELASTIC_ERROR_FILE": error_file,
+        RDZV_ROUND_ENV: str(group.rdzv_round),
     }
     shim = torchx_shim_path(env)
     if shim:

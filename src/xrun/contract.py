@@ -44,6 +44,12 @@ RESTARTS_IN_PLACE = "xrun.restarts_in_place"
 # never falls back to a temporary dir that outlives the job.
 AGENT_LOG_DIR_ENV = "PET_LOG_DIR"
 
+# The rendezvous round a worker group was started in (xrun's addition to torchrun's worker
+# env): the same number in every worker of one start of the job, membership restarts counted
+# too, where TORCHELASTIC_RESTART_COUNT is each agent's own failure count. The tracker keys a
+# job's attempts by it (xrun.tracker.attempts).
+RDZV_ROUND_ENV = "XRUN_ROUND"
+
 # Sweeps (``xrun run --sweep``): every worker of trial i gets its values as
 # ``XRUN_SWEEP_<NAME>`` (the parameter's name upper-cased), its index and the sweep's size.
 SWEEP_ENV_PREFIX = "XRUN_SWEEP_"

@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Mapping
 
-from xrun.contract import SWEEP_ENV_PREFIX, SWEEP_SIZE_ENV, TRIAL_INDEX_ENV
+from xrun.contract import RDZV_ROUND_ENV, SWEEP_ENV_PREFIX, SWEEP_SIZE_ENV, TRIAL_INDEX_ENV
 
 RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 SLURM_RESTART_COUNT_ENV = "SLURM_RESTART_COUNT"
@@ -44,13 +44,17 @@ def number(text: str) -> int | float | str:
 
 def metadata(env: Mapping[str, str]) -> dict[str, object]:
     """``restart_count`` / ``slurm_restart_count`` (the latest attempt), ``attempt.R.S``
-    (R requeues, S restarts in place) = when that attempt opened the run, and for a sweep's
-    trial ``sweep.trial`` and ``sweep.<param>`` (its values)."""
+    (R requeues, S the start: the rendezvous round) = when that attempt opened the run, and for
+    a sweep's trial ``sweep.trial`` and ``sweep.<param>`` (its values)."""
     restarts = _count(env, RESTART_COUNT_ENV) or 0
     requeues = _count(env, SLURM_RESTART_COUNT_ENV) or 0
+    # Which start of the job this is: the rendezvous round where the agent gives one (the same
+    # in every worker of a start; an agent's restart count skips membership restarts, so rank
+    # 0's count can lag the others'), else the restart count.
+    start = _count(env, RDZV_ROUND_ENV)
     out: dict[str, object] = {
         "restart_count": restarts,
-        f"attempt.{requeues}.{restarts}": round(time.time(), 3),
+        f"attempt.{requeues}.{restarts if start is None else start}": round(time.time(), 3),
     }
     if SLURM_RESTART_COUNT_ENV in env:
         out["slurm_restart_count"] = requeues

@@ -41,7 +41,9 @@ def test_2x2_with_3_restarts_is_one_run(tmp_path: Path, monkeypatch: pytest.Monk
     assert sorted(k for k in rows if k.startswith("attempt.")) == [
         f"attempt.0.{a}" for a in range(4)
     ]
-    assert rows["restart_count"] == "3" and rows["done"] == "True"
+    # rank 0's agent's own failure count: 3, or less where it restarted for a peer's failure
+    # first (a membership restart, which torchrun does not count)
+    assert 1 <= int(rows["restart_count"]) <= 3 and rows["done"] == "True"
     arts = xrun("tracker", "list", "artifacts", handle, cwd=tmp_path, env=env)
     assert arts.stdout.splitlines()[2].split()[:2] == ["result", str(out / "result.txt")]
 

@@ -25,8 +25,9 @@ from xrun.tracker.fsspec_backend import create
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
-# Attempt (requeue 0, restart 0) fails (an in-place restart); (0, 1) waits to be requeued;
-# (1, 0) succeeds. Each worker first opens the run and passes a barrier, so rank 0's record of
+# Attempt (requeue 0, round 0) fails (an in-place restart); (0, 1) waits to be requeued;
+# (1, 0) succeeds. The rendezvous round, not TORCHELASTIC_RESTART_COUNT, names a start: the
+# two agents' own restart counts may differ (a membership restart counts for neither). Each worker first opens the run and passes a barrier, so rank 0's record of
 # the attempt is written before anything ends it.
 WORKER = """\
 import os, sys, time
@@ -34,7 +35,7 @@ from torchx.tracker import app_run_from_env
 out = sys.argv[1]
 run = app_run_from_env()
 rank, n = os.environ["RANK"], int(os.environ["WORLD_SIZE"])
-attempt = f"{os.environ.get('SLURM_RESTART_COUNT', '0')}.{os.environ['TORCHELASTIC_RESTART_COUNT']}"
+attempt = f"{os.environ.get('SLURM_RESTART_COUNT', '0')}.{os.environ['XRUN_ROUND']}"
 with open(os.path.join(out, f"ready.{rank}.{attempt}"), "w") as f:
     f.write(os.environ["XRUN_RUN_ID"] + " " + run.job_id())
 while sum(os.path.exists(os.path.join(out, f"ready.{r}.{attempt}")) for r in range(n)) < n:
