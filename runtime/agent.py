@@ -372,6 +372,7 @@ class Agent:
             master_port=master_port,
             restart_count=self._restart_count,
             max_restarts=cfg.max_restarts,
+            rdzv_round=info.round,
         )
         envs = {
             lr: {

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xrun.contract import MAX_NODES, MAX_NPROC_PER_NODE, RDZV_BACKENDS
+from xrun.contract import MAX_NODES, MAX_NPROC_PER_NODE, RDZV_BACKENDS, RDZV_ROUND_ENV
 from xrun.errors import UsageError
 from xrun.limits import check_count, check_duration
 
@@ -214,6 +214,7 @@ class WorkerGroup:
     master_port: int
     restart_count: int  # failure restarts used so far
     max_restarts: int
+    rdzv_round: int = 0  # the rendezvous round this start belongs to (RDZV_ROUND_ENV)
 
 
 def worker_env(
@@ -252,13 +253,38 @@ def worker_env(
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         # Each worker's own error file (under the agent's log dir), never the agent's.
         "TORCHELASTIC_ERROR_FILE": error_file,
+        RDZV_ROUND_ENV: str(group.rdzv_round),
     }
+    shim = torchx_shim_path(env)
+    if shim:
+        out["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), shim) if p)
     if "OMP_NUM_THREADS" in env:
         out["OMP_NUM_THREADS"] = env["OMP_NUM_THREADS"]
     elif group.local_world_size > 1:
         # torchrun's default: N workers each spawning one OpenMP thread per core overload a node.
         out["OMP_NUM_THREADS"] = "1"
     return out
+
+
+_TORCHX_FOUND: list[bool] = []  # find_spec's answer, asked once per agent
+
+
+def torchx_shim_path(env: Mapping[str, str]) -> str | None:
+    """The folder with xrun's ``torchx.tracker`` stand-in (xrun/tracker/torchx_shim), for the
+    workers of a job xrun started (``TORCHX_JOB_ID`` set) when no real TorchX is importable:
+    a TorchX script's ``from torchx.tracker import app_run_from_env`` then works unchanged.
+    Appended to ``PYTHONPATH``, after anything the user put there."""
+    if "TORCHX_JOB_ID" not in env:
+        return None
+    if not _TORCHX_FOUND:
+        import importlib.util
+
+        _TORCHX_FOUND.append(importlib.util.find_spec("torchx") is not None)
+    if _TORCHX_FOUND[0]:
+        return None
+    import xrun
+
+    return os.path.join(os.path.dirname(xrun.__file__), "tracker", "torchx_shim")
 
 
 def launch_worker_env(

@@ -29,11 +29,13 @@ from xrun.sweeps.backend import SweepBackend
 from xrun.sweeps.plan import SweepPlan
 from xrun.sweeps.records import check_trial
 from xrun.sweeps.status import SweepStatus, TrialStatus
+from xrun.tracking import set_parent
 
 from ..api import LogQuery, Scheduler
 from ..logs import iter_log_lines
 from .array import array_job, array_template
 from .commands import run as _run
+from .request import task_env
 from .status import SlurmJobRecord, app_state, expand_hostlist, explain
 
 # %F: the array's job id, %K: the task's index, %A: its own job id (the array's, while pending).
@@ -144,6 +146,9 @@ class ArrayBackend(SweepBackend):
 
     def _request(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> Any:
         template = array_template(plan)
+        # every task's tracker run is a child of the sweep's, whose id is the array's job id:
+        # known to the task only (docs/tracking.md)
+        set_parent([template], self.handle(task_env("SLURM_ARRAY_JOB_ID")))
         k, _ = self.parallel(plan)
         return self.slurm.array_dryrun(template, cfg, array_job(plan, template, k), workspace)
 

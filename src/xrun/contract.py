@@ -51,6 +51,11 @@ AGENT_LOG_DIR_ENV = "PET_LOG_DIR"
 # The file a worker touches to tell its agent's stall watchdog it made progress
 # (``xrun.runtime.diagnose.beat.beat()``); the agent sets it per worker when a stall timeout is on.
 BEAT_FILE_ENV = "XRUN_BEAT_FILE"
+# The rendezvous round a worker group was started in (xrun's addition to torchrun's worker
+# env): the same number in every worker of one start of the job, membership restarts counted
+# too, where TORCHELASTIC_RESTART_COUNT is each agent's own failure count. The tracker keys a
+# job's attempts by it (xrun.tracker.attempts).
+RDZV_ROUND_ENV = "XRUN_ROUND"
 
 # Sweeps (``xrun run --sweep``): every worker of trial i gets its values as
 # ``XRUN_SWEEP_<NAME>`` (the parameter's name upper-cased), its index and the sweep's size.

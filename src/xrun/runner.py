@@ -25,6 +25,7 @@ extra parameters are keyword-only.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import time
 import warnings
@@ -41,7 +42,7 @@ from xrun.schedulers.options import resolve_run_options
 from xrun.specs import AppDef, AppStatus, macros, make_app_handle
 from xrun.sweeps.handles import Target, backend_for, resolve
 from xrun.sweeps.records import check_trial
-from xrun.tracking import job_env
+from xrun.tracking import job_env, run_id
 
 if TYPE_CHECKING:
     from xrun.schedulers.api import (
@@ -148,7 +149,10 @@ class Runner:
         YAML ``--dryrun`` prints runs again on any scheduler."""
         out = copy.deepcopy(app)
         env = job_env(
-            make_app_handle(scheduler, self.session_name, macros.app_id), parent_run_id, self.config
+            make_app_handle(scheduler, self.session_name, macros.app_id),
+            parent_run_id,
+            self.config,
+            run_id(scheduler, self.session_name, macros.app_id),
         )
         for role in out.roles:
             role.env.update(env)
@@ -405,8 +409,17 @@ class Runner:
         else:
             plan = plan_from_app(app, sweep)
         backend = self.sweep_backend(scheduler)
+        plan = self.with_sweep_job_env(plan, scheduler)
         sweep_id = backend.submit(plan, self.run_cfg(scheduler, cfg), workspace)
         return make_app_handle(scheduler, self.session_name, sweep_id)
+
+    def with_sweep_job_env(self, plan: SweepPlan, scheduler: str) -> SweepPlan:
+        """``plan`` with every trial's roles told their job, as :meth:`with_job_env` does for
+        an app (each trial is a job of its own, a child run of the sweep: the backend adds the
+        sweep's handle as ``TORCHX_PARENT_RUN_ID`` once it has one)."""
+        template = self.with_job_env(plan.template, scheduler) if plan.template else None
+        apps = [self.with_job_env(a, scheduler) for a in plan.apps] if plan.apps else plan.apps
+        return dataclasses.replace(plan, template=template, apps=apps)
 
     def run_sweep_component(
         self,

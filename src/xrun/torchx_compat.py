@@ -10,7 +10,8 @@ A component file written for TorchX imports TorchX::
 component function runs, those imports resolve to xrun's equivalents (:func:`torchx_imports`):
 ``torchx.specs`` is :mod:`xrun.specs` plus TorchX's helpers (``resource``, ``named_resources``,
 ``get_named_resources``, ``MISSING``, ``NONE``, ...), ``torchx.components.dist`` and
-``torchx.components.utils`` are xrun's builtins, ``torchx.IMAGE`` is xrun's default image. They
+``torchx.components.utils`` are xrun's builtins, ``torchx.tracker`` (and ``.api``) is
+:mod:`xrun.tracker`, ``torchx.IMAGE`` is xrun's default image. They
 are ``sys.modules`` entries put in place for that time only and removed after: ``import
 torchx`` anywhere else still fails, and so does a TorchX module xrun does not stand in for
 (``torchx.schedulers``, ...), with a message naming what xrun provides. Write ``Role`` with
@@ -53,6 +54,8 @@ STAND_INS = (
     "torchx.components.dist",
     "torchx.components.utils",
     "torchx.components.structured_arg",
+    "torchx.tracker",
+    "torchx.tracker.api",
 )
 MISSING = "<MISSING>"
 NONE = "<NONE>"
@@ -64,7 +67,9 @@ def torchx_installed() -> bool:
     module = sys.modules.get("torchx")
     if module is not None:
         return not getattr(module, "__xrun_stand_in__", False)
-    return importlib.util.find_spec("torchx") is not None
+    spec = importlib.util.find_spec("torchx")
+    # xrun's own worker-side stand-in (xrun/tracker/torchx_shim) is no TorchX
+    return spec is not None and "torchx_shim" not in (spec.origin or "")
 
 
 # --------------------------------------------------------------------------- TorchX's helpers
@@ -191,6 +196,12 @@ def _stand_ins() -> dict[str, types.ModuleType]:
             },
         ),
     }
+    from xrun.tracker import api as tracker_api
+
+    mods["torchx.tracker.api"] = _module("torchx.tracker.api", vars(tracker_api))
+    tracker = _module("torchx.tracker", vars(tracker_api), package=True)
+    tracker.api = mods["torchx.tracker.api"]  # type: ignore[attr-defined]
+    mods["torchx.tracker"] = tracker
     specs = _module("torchx.specs", specs_attrs, package=True)
     specs.api = mods["torchx.specs.api"]  # type: ignore[attr-defined]
     specs.named_resources_aws = mods["torchx.specs.named_resources_aws"]  # type: ignore[attr-defined]
@@ -206,6 +217,7 @@ def _stand_ins() -> dict[str, types.ModuleType]:
             "IMAGE": DEFAULT_IMAGE,
             "specs": specs,
             "components": components,
+            "tracker": tracker,
         },
         package=True,
     )

@@ -170,6 +170,11 @@ def _slurm_facts_xrun(req: Any) -> dict[str, Any]:
 def _xrun_facts(rec: dict[str, Any], runner: Runner) -> dict[str, Any]:
     app = runner.component_app(rec["component"], rec["args"])
     job = runner.with_job_env(app, rec["scheduler"])
+    for role in job.roles:
+        # xrun's one addition to TorchX's tracking variables (docs/tracking.md): the job's id
+        # as a name, checked here and then left out of the comparison
+        run_id = role.env.pop("XRUN_RUN_ID")
+        assert run_id == f"{rec['scheduler']}_{runner.session_name}_${{app_id}}", run_id
     facts = _app_facts(appdef_to_dict(job))
     if rec["scheduler"] == "slurm":
         facts.update(_slurm_facts_xrun(runner.dryrun(app, "slurm", rec["cfg"]).request))

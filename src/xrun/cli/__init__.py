@@ -28,6 +28,7 @@ COMMANDS = (
     "builtins",
     "runopts",
     "configure",
+    "tracker",
 )
 
 
@@ -122,6 +123,10 @@ def command_module(name: str) -> ModuleType:
         from xrun.cli import cmd_configure
 
         return cmd_configure
+    if name == "tracker":
+        from xrun.cli import cmd_tracker
+
+        return cmd_tracker
     raise UsageError(f"unknown command {name!r}; commands: {', '.join(COMMANDS)}")
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 
 from xrun.cli.common import not_found
+from xrun.errors import UsageError
 from xrun.runner import Runner
+from xrun.sweeps.status import SweepStatus
+from xrun.tracker.sweep_metrics import sort_trials, trial_metrics
 
 HANDLE_HELP = "SCHEDULER://SESSION/APP_ID, a sweep's handle, or a trial's SWEEP_HANDLE/TRIAL"
 
@@ -14,14 +17,28 @@ HANDLE_HELP = "SCHEDULER://SESSION/APP_ID, a sweep's handle, or a trial's SWEEP_
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser("status", help="show an app's status (a sweep's: a table of its trials)")
     c.add_argument("handle", metavar="HANDLE", help=HANDLE_HELP)
+    # a sweep's trials, side by side by what they tracked (docs/tracking.md)
+    c.add_argument("--sort", metavar="KEY", help="a sweep: order trials by this metric or value")
+    c.add_argument("--desc", action="store_true", help="with --sort: largest first")
 
 
 def main(ns: argparse.Namespace) -> int:
     with Runner() as runner:
         target = runner.target(ns.handle)
+        if (ns.sort or ns.desc) and target.kind != "sweep":
+            raise UsageError(f"--sort/--desc order a sweep's trials; {ns.handle} is no sweep")
         status = runner.status(ns.handle)
         if status is None:
             raise not_found(str(target))
+        if isinstance(status, SweepStatus):
+            _add_metrics(status, ns.sort, ns.desc)
         print(f"Handle: {target}")
         print(status.format())
     return 0
+
+
+def _add_metrics(st: SweepStatus, sort: str | None, desc: bool) -> None:
+    """The trials' tracked numeric metadata as columns, sorted by ``--sort KEY`` (#25)."""
+    st.metrics = trial_metrics(st.handle, st.trials)
+    if sort:
+        st.trials = sort_trials(st.trials, st.metrics, st.params, sort, desc)

@@ -8,9 +8,6 @@ than the rest of a dry run (benchmark 5).
 
 from __future__ import annotations
 
-import argparse
-from typing import NoReturn
-
 from xrun import __version__
 from xrun.cli import (
     cmd_builtins,
@@ -23,9 +20,10 @@ from xrun.cli import (
     cmd_runopts,
     cmd_stacks,
     cmd_status,
+    cmd_tracker,
 )
 from xrun.cli.common import PROG
-from xrun.errors import UsageError
+from xrun.cli.parser_base import Parser
 
 # In `xrun --help`'s order.
 _MODULES = (
@@ -39,14 +37,8 @@ _MODULES = (
     cmd_list,
     cmd_runopts,
     cmd_configure,
+    cmd_tracker,
 )
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are UsageErrors: one line on stderr, exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def build_parser() -> Parser:

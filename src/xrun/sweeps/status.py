@@ -77,6 +77,9 @@ class SweepStatus:
     trials: list[TrialStatus] = field(default_factory=list)
     max_parallel: int | None = None
     msg: str = ""
+    # trial index -> the numeric metadata its tracker run recorded (xrun.tracker.sweep_metrics):
+    # one column per key, between duration and id
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @property
     def state(self) -> AppState:
@@ -105,7 +108,8 @@ class SweepStatus:
             head.append(f"At most {self.max_parallel} trial(s) at once")
         if self.msg:
             head.append(f"Msg: {self.msg}")
-        cols = ["trial", *self.params, "state", "exit", "host", "duration", "id"]
+        keys = sorted({k for m in self.metrics.values() for k in m})
+        cols = ["trial", *self.params, "state", "exit", "host", "duration", *keys, "id"]
         rows = [
             [
                 str(t.index),
@@ -114,12 +118,15 @@ class SweepStatus:
                 "" if t.exit_code is None else str(t.exit_code),
                 t.host,
                 format_duration(t.duration(now)),
+                *(_metric(self.metrics.get(t.index, {}).get(k)) for k in keys),
                 t.app_id,
             ]
             for t in self.trials
         ]
         widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(cols)]
-        numeric = {0, len(cols) - 4, len(cols) - 2}  # trial, exit, duration: right-aligned
+        exit_col = len(self.params) + 2
+        # trial, exit, duration and the metrics: right-aligned
+        numeric = {0, exit_col, *range(exit_col + 2, exit_col + 3 + len(keys))}
         lines = head + [_row(cols, widths, numeric)] + [_row(r, widths, numeric) for r in rows]
         errors = [t for t in self.trials if t.msg and t.state == AppState.FAILED]
         for t in errors[:_MAX_ERRORS]:
@@ -127,6 +134,10 @@ class SweepStatus:
         if len(errors) > _MAX_ERRORS:
             lines.append(f"... and {len(errors) - _MAX_ERRORS} more failed trial(s)")
         return "\n".join(lines)
+
+
+def _metric(value: float | None) -> str:
+    return "" if value is None else format(value, "g")
 
 
 def _row(cells: list[str], widths: list[int], numeric: set[int]) -> str:

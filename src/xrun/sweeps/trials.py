@@ -41,6 +41,7 @@ from xrun.sweeps.supervisor import (
     save_state,
     trial_app,
 )
+from xrun.tracking import set_parent
 
 SUPERVISOR_MODULE = "xrun.sweeps.supervisor"
 # How long `cancel` waits for the supervisor to stop every trial and exit.
@@ -103,6 +104,8 @@ class TrialsBackend(SweepBackend):
         if ws:
             self._build_images(plan, ws, cfg)
         sweep_id = make_sweep_id(plan.name)
+        # every trial's tracker run is a child of the sweep's (docs/tracking.md)
+        set_parent([a for a in (plan.template, *(plan.apps or [])) if a], self.handle(sweep_id))
         spec = {
             "kind": "trials",
             "scheduler": self.backend,

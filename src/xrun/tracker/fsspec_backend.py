@@ -1,0 +1,288 @@
+"""The ``fsspec`` tracker backend: runs as files under one root, in TorchX 0.7.0's layout.
+
+The layout (TorchX's ``FsspecTracker``; ``torchx tracker list`` reads what xrun writes and the
+other way round, checked by tests/core/tracker/test_torchx_layout.py)::
+
+    ROOT/<b32(run_id)>/metadata/<time_ns>     {"metadata": {...}}, merged in time order
+    ROOT/<b32(run_id)>/artifacts/<time_ns>    {"name": N, "path": P, "metadata": M}
+    ROOT/<b32(run_id)>/sources/<b32(source)>  the relation (artifact name) and a newline
+    ROOT/<b32(source)>/descendants/<b32(run)> likewise, only when that dir already exists
+
+``b32`` is base32 of the ASCII id: a run id (``local_cwd://default/app``) becomes a POSIX file
+name that keeps its case. A local root (a path, ``file://``) is written with ``os`` directly:
+``import fsspec`` would cost a worker more than the whole tracker; any other URL goes through
+fsspec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import time
+from base64 import b32decode, b32encode
+from collections.abc import Mapping
+from typing import Any
+
+from xrun.errors import UsageError
+from xrun.tracker.base import Lineage, TrackerArtifact, TrackerBase, TrackerSource
+
+
+def encode_run_id(run_id: str) -> str:
+    return b32encode(run_id.encode("ascii")).decode("ascii")
+
+
+def decode_run_id(name: str) -> str | None:
+    """The run id a file name encodes; None for a name that is no run (a stray file)."""
+    try:
+        return b32decode(name).decode("ascii")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+class _Local:
+    """A local directory tree through ``os`` (the fast path)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def write(self, path: str, text: str, append: bool = False) -> None:
+        with open(path, "a" if append else "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def read(self, path: str) -> str:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def listdir(self, path: str) -> list[tuple[str, bool]]:
+        """(name, is a directory) of each entry; none when ``path`` does not exist."""
+        try:
+            with os.scandir(path) as it:
+                return [(e.name, e.is_dir()) for e in it]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+
+class _Remote(_Local):
+    """Any fsspec filesystem (``memory://``, ``s3://``, ...)."""
+
+    def __init__(self, fs: Any, root: str) -> None:
+        super().__init__(root)
+        self.fs = fs
+
+    def makedirs(self, path: str) -> None:
+        self.fs.makedirs(path, exist_ok=True)
+
+    def write(self, path: str, text: str, append: bool = False) -> None:
+        with self.fs.open(path, "a" if append else "w") as f:
+            f.write(text)
+
+    def read(self, path: str) -> str:
+        with self.fs.open(path, "r") as f:
+            return str(f.read())
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    def listdir(self, path: str) -> list[tuple[str, bool]]:
+        if not self.fs.exists(path):
+            return []
+        return [
+            (posixpath.basename(e["name"].rstrip("/")), e["type"] == "directory")
+            for e in self.fs.listdir(path)
+        ]
+
+
+def _time_order(name: str) -> tuple[int, str]:
+    return (int(name), name) if name.isdigit() else (-1, name)
+
+
+class FsspecTracker(TrackerBase):
+    """Runs stored as files under ``root`` (see the module's docstring for the layout)."""
+
+    def __init__(self, store: _Local) -> None:
+        self._store = store
+        self._made: set[str] = set()  # dirs this process created (one mkdir per category)
+        self._last_ns = 0
+
+    @property
+    def root(self) -> str:
+        return self._store.root
+
+    def __repr__(self) -> str:
+        return f"<FsspecTracker: root_path={self.root}>"
+
+    def _run_dir(self, run_id: str, *parts: str) -> str:
+        return posixpath.join(self.root, encode_run_id(run_id), *parts)
+
+    def _unique_name(self) -> str:
+        # TorchX names each entry by time.time_ns(); two entries of one process never share one.
+        self._last_ns = max(time.time_ns(), self._last_ns + 1)
+        return str(self._last_ns)
+
+    def _persist(self, run_id: str, category: str, content: Mapping[str, object]) -> None:
+        folder = self._run_dir(run_id, category)
+        if folder not in self._made:
+            self._store.makedirs(folder)
+            self._made.add(folder)
+        self._store.write(posixpath.join(folder, self._unique_name()), json.dumps(content))
+
+    def _load(self, run_id: str, category: str) -> list[dict[str, Any]]:
+        folder = self._run_dir(run_id, category)
+        out = []
+        for name, _ in sorted(self._store.listdir(folder), key=lambda e: _time_order(e[0])):
+            try:
+                entry = json.loads(self._store.read(posixpath.join(folder, name)))
+            except (OSError, ValueError):  # being written right now, or not ours
+                continue
+            if isinstance(entry, dict):
+                out.append(entry)
+        return out
+
+    def add_metadata(self, run_id: str, **kwargs: object) -> None:
+        self._persist(run_id, "metadata", {"metadata": kwargs})
+
+    def metadata(self, run_id: str) -> dict[str, object]:
+        merged: dict[str, object] = {}
+        for entry in self._load(run_id, "metadata"):
+            if isinstance(entry.get("metadata"), dict):
+                merged.update(entry["metadata"])
+        return merged
+
+    def add_artifact(
+        self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
+    ) -> None:
+        entry = {"name": name, "path": path, "metadata": dict(metadata) if metadata else metadata}
+        self._persist(run_id, "artifacts", entry)
+
+    def artifacts(self, run_id: str) -> dict[str, TrackerArtifact]:
+        out = {}
+        for e in self._load(run_id, "artifacts"):
+            if "name" in e and "path" in e:
+                out[str(e["name"])] = TrackerArtifact(
+                    str(e["name"]), str(e["path"]), e.get("metadata")
+                )
+        return out
+
+    def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
+        folder = self._run_dir(run_id, "sources")
+        self._store.makedirs(folder)
+        line = f"{artifact_name or ''}\n"
+        self._store.write(posixpath.join(folder, encode_run_id(source_id)), line)
+        # As TorchX: the parent learns of its child only when its descendants dir exists.
+        descendants = self._run_dir(source_id, "descendants")
+        if self._store.exists(descendants):
+            self._store.write(posixpath.join(descendants, encode_run_id(run_id)), line, True)
+
+    def sources(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
+        folder = self._run_dir(run_id, "sources")
+        out = []
+        for name, _ in sorted(self._store.listdir(folder)):
+            source = decode_run_id(name)
+            if source is None:
+                continue
+            kinds = [k.strip() for k in self._store.read(posixpath.join(folder, name)).splitlines()]
+            kinds = [k for k in kinds if k]
+            if not kinds and not artifact_name:
+                out.append(TrackerSource(source, None))
+            out += [
+                TrackerSource(source, k) for k in kinds if not artifact_name or k == artifact_name
+            ]
+        return out
+
+    def run_ids(self, **kwargs: str) -> list[str]:
+        """Every run under the root; ``parent_run_id=ID``: only the runs with that source."""
+        parent = kwargs.get("parent_run_id")
+        out = []
+        for name, is_dir in sorted(self._store.listdir(self.root)):
+            run_id = decode_run_id(name) if is_dir else None
+            if run_id is None:
+                continue
+            if parent and not self._store.exists(
+                posixpath.join(self.root, name, "sources", encode_run_id(parent))
+            ):
+                continue
+            out.append(run_id)
+        return out
+
+    def lineage(self, run_id: str) -> Lineage:
+        raise NotImplementedError("lineage: not implemented by TorchX 0.7.0's backends either")
+
+
+# --------------------------------------------------------------------------- building one
+def _read_torchx_config(path: str) -> dict[str, Any]:
+    """TorchX's config file: ``key=value`` lines (``#`` comments); ``a.b=v`` nests."""
+    data: dict[str, Any] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#"):
+                continue
+            key, sep, value = line.partition("=")
+            if not (key.strip() and sep and value.strip()):
+                continue
+            *outer, last = key.strip().split(".")
+            node = data
+            for part in outer:
+                node = node.setdefault(part, {})
+            node[last] = value.strip()
+    return data
+
+
+def store_for(config: str) -> _Local:
+    """The store a tracker config names: a TorchX config file (``protocol`` and
+    ``root_path``, the rest fsspec's options), a local dir, ``file://DIR``, or any fsspec URL.
+    A local root is created if missing (TorchX requires it to exist)."""
+    if os.path.isfile(config):
+        opts = _read_torchx_config(config)
+        if "protocol" not in opts or "root_path" not in opts:
+            raise UsageError(
+                f"tracker config file {config}: give 'protocol' and 'root_path' "
+                "(e.g. protocol=file and root_path=/shared/tracker)"
+            )
+        protocol, root = str(opts.pop("protocol")), str(opts.pop("root_path"))
+        if protocol in ("file", "local") and not opts:
+            return _local(root)
+        import fsspec
+
+        return _Remote(fsspec.filesystem(protocol, **opts), root)
+    if config.startswith("file://"):
+        return _local(config[len("file://") :])
+    if "://" not in config:
+        return _local(config)
+    from fsspec.core import url_to_fs
+
+    fs, root = url_to_fs(config)
+    fs.makedirs(root, exist_ok=True)
+    return _Remote(fs, root)
+
+
+def _local(root: str) -> _Local:
+    root = os.path.abspath(os.path.expanduser(root))
+    os.makedirs(root, exist_ok=True)
+    return _Local(root)
+
+
+def default_root() -> str:
+    """The embedded default's root: ``$XDG_STATE_HOME/xrun/tracker``."""
+    from xrun.xdg import state_dir
+
+    return state_dir("tracker")
+
+
+def read_only_default() -> FsspecTracker:
+    """The embedded default for reading: its root is not created (no run: none listed)."""
+    return FsspecTracker(_Local(default_root()))
+
+
+def create(config: str | None) -> FsspecTracker:
+    """The factory (TorchX's ``torchx.tracker.backend.fsspec:create``): ``config`` as in
+    :func:`store_for`; None: the embedded default under xrun's state dir."""
+    if not config:
+        config = default_root()
+    return FsspecTracker(store_for(config))

@@ -1,0 +1,210 @@
+"""The ``mlflow`` tracker backend (``pip install 'xrun[mlflow]'``): one MLflow run per job.
+
+Config: the tracking URI, optionally ``#EXPERIMENT`` (``http://127.0.0.1:5000#my-exp``; none:
+MLflow's default, ``MLFLOW_TRACKING_URI`` or ``./mlruns``); the
+experiment defaults to the job's ``TORCHX_TRACKING_EXPERIMENT_NAME`` (``dist.ddp --name
+EXP/RUN``), else ``xrun``. The job's id (its handle) is the MLflow run's tag ``xrun.job_id``: the
+run is found by it, so a restarted or requeued job writes into the run it started.
+
+- metadata: MLflow params (a key's first value; params cannot change) and tags (a later value
+  of the same key); read back with the tags winning, JSON values decoded;
+- artifacts: the file or dir at the path is uploaded under the artifact's name, and the name,
+  path and metadata are kept in the tag ``xrun.artifact.<name>``;
+- sources: the first becomes the MLflow parent run (``mlflow.parentRunId``; the parent's run is
+  created when missing, so a sweep's trials are child runs of one sweep run); all are kept in
+  the tag ``xrun.sources``.
+
+MLflow allows letters, digits and ``_-. /`` in keys; any other character becomes ``_``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+
+from xrun.tracker.base import Lineage, TrackerArtifact, TrackerBase, TrackerSource
+
+JOB_TAG = "xrun.job_id"
+SOURCES_TAG = "xrun.sources"
+ARTIFACT_TAG = "xrun.artifact."
+EXPERIMENT_ENV = "TORCHX_TRACKING_EXPERIMENT_NAME"
+DEFAULT_EXPERIMENT = "xrun"
+_BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
+
+
+def parse_config(config: str | None) -> tuple[str | None, str]:
+    """(tracking URI, experiment) from ``URI[#EXPERIMENT]``; no URI: MLflow's own default
+    (``MLFLOW_TRACKING_URI``, else ``./mlruns``)."""
+    uri, _, experiment = (config or "").strip().partition("#")
+    return uri or None, experiment or os.environ.get(EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
+
+
+def _key(name: str) -> str:
+    return _BAD_KEY.sub("_", name)[:250] or "_"
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _value(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class MLflowTracker(TrackerBase):
+    def __init__(self, tracking_uri: str | None, experiment: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.uri = tracking_uri
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.experiment_id = self._experiment(experiment)
+        self._ids: dict[str, str] = {}  # job id -> MLflow run id
+
+    def __repr__(self) -> str:
+        return f"<MLflowTracker: {self.uri} experiment={self.experiment_id}>"
+
+    def _experiment(self, name: str) -> str:
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return str(found.experiment_id)
+        try:
+            return str(self.client.create_experiment(name))
+        except Exception:  # another worker created it first
+            again = self.client.get_experiment_by_name(name)
+            if again is None:
+                raise
+            return str(again.experiment_id)
+
+    def _find(self, job_id: str) -> str | None:
+        if job_id in self._ids:
+            return self._ids[job_id]
+        # the earliest run with the job's tag (created first, then by run id: one order for all)
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{JOB_TAG}` = {_quoted(job_id)}",
+            max_results=1,
+            order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+        )
+        if runs:
+            self._ids[job_id] = runs[0].info.run_id
+        return self._ids.get(job_id)
+
+    def _run(self, job_id: str) -> str:
+        found = self._find(job_id)
+        if found is not None:
+            return found
+        run = self.client.create_run(
+            self.experiment_id, tags={JOB_TAG: job_id}, run_name=_key(job_id.rpartition("/")[2])
+        )
+        # Workers of one job may create its run at the same moment: all keep the earliest, the
+        # others delete theirs, so the job still has one run.
+        first = self._find(job_id)
+        if first != run.info.run_id:
+            self.client.delete_run(run.info.run_id)
+        return str(first)
+
+    # ------------------------------------------------------------------ metadata
+    def add_metadata(self, run_id: str, **kwargs: object) -> None:
+        from mlflow.entities import Param, RunTag
+
+        rid = self._run(run_id)
+        params = self.client.get_run(rid).data.params
+        new, changed = [], []
+        for k, v in kwargs.items():
+            key, text = _key(k), _text(v)
+            if key not in params:
+                new.append(Param(key, text))
+            elif params[key] != text:
+                changed.append(RunTag(key, text))
+        if new or changed:
+            self.client.log_batch(rid, params=new, tags=changed)
+
+    def metadata(self, run_id: str) -> dict[str, object]:
+        rid = self._find(run_id)
+        if rid is None:
+            return {}
+        data = self.client.get_run(rid).data
+        out = {k: _value(v) for k, v in data.params.items()}
+        out.update({k: _value(v) for k, v in data.tags.items() if k in data.params})
+        return out
+
+    # ------------------------------------------------------------------ artifacts
+    def add_artifact(
+        self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
+    ) -> None:
+        rid = self._run(run_id)
+        if os.path.isdir(path):
+            self.client.log_artifacts(rid, path, artifact_path=_key(name))
+        elif os.path.isfile(path):
+            self.client.log_artifact(rid, path, artifact_path=_key(name))
+        entry = {"name": name, "path": path, "metadata": dict(metadata) if metadata else metadata}
+        self.client.set_tag(rid, ARTIFACT_TAG + _key(name), json.dumps(entry, default=str))
+
+    def artifacts(self, run_id: str) -> dict[str, TrackerArtifact]:
+        rid = self._find(run_id)
+        if rid is None:
+            return {}
+        out = {}
+        for k, v in sorted(self.client.get_run(rid).data.tags.items()):
+            if k.startswith(ARTIFACT_TAG):
+                e = json.loads(v)
+                out[e["name"]] = TrackerArtifact(e["name"], e["path"], e.get("metadata"))
+        return out
+
+    # ------------------------------------------------------------------ sources
+    def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
+        rid = self._run(run_id)
+        tags = self.client.get_run(rid).data.tags
+        known = json.loads(tags.get(SOURCES_TAG, "[]"))
+        if [source_id, artifact_name] not in known:
+            known.append([source_id, artifact_name])
+            self.client.set_tag(rid, SOURCES_TAG, json.dumps(known))
+        if "mlflow.parentRunId" not in tags:
+            self.client.set_tag(rid, "mlflow.parentRunId", self._run(source_id))
+
+    def sources(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
+        rid = self._find(run_id)
+        if rid is None:
+            return []
+        known = json.loads(self.client.get_run(rid).data.tags.get(SOURCES_TAG, "[]"))
+        return [TrackerSource(s, a) for s, a in known if not artifact_name or a == artifact_name]
+
+    def run_ids(self, **kwargs: str) -> list[str]:
+        parent = kwargs.get("parent_run_id")
+        query = f"tags.`{JOB_TAG}` LIKE '%'"
+        if parent:
+            pid = self._find(parent)
+            if pid is None:
+                return []
+            query += f" and tags.`mlflow.parentRunId` = {_quoted(pid)}"
+        out: list[str] = []
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=query,
+                max_results=1000,
+                order_by=["attributes.start_time ASC"],
+                page_token=token,
+            )
+            out += [r.data.tags[JOB_TAG] for r in page]
+            token = page.token
+            if not token:
+                return out
+
+    def lineage(self, run_id: str) -> Lineage:
+        raise NotImplementedError("lineage: not implemented by TorchX 0.7.0's backends either")
+
+
+def create(config: str | None) -> MLflowTracker:
+    """The factory: ``config`` is ``URI[#EXPERIMENT]``."""
+    return MLflowTracker(*parse_config(config))

@@ -1,0 +1,113 @@
+"""Which tracker backends a job uses: names, factories, the embedded default, checks at submit.
+
+A tracker NAME (a key of ``[torchx:tracker]`` in ``.xrunconfig``, or of ``TORCHX_TRACKERS``) is,
+as in TorchX 0.7.0, looked up in this order:
+
+1. xrun's own backends: ``fsspec`` (:mod:`xrun.tracker.fsspec_backend`) and ``mlflow``
+   (:mod:`xrun.tracker.mlflow_backend`, the ``[mlflow]`` extra);
+2. an entry point of the group ``torchx.tracker`` (TorchX's group; a third party adds to it);
+3. a module path, ``pkg.mod:factory``.
+
+The factory is called with the tracker's config (``[tracker:NAME] config``, travelling to the
+job as ``TORCHX_TRACKER_<NAME>_CONFIG``) and returns a :class:`~xrun.tracker.api.TrackerBase`.
+
+With no tracker configured at all (no ``[torchx:tracker]`` section, no ``TORCHX_TRACKERS``), a
+job xrun started records into the embedded default: the fsspec backend rooted at
+``$XDG_STATE_HOME/xrun/tracker``. An empty ``[torchx:tracker]`` section or ``TORCHX_TRACKERS=``
+(empty) turns tracking off.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from xrun.tracker.base import TrackerBase
+
+BUILTINS = {
+    "fsspec": "xrun.tracker.fsspec_backend:create",
+    "mlflow": "xrun.tracker.mlflow_backend:create",
+}
+ENTRY_POINT_GROUP = "torchx.tracker"
+
+
+class Tracker(NamedTuple):
+    """A tracker configured on the launching side, and where its name and config were given
+    (``FILE [SECTION] KEY`` or the variable): errors quote these."""
+
+    name: str
+    config: str | None
+    name_source: str
+    config_source: str
+
+
+# Set by the runner in every job xrun starts (see xrun.tracking): the embedded default applies
+# only there, never to a script run by hand.
+RUN_ID_ENV = "XRUN_RUN_ID"
+
+
+def _load_path(path: str) -> Any:
+    import importlib
+
+    module, _, attr = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split(".") if attr else []:
+        obj = getattr(obj, part)
+    return obj
+
+
+def entry_point(name: str) -> Any:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return ep
+    return None
+
+
+def factory(name: str) -> Callable[[str | None], TrackerBase] | None:
+    """The factory ``name`` stands for; None when nothing by that name can be found."""
+    if name in BUILTINS:
+        return _load_path(BUILTINS[name])
+    ep = entry_point(name)
+    if ep is not None:
+        return ep.load()
+    try:
+        return _load_path(name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def build(name: str, config: str | None) -> TrackerBase:
+    make = factory(name)
+    if make is None:
+        raise ValueError(
+            f"tracker {name!r}: no such backend; expected fsspec, mlflow, an entry point of the "
+            f"group {ENTRY_POINT_GROUP!r} or MODULE:FACTORY"
+        )
+    return make(config)
+
+
+def from_environ(env: Mapping[str, str]) -> list[TrackerBase]:
+    """The backends of the job whose environment is ``env``. In a worker a tracker that cannot
+    be built is reported on stderr and left out, as TorchX does: tracking must not end a job."""
+    from xrun.tracker.base import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
+
+    if ENV_TORCHX_TRACKERS not in env:
+        if RUN_ID_ENV not in env:
+            return []
+        names: list[str | None] = [None]  # the embedded default
+    else:
+        names = [n.strip() for n in env[ENV_TORCHX_TRACKERS].split(",") if n.strip()]
+    out: list[TrackerBase] = []
+    for name in names:
+        try:
+            if name is None:
+                out.append(build("fsspec", None))  # its default root
+            else:
+                out.append(build(name, env.get(tracker_config_env_var_name(name))))
+        except Exception as e:  # any backend's failure: reported, not raised
+            print(f"xrun.tracker: tracker {name or 'default'} left out: {e}", file=sys.stderr)
+    return out
