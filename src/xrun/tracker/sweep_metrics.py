@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from xrun.errors import UsageError
 
 if TYPE_CHECKING:
-    from xrun.sweep_status import TrialStatus
+    from xrun.sweeps.status import TrialStatus
     from xrun.tracker.base import TrackerBase
 
 _OWN_PREFIXES = ("attempt.", "sweep.")

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.cli import Env
 from xrun.errors import UsageError
 from xrun.specs import AppState
-from xrun.sweep_status import SweepStatus, TrialStatus
+from xrun.sweeps.status import SweepStatus, TrialStatus
 from xrun.tracker.fsspec_backend import create
 from xrun.tracker.sweep_metrics import numeric, sort_trials, trial_metrics
 
