@@ -9,7 +9,7 @@ from xrun.cli.common import not_found
 from xrun.errors import UsageError
 from xrun.runner import Runner
 from xrun.sweeps.status import SweepStatus
-from xrun.tracker.sweep_metrics import sort_trials, trial_metrics
+from xrun.sweeps.metrics import sort_trials, trial_metrics
 
 HANDLE_HELP = "SCHEDULER://SESSION/APP_ID, a sweep's handle, or a trial's SWEEP_HANDLE/TRIAL"
 

@@ -77,7 +77,7 @@ class SweepStatus:
     trials: list[TrialStatus] = field(default_factory=list)
     max_parallel: int | None = None
     msg: str = ""
-    # trial index -> the numeric metadata its tracker run recorded (xrun.tracker.sweep_metrics):
+    # trial index -> the numeric metadata its tracker run recorded (xrun.sweeps.metrics):
     # one column per key, between duration and id
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
 

@@ -11,7 +11,7 @@ from xrun.errors import UsageError
 from xrun.specs import AppState
 from xrun.sweeps.status import SweepStatus, TrialStatus
 from xrun.tracker.fsspec_backend import create
-from xrun.tracker.sweep_metrics import numeric, sort_trials, trial_metrics
+from xrun.sweeps.metrics import numeric, sort_trials, trial_metrics
 
 SWEEP = "local_cwd://default/s-1"
 
