@@ -1,7 +1,9 @@
-"""xrun's store wire protocol (version 2): frames, ops, statuses, the encoders and the reader.
+"""xrun's store wire protocol (version 2): frames, ops, statuses, the encoders and the parsers.
 
-Both sides use this module: the server's session (``session.py``) decodes requests and encodes
-answers, the client (``client.py``) the other way round. Nothing here touches a socket.
+Both sides use this module: the server's handler (``handler.py``) reads a client's stream with
+:class:`RequestParser` (typed request values, as ``torch_protocol.RequestParser`` does for
+torch's protocol) and encodes answers; the client (``client.py``) the other way round. Nothing
+here touches a socket.
 
 Everything travels in *frames*: a 4-byte big-endian unsigned length ``N`` then ``N`` bytes.
 A frame longer than the server's ``max_frame`` (default 4 MiB) closes the connection.
@@ -55,7 +57,7 @@ import enum
 import hashlib
 import hmac
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .errors import ProtocolError
 
@@ -192,3 +194,162 @@ def encode_values(values: Sequence[bytes | None]) -> bytes:
     for v in values:
         parts.append(b"\x00" if v is None else b"\x01" + LEN.pack(len(v)) + v)
     return b"".join(parts)
+
+
+# -- requests, decoded (server side) ------------------------------------------------------------
+# Plain classes with __slots__: the client imports this module on every agent's start-up, and a
+# NamedTuple class costs far more to create than these.
+
+
+class Hello:
+    """Handshake step 0 (``HELLO``, unframed): the server answers with its greeting."""
+
+    __slots__ = ()
+
+
+class Credentials:
+    """Handshake step 2: the client's MAC (empty: it has no token)."""
+
+    __slots__ = ("mac",)
+
+    def __init__(self, mac: bytes) -> None:
+        self.mac = mac
+
+
+class Request:
+    """A request after the handshake; ``rid`` 0 wants no answer."""
+
+    __slots__ = ("rid",)
+
+    def __init__(self, rid: int) -> None:
+        self.rid = rid
+
+
+class Set(Request):
+    __slots__ = ("key", "value")
+
+    def __init__(self, rid: int, key: str, value: bytes) -> None:
+        self.rid, self.key, self.value = rid, key, value
+
+
+class Add(Request):
+    __slots__ = ("key", "delta")
+
+    def __init__(self, rid: int, key: str, delta: int) -> None:
+        self.rid, self.key, self.delta = rid, key, delta
+
+
+class Wait(Request):
+    """``timeout`` < 0: for ever; 0: a non-blocking multi-get."""
+
+    __slots__ = ("want_all", "timeout", "keys")
+
+    def __init__(self, rid: int, want_all: bool, timeout: float, keys: tuple[str, ...]) -> None:
+        self.rid, self.want_all, self.timeout, self.keys = rid, want_all, timeout, keys
+
+
+class Delete(Request):
+    __slots__ = ("key",)
+
+    def __init__(self, rid: int, key: str) -> None:
+        self.rid, self.key = rid, key
+
+
+class Lease(Request):
+    """``owned``: flags bit 0, the lease fires when this connection closes."""
+
+    __slots__ = ("key", "ttl", "fire_key", "fire_value", "owned")
+
+    def __init__(  # noqa: PLR0913 - one parameter per wire field
+        self, rid: int, key: str, ttl: float, fire_key: str, fire_value: bytes, owned: bool
+    ) -> None:
+        self.rid, self.key, self.ttl = rid, key, ttl
+        self.fire_key, self.fire_value, self.owned = fire_key, fire_value, owned
+
+
+class Ping(Request):
+    __slots__ = ()
+
+
+Message = Hello | Credentials | Request
+
+_DECODERS: dict[int, Callable[[int, Reader], Request]] = {
+    Op.SET: lambda rid, r: Set(rid, r.str_(), r.bytes_()),
+    Op.ADD: lambda rid, r: Add(rid, r.str_(), r.i64()),
+    Op.WAIT: lambda rid, r: Wait(
+        rid, r.u8() == 0, r.f64(), tuple(r.str_() for _ in range(r.u32()))
+    ),
+    Op.DELETE: lambda rid, r: Delete(rid, r.str_()),
+    Op.LEASE: lambda rid, r: Lease(rid, r.str_(), r.f64(), r.str_(), r.bytes_(), bool(r.u8() & 1)),
+    Op.PING: lambda rid, _r: Ping(rid),
+}
+
+
+def decode_request(body: bytes) -> Request:
+    """One request frame's body as a value; ProtocolError for an unknown op or a short frame."""
+    r = Reader(body)
+    rid = r.u32()
+    op = r.u8()
+    decode = _DECODERS.get(op)
+    if decode is None:
+        raise ProtocolError(f"unknown op {op}")
+    return decode(rid, r)
+
+
+class RequestParser:
+    """Incremental parser of one client's stream (server side): ``feed(data)``, then iterate for
+    what it completes: ``Hello``, ``Credentials``, then ``Request`` values.
+
+    Framing limits: before its credentials a client may send no frame over
+    ``MAX_HANDSHAKE_FRAME`` bytes (no room to make the server buffer much), after them none over
+    ``max_frame``; a length over the limit is a ProtocolError before any of its bytes is awaited.
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+        self._pos = 0
+        self._stage = 0  # 0: HELLO next, 1: credentials next, 2: requests
+
+    def feed(self, data: bytes) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def __iter__(self) -> Iterator[Message]:
+        buf = self._buf
+        if self._stage == 0:
+            if len(buf) < len(HELLO):
+                return
+            if buf[: len(HELLO)] != HELLO:
+                raise ProtocolError("bad handshake")
+            self._pos, self._stage = len(HELLO), 1
+            yield Hello()
+        while (frame := self._frame()) is not None:
+            if self._stage == 2:
+                yield decode_request(frame)
+            elif not frame.startswith(MAGIC):
+                raise ProtocolError("bad handshake")
+            else:
+                self._stage = 2
+                yield Credentials(frame[len(MAGIC) :])
+
+    def _frame(self) -> bytes | None:
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
+            return None
+        (n,) = LEN.unpack_from(buf, pos)
+        if self._stage < 2 and n > MAX_HANDSHAKE_FRAME:
+            raise ProtocolError(f"handshake frame of {n} bytes")
+        if n > self.max_frame:
+            raise ProtocolError(f"frame of {n} bytes exceeds the {self.max_frame}-byte limit")
+        if len(buf) - pos - 4 < n:
+            return None
+        self._pos = pos + 4 + n
+        return bytes(buf[pos + 4 : pos + 4 + n])
+
+
+def encode_verdict(reason: str | None) -> bytes:
+    """Handshake step 3, framed: accepted (None), or refused for ``reason``."""
+    return pack_bytes(b"\x00" if reason is None else b"\x01" + reason.encode())
