@@ -32,7 +32,7 @@ from .config import DEFAULT_SIGNALS, LaunchConfig
 # rendezvous would reject later (unknown key, is_host=maybe, token_file=, heartbeat_interval >=
 # timeout, port 99999) fails here as a one-line usage error, before the agent binds or waits.
 from .rendezvous.conf import parse_rdzv_conf
-from .rendezvous.endpoint import format_endpoint, parse_endpoint, unbracket
+from .rendezvous.endpoint import Endpoint, unbracket
 
 PROG = "xrun-agent"
 # torchrun's entry-point group for --logs-specs classes.
@@ -390,11 +390,12 @@ def parse(
     if backend == "static":
         master_port = _int("--master-port", ns.master_port or "29500")
         if not endpoint:
-            endpoint = format_endpoint(unbracket(ns.master_addr), master_port)
+            endpoint = str(Endpoint(unbracket(ns.master_addr), master_port))
         node_rank = _int("--node-rank", ns.node_rank)
+    parsed = None
     if endpoint:
         try:
-            parse_endpoint(endpoint)
+            parsed = Endpoint.parse(endpoint)
         except UsageError as e:
             raise UsageError(f"--rdzv-endpoint: {e}") from None
     if ns.shutdown_timeout is None:
@@ -419,6 +420,7 @@ def parse(
         role=ns.role,
         rdzv_backend=backend,
         rdzv_endpoint=endpoint,
+        endpoint=parsed,
         rdzv_conf=parse_rdzv_conf(ns.rdzv_conf),
         max_restarts=_int("--max-restarts", ns.max_restarts),
         monitor_interval=_float("--monitor-interval", ns.monitor_interval) or 0.1,
