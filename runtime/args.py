@@ -25,6 +25,7 @@ from xrun.contract import (
 )
 from xrun.errors import UsageError
 from xrun.limits import capped_int, check_duration, is_digits, shown
+from xrun.noderange import parse_node_range
 
 from .config import DEFAULT_SIGNALS, LaunchConfig
 
@@ -201,12 +202,11 @@ def _float(flag: str, raw: str) -> float:
 
 
 def parse_nnodes(raw: str) -> tuple[int, int]:
-    """``"2"`` -> (2, 2); ``"1:4"`` -> (1, 4) (torch's ``parse_min_max_nnodes``)."""
-    parts = [p.strip() for p in raw.split(":")]
-    if len(parts) <= 2 and all(is_digits(p) for p in parts):
-        lo, hi = capped_int(parts[0], MAX_NODES), capped_int(parts[-1], MAX_NODES)
-    else:
-        lo, hi = 0, -1
+    """``"2"`` -> (2, 2); ``"1:4"`` -> (1, 4) (torch's ``parse_min_max_nnodes``): the
+    ``[MIN:]N`` grammar of ``xrun.noderange``, with spaces around a part allowed (torch reads
+    each part with int())."""
+    nodes = parse_node_range(":".join(p.strip() for p in raw.split(":")))
+    lo, hi = (nodes.min, nodes.max) if nodes is not None else (0, -1)
     if not 0 < lo <= hi:
         raise NnodesError(
             f"--nnodes {shown(raw)} is invalid: expected N or MIN:MAX with 0 < MIN <= MAX "
