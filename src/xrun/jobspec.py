@@ -35,8 +35,12 @@ class JobSize(NamedTuple):
     nproc_per_node: int
 
     @property
+    def nodes(self) -> NodeRange:
+        return NodeRange(self.min_nnodes, self.max_nnodes)
+
+    @property
     def elastic(self) -> bool:
-        return self.min_nnodes != self.max_nnodes
+        return self.nodes.elastic
 
     def nnodes_arg(self) -> str:
         """``MIN:MAX`` for the runtime agent's ``--nnodes``.
@@ -47,7 +51,7 @@ class JobSize(NamedTuple):
         return f"{max(self.min_nnodes, 1)}:{self.max_nnodes}"
 
     def __str__(self) -> str:
-        return f"{NodeRange(self.min_nnodes, self.max_nnodes)}x{self.nproc_per_node}"
+        return f"{self.nodes}x{self.nproc_per_node}"
 
 
 def _why(text: str) -> str:
