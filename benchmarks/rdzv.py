@@ -61,7 +61,7 @@ def run(n_agents: int, timeout: float = 120.0, token: bytes | None = None) -> fl
     conf ``token_file``, as from a scheduler)."""
     import tempfile
 
-    from xrun.runtime.rendezvous import RendezvousParams, create_handler
+    from xrun.runtime.rendezvous import Endpoint, RendezvousParams, create_handler
     from xrun.runtime.store import StoreServer
 
     _raise_fd_limit(n_agents)
@@ -73,7 +73,7 @@ def run(n_agents: int, timeout: float = 120.0, token: bytes | None = None) -> fl
         with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
             f.write(token)
         conf["token_file"] = path
-    endpoint = f"127.0.0.1:{server.port}"
+    endpoint = Endpoint("127.0.0.1", server.port)
     run_id = uuid.uuid4().hex[:8]
     handlers: list[Any] = [None] * n_agents
 

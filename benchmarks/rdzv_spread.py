@@ -170,7 +170,7 @@ class _Agents:
         port, run_id, n_s, share_s, offset_s, token_file, timeout_s = argv
         self.n, self.share, self.timeout = int(n_s), int(share_s), float(timeout_s)
         self.offset = int(offset_s)
-        self.endpoint, self.run_id = f"127.0.0.1:{port}", run_id
+        self.port, self.run_id = int(port), run_id
         self.conf = {"join_timeout": timeout_s, "is_host": "false", "token_file": token_file}
         self.go = threading.Event()
         self.handlers: list[Any] = [None] * self.share
@@ -180,12 +180,12 @@ class _Agents:
         self.lock = threading.Lock()
 
     def body(self, i: int) -> None:
-        from xrun.runtime.rendezvous import RendezvousParams, create_handler
+        from xrun.runtime.rendezvous import Endpoint, RendezvousParams, create_handler
 
         try:
             params = RendezvousParams(
                 backend="c10d",
-                endpoint=self.endpoint,
+                endpoint=Endpoint("127.0.0.1", self.port),
                 run_id=self.run_id,
                 min_nodes=self.n,
                 max_nodes=self.n,

@@ -158,8 +158,8 @@ def spmd(
     if "x" in j:  # NPROC given: as TorchX, it wins over the GPU count
         size = parse_j(j)
     else:
-        lo, hi = parse_nnodes(j)
-        size = JobSize(lo, hi, max(resource.gpu, 1))
+        nodes = parse_nnodes(j)
+        size = JobSize(nodes.min, nodes.max, max(resource.gpu, 1))
     return _app(
         DistJob(
             component="dist.spmd",

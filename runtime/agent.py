@@ -160,10 +160,10 @@ class Agent:
     # -- public -------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from .rendezvous import RendezvousParams, create_handler, parse_endpoint
+        from .rendezvous import Endpoint, RendezvousParams, create_handler
 
         cfg = self.config
-        endpoint = cfg.rdzv_endpoint or "localhost:0"
+        endpoint = cfg.endpoint or Endpoint("localhost", 0)
         params = RendezvousParams(
             backend=cfg.rdzv_backend,
             endpoint=endpoint,
@@ -175,7 +175,7 @@ class Agent:
             node_rank=cfg.node_rank,
             local_addr=cfg.local_addr,
             # port 0: this agent serves the store on a port no other agent learns
-            private_store=parse_endpoint(endpoint)[1] == 0,
+            private_store=endpoint.port == 0,
         )
         restore = self._signals.install()
         undo_diag = self._diag.install(parse_signals(cfg.signals_to_handle))

@@ -27,6 +27,7 @@ from xrun.contract import (
 )
 from xrun.errors import UsageError
 from xrun.limits import capped_int, check_duration, is_digits, shown
+from xrun.noderange import parse_node_range
 
 from .config import DEFAULT_SIGNALS, LaunchConfig
 
@@ -34,7 +35,7 @@ from .config import DEFAULT_SIGNALS, LaunchConfig
 # rendezvous would reject later (unknown key, is_host=maybe, token_file=, heartbeat_interval >=
 # timeout, port 99999) fails here as a one-line usage error, before the agent binds or waits.
 from .rendezvous.conf import parse_rdzv_conf
-from .rendezvous.endpoint import format_endpoint, parse_endpoint, unbracket
+from .rendezvous.endpoint import Endpoint, unbracket
 
 PROG = "xrun-agent"
 # torchrun's entry-point group for --logs-specs classes.
@@ -211,12 +212,11 @@ def _float(flag: str, raw: str) -> float:
 
 
 def parse_nnodes(raw: str) -> tuple[int, int]:
-    """``"2"`` -> (2, 2); ``"1:4"`` -> (1, 4) (torch's ``parse_min_max_nnodes``)."""
-    parts = [p.strip() for p in raw.split(":")]
-    if len(parts) <= 2 and all(is_digits(p) for p in parts):
-        lo, hi = capped_int(parts[0], MAX_NODES), capped_int(parts[-1], MAX_NODES)
-    else:
-        lo, hi = 0, -1
+    """``"2"`` -> (2, 2); ``"1:4"`` -> (1, 4) (torch's ``parse_min_max_nnodes``): the
+    ``[MIN:]N`` grammar of ``xrun.noderange``, with spaces around a part allowed (torch reads
+    each part with int())."""
+    nodes = parse_node_range(":".join(p.strip() for p in raw.split(":")))
+    lo, hi = (nodes.min, nodes.max) if nodes is not None else (0, -1)
     if not 0 < lo <= hi:
         raise NnodesError(
             f"--nnodes {shown(raw)} is invalid: expected N or MIN:MAX with 0 < MIN <= MAX "
@@ -402,11 +402,14 @@ def parse(
     if backend == "static":
         master_port = _int("--master-port", ns.master_port or "29500")
         if not endpoint:
-            endpoint = format_endpoint(unbracket(ns.master_addr), master_port)
+            endpoint = str(Endpoint(unbracket(ns.master_addr), master_port))
         node_rank = _int("--node-rank", ns.node_rank)
+    parsed = None
     if endpoint:
         try:
-            parse_endpoint(endpoint)
+            # etcd's client port by default, as torchrun (host alone: HOST:2379)
+            default = ETCD_DEFAULT_PORT if backend in ETCD_BACKENDS else RDZV_ENDPOINT_DEFAULT_PORT
+            parsed = Endpoint.parse(endpoint, default)
         except UsageError as e:
             raise UsageError(f"--rdzv-endpoint: {e}") from None
     if ns.shutdown_timeout is None:
@@ -431,6 +434,7 @@ def parse(
         role=ns.role,
         rdzv_backend=backend,
         rdzv_endpoint=endpoint,
+        endpoint=parsed,
         rdzv_conf=parse_rdzv_conf(ns.rdzv_conf),
         max_restarts=_int("--max-restarts", ns.max_restarts),
         monitor_interval=_float("--monitor-interval", ns.monitor_interval) or 0.1,

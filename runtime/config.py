@@ -22,6 +22,7 @@ from xrun.errors import UsageError
 from xrun.limits import check_count, check_duration
 
 if TYPE_CHECKING:
+    from .rendezvous.endpoint import Endpoint
     from .workers.streams import Std
 
 DEFAULT_ROLE = "default"
@@ -85,8 +86,15 @@ class LaunchConfig:
     duplicate_stdout_filters: list[str] | None = None
     duplicate_stderr_filters: list[str] | None = None
     virtual_local_rank: bool = False
+    # rdzv_endpoint parsed (None: standalone), by __post_init__ unless the command line, which
+    # parsed it already, passes it: what the agent reads, never the text.
+    endpoint: Endpoint | None = None
 
     def __post_init__(self) -> None:
+        if self.endpoint is None and self.rdzv_endpoint:
+            from .rendezvous.endpoint import Endpoint
+
+            self.endpoint = Endpoint.parse(self.rdzv_endpoint)
         _merge_torch_fields(self)
         validate(self)
 

@@ -101,12 +101,13 @@ from .api import (
 )
 from .backends import create_handler
 from .conf import CONF_KEYS, RdzvConfig, config_from_conf, load_token, parse_rdzv_conf
-from .endpoint import format_endpoint, parse_endpoint
+from .endpoint import Endpoint
 from .handler import RendezvousHandler
 from .kv import KeyValue
 
 __all__ = [
     "CONF_KEYS",
+    "Endpoint",
     "KeyValue",
     "RdzvConfig",
     "RendezvousClosedError",
@@ -118,8 +119,6 @@ __all__ = [
     "RendezvousTimeoutError",
     "config_from_conf",
     "create_handler",
-    "format_endpoint",
     "load_token",
-    "parse_endpoint",
     "parse_rdzv_conf",
 ]

@@ -6,6 +6,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .endpoint import Endpoint
 
 __all__ = [
     "RendezvousClosedError",
@@ -37,7 +41,7 @@ class RendezvousClosedError(RendezvousError):
 @dataclass(frozen=True)
 class RendezvousParams:
     backend: str
-    endpoint: str
+    endpoint: Endpoint  # parsed where it entered (Endpoint.parse), never re-read from text
     run_id: str
     min_nodes: int
     max_nodes: int

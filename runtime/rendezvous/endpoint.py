@@ -1,68 +1,80 @@
-"""Rendezvous endpoints: the one parser and formatter of ``host:port``, and the addresses a node
-binds and advertises.
+"""Rendezvous endpoints: ``Endpoint``, the one parser and formatter of ``host:port``, and the
+addresses a node binds and advertises.
 
-The command line checks ``--rdzv-endpoint`` with ``parse_endpoint`` and the rendezvous reads the
-endpoint with it, so the two cannot disagree on what an endpoint is.
+An endpoint is parsed once, where it enters (the command line in ``args.py``, a
+``LaunchConfig`` built in Python), and travels as an ``Endpoint`` from there: the agent, the
+handler and the store link read its fields, never the text again.
 """
 
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 
 from xrun.contract import RDZV_ENDPOINT_DEFAULT_PORT
 from xrun.errors import UsageError
+from xrun.limits import capped_int, is_digits, shown
 
 from ..store.client import is_ip_literal
 
 __all__ = [
+    "Endpoint",
     "bind_address",
     "default_local_addr",
-    "format_endpoint",
-    "parse_endpoint",
     "unbracket",
 ]
 
 _FORM = "expected HOST, HOST:PORT or [IPV6]:PORT, e.g. node0:29400"
 
 
-def parse_endpoint(
-    endpoint: str, default_port: int = RDZV_ENDPOINT_DEFAULT_PORT
-) -> tuple[str, int]:
-    """``host:port`` / ``[v6]:port`` / ``host`` / ``[v6]`` / ``v6`` -> (host, port).
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the rendezvous store is: ``host`` as written (an IPv6 address without brackets)
+    and ``port`` (0: a free one, picked by the agent that serves the store). ``str()`` gives
+    the text form, which ``parse`` reads back."""
 
-    A bare IPv6 address (``::1``) gets the default port; it must be a whole, valid address,
-    since a port after it (``::1:29400``) could not be told from the address: such an endpoint
-    is refused with the bracketed form to write instead.
-    """
-    ep = endpoint.strip()
-    if ep.startswith("["):
-        host, sep, rest = ep[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            raise UsageError(f"rendezvous endpoint {endpoint!r} is malformed; {_FORM}")
-        port_s = rest[1:] if rest else ""
-    elif ep.count(":") == 1:
-        host, _, port_s = ep.partition(":")
-    elif ":" in ep and not is_ip_literal(ep):
-        raise UsageError(
-            f"rendezvous endpoint {endpoint!r} is not an IPv6 address, and an IPv6 address with "
-            f"a port needs brackets: write [IPV6]:PORT, e.g. [::1]:29400"
-        )
-    else:  # bare host name, or a bare IPv6 address
-        host, port_s = ep, ""
-    if not host:
-        raise UsageError(f"rendezvous endpoint {endpoint!r} has no host; {_FORM}")
-    if not port_s:
-        return host, default_port
-    if not port_s.isdigit() or int(port_s) > 65535:
-        raise UsageError(
-            f"rendezvous endpoint {endpoint!r} has port {port_s!r}, expected 0..65535; {_FORM}"
-        )
-    return host, int(port_s)
+    host: str
+    port: int
 
+    @classmethod
+    def parse(cls, text: str, default_port: int = RDZV_ENDPOINT_DEFAULT_PORT) -> Endpoint:
+        """``host:port`` / ``[v6]:port`` / ``host`` / ``[v6]`` / ``v6`` -> an Endpoint; a
+        UsageError naming the text and the expected form otherwise.
 
-def format_endpoint(host: str, port: int) -> str:
-    """``host:port``, with an IPv6 address in brackets (``[::1]:29400``)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        A bare IPv6 address (``::1``) gets the default port; it must be a whole, valid address,
+        since a port after it (``::1:29400``) could not be told from the address: such an
+        endpoint is refused with the bracketed form to write instead.
+        """
+        ep = text.strip()
+        if ep.startswith("["):
+            host, sep, rest = ep[1:].partition("]")
+            if not sep or (rest and not rest.startswith(":")):
+                raise UsageError(f"rendezvous endpoint {text!r} is malformed; {_FORM}")
+            port_s = rest[1:] if rest else ""
+        elif ep.count(":") == 1:
+            host, _, port_s = ep.partition(":")
+        elif ":" in ep and not is_ip_literal(ep):
+            raise UsageError(
+                f"rendezvous endpoint {text!r} is not an IPv6 address, and an IPv6 address with "
+                f"a port needs brackets: write [IPV6]:PORT, e.g. [::1]:29400"
+            )
+        else:  # bare host name, or a bare IPv6 address
+            host, port_s = ep, ""
+        if not host:
+            raise UsageError(f"rendezvous endpoint {text!r} has no host; {_FORM}")
+        if not port_s:
+            return cls(host, default_port)
+        port = capped_int(port_s, 65535) if is_digits(port_s) else -1
+        if not 0 <= port <= 65535:
+            raise UsageError(
+                f"rendezvous endpoint {shown(text)} has port {shown(port_s)}, expected "
+                f"0..65535; {_FORM}"
+            )
+        return cls(host, port)
+
+    def __str__(self) -> str:
+        """``host:port``, with an IPv6 address in brackets (``[::1]:29400``)."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 def unbracket(host: str) -> str:

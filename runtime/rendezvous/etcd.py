@@ -59,7 +59,7 @@ from .api import (
     RendezvousTimeoutError,
 )
 from .conf import RdzvConfig, config_from_conf
-from .endpoint import bind_address, default_local_addr, format_endpoint, parse_endpoint
+from .endpoint import Endpoint, bind_address, default_local_addr
 from .etcd_kv import EtcdClient, EtcdError, tls_context
 from .handler import RendezvousHandler
 from .keys import closed_error, verdict
@@ -91,9 +91,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
         global _seq
         self.params = params
         self.cfg = cfg
-        host, port = parse_endpoint(params.endpoint, ETCD_DEFAULT_PORT)
-        self._etcd = EtcdClient(host, port, cfg.read_timeout, tls)
-        self._etcd_endpoint = format_endpoint(host, port)
+        ep = params.endpoint
+        self._etcd = EtcdClient(ep.host, ep.port, cfg.read_timeout, tls)
+        self._etcd_endpoint = ep
         self.addr = params.local_addr or default_local_addr()
         with _seq_lock:
             _seq += 1
@@ -113,7 +113,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 f"cannot serve the workers' store on {self.addr!r}: {e}; give --local-addr an "
                 f"address of this host"
             ) from None
-        self._store_addr = format_endpoint(self.addr, self._server.port)
+        self._store_addr = str(Endpoint(self.addr, self._server.port))
         self._store_client: StoreClient | None = None
         self._generation = 0
         self._lease_id = 0
@@ -136,7 +136,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
     # -- what the agent reads ------------------------------------------------------------------
 
     @property
-    def endpoint(self) -> str:
+    def endpoint(self) -> Endpoint:
         return self._etcd_endpoint
 
     @property
@@ -148,8 +148,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def workers_address(self) -> tuple[str, int]:
         if self._place is None:
             raise RendezvousError("no round has formed yet")
-        host, port = parse_endpoint(self._place[1][0][4])
-        return host, port
+        ep = Endpoint.parse(self._place[1][0][4])
+        return ep.host, ep.port
 
     @property
     def closed_failed(self) -> bool:
@@ -555,10 +555,9 @@ def create_etcd_handler(params: RendezvousParams) -> EtcdRendezvousHandler:
             f"--rdzv-conf etcd_prefix={prefix[:40]!r} must be an absolute etcd key path, e.g. "
             f"etcd_prefix=/xrun/rdzv"
         )
-    _, port = parse_endpoint(params.endpoint, ETCD_DEFAULT_PORT)
-    if port == 0:
+    if params.endpoint.port == 0:
         raise UsageError(
-            f"rendezvous endpoint {params.endpoint!r}: the etcd rendezvous needs etcd's client "
+            f"rendezvous endpoint {str(params.endpoint)!r}: the etcd rendezvous needs etcd's client "
             f"HOST:PORT (default port {ETCD_DEFAULT_PORT}), not port 0"
         )
     return EtcdRendezvousHandler(params, config_from_conf(conf), prefix, tls_context(conf))

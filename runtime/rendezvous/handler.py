@@ -29,7 +29,7 @@ from .api import (
     RendezvousTimeoutError,
 )
 from .conf import RdzvConfig, config_from_conf, load_token
-from .endpoint import default_local_addr, parse_endpoint
+from .endpoint import Endpoint, default_local_addr
 from .hosting import StoreLink
 from .keys import Keys, Seat, World, closed_error, verdict
 from .kv import KeyValue
@@ -82,8 +82,8 @@ class RendezvousHandler:
         self._kv: KeyValue | None = None
 
     @property
-    def endpoint(self) -> str:
-        """The store's real ``host:port`` (port 0 resolved)."""
+    def endpoint(self) -> Endpoint:
+        """The store's real endpoint (port 0 resolved)."""
         return self._link.endpoint
 
     @property
@@ -370,4 +370,3 @@ def check_params(p: RendezvousParams) -> None:
                 f"--node-rank {p.node_rank} is out of range for --nnodes {p.max_nodes}; "
                 f"expected 0..{p.max_nodes - 1}"
             )
-    parse_endpoint(p.endpoint)

@@ -21,7 +21,7 @@ from ..store.client import StoreClient
 from ..store.server import StoreServer
 from .api import RendezvousParams
 from .conf import RdzvConfig
-from .endpoint import bind_address, format_endpoint, parse_endpoint
+from .endpoint import Endpoint, bind_address
 from .keys import HOST_KEY, Keys
 
 __all__ = ["StoreLink"]
@@ -41,16 +41,16 @@ class StoreLink:
         self.params = params
         self.cfg = cfg
         self._token = token
-        host, port = parse_endpoint(params.endpoint)
         self.server: StoreServer | None = None
-        self._host_name = host
-        self._connect_host, self._port = self._maybe_serve(host, port)
+        self._host_name = params.endpoint.host
+        self._connect_host, self._port = self._maybe_serve(params.endpoint)
         self._client: StoreClient | None = None
         self._connect_lock = threading.Lock()
 
-    def _maybe_serve(self, host: str, port: int) -> tuple[str, int]:
+    def _maybe_serve(self, endpoint: Endpoint) -> tuple[str, int]:
         """Bind the store here when this agent should host it; returns where to connect."""
         p, cfg = self.params, self.cfg
+        host, port = endpoint.host, endpoint.port
         if p.backend == "static":
             want = p.node_rank == 0 if cfg.is_host is None else cfg.is_host
             must = want
@@ -61,7 +61,7 @@ class StoreLink:
         if not want:
             if port == 0:
                 raise UsageError(
-                    f"rendezvous endpoint {format_endpoint(host, port)} asks for a free port, "
+                    f"rendezvous endpoint {endpoint} asks for a free port, "
                     f"which only the agent serving the store can pick; drop is_host=false or "
                     f"give a fixed port"
                 )
@@ -88,7 +88,7 @@ class StoreLink:
                 return addr, port  # (or another agent on this host serves it)
             if time.monotonic() + delay > deadline:
                 raise UsageError(
-                    f"cannot serve the rendezvous store on {format_endpoint(addr, port)}: the "
+                    f"cannot serve the rendezvous store on {Endpoint(addr, port)}: the "
                     f"port is taken on this host by a socket that serves nothing (for "
                     f"join_timeout={cfg.join_timeout:g}s); pick a free port"
                 )
@@ -113,15 +113,15 @@ class StoreLink:
             if not must and e.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
                 return e.errno
             raise UsageError(
-                f"cannot serve the rendezvous store on {format_endpoint(addr, port)}: "
+                f"cannot serve the rendezvous store on {Endpoint(addr, port)}: "
                 f"{e.strerror or e}; pick a free port (or port 0 on a single node)"
             ) from None
         return 0
 
     @property
-    def endpoint(self) -> str:
-        """The store's real ``host:port`` (port 0 resolved)."""
-        return format_endpoint(self._host_name, self._port)
+    def endpoint(self) -> Endpoint:
+        """The store's real endpoint (port 0 resolved)."""
+        return Endpoint(self._host_name, self._port)
 
     @property
     def workers_address(self) -> tuple[str, int]:

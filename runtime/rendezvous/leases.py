@@ -104,21 +104,27 @@ class Lease:
         k, fire = self._keys, self.message(rnd, index)
         # Owned by this connection: if our agent dies, its socket closes and the peers hear of it
         # at once; a hung agent (socket open, no heartbeats) is dropped after heartbeat_timeout.
-        client.post_lease(
-            k.of(rnd, f"lease/{index}"),
-            self._cfg.heartbeat_timeout,
-            k.of(rnd, "stale"),
-            fire.encode(),
-            fire_on_disconnect=True,
+        client.post(
+            Op.LEASE,
+            lease_fields(
+                k.of(rnd, f"lease/{index}"),
+                self._cfg.heartbeat_timeout,
+                k.of(rnd, "stale"),
+                fire.encode(),
+                fire_on_disconnect=True,
+            ),
         )
         # And when our connection closes we count as "left" for the host's leave-together wait
         # (finish / close), which then need not sit out its whole timeout for a dead node.
-        client.post_lease(
-            k.of(rnd, f"finlease/{index}"),
-            _NEVER,
-            k.of(rnd, f"fin/{index}"),
-            b"gone",
-            fire_on_disconnect=True,
+        client.post(
+            Op.LEASE,
+            lease_fields(
+                k.of(rnd, f"finlease/{index}"),
+                _NEVER,
+                k.of(rnd, f"fin/{index}"),
+                b"gone",
+                fire_on_disconnect=True,
+            ),
         )
         with self._lock:
             self.held = (rnd, index)

@@ -5,12 +5,14 @@ The rendezvous (``xrun.runtime.rendezvous``) is built on it; the agent uses it t
 torch's TCPStore protocol to ``torch.distributed.TCPStore(is_master=False)`` clients, on a key
 space of their own. Standard library only: torch is never imported.
 
-* ``protocol.py``: xrun's wire format (frames, ops, statuses, encoders, the reader);
+* ``protocol.py``: xrun's wire format (frames, ops, statuses, the request parser, encoders);
 * ``data.py``: the key space, its parked waits and leases (no wire format in it);
-* ``session.py``: one connection speaking xrun's protocol, server side (handshake, dispatch);
+* ``handler.py``: what xrun's requests do and answer, handshake included (no I/O);
 * ``torch_protocol.py``: torch's TCPStore wire format (the request parser, the answers);
-* ``torch_session.py``: what torch's requests do, and one torch connection, server side;
+* ``torch_handler.py``: what torch's requests do and answer (no I/O);
 * ``torch_data.py``: the workers' key space (one per workers' generation);
+* ``session.py``: ``Session``, one connection server side, whichever protocol: it drives a
+  handler (socket options, batching, the handshake deadline, dropping bad clients);
 * ``server.py``: ``StoreServer``, the listening socket, its loop thread and where a
   connection's protocol is chosen (by the first bytes the client sends);
 * ``loop.py``: the selectors event loop the server runs on (asyncio costs too much start-up);

@@ -474,16 +474,6 @@ class StoreClient:
     def post_set(self, key: str, value: bytes) -> None:
         self.post(Op.SET, pack_bytes(key.encode()), pack_bytes(value))
 
-    def post_lease(
-        self,
-        key: str,
-        ttl: float,
-        fire_key: str,
-        fire_value: bytes,
-        fire_on_disconnect: bool = False,
-    ) -> None:
-        self.post(Op.LEASE, lease_fields(key, ttl, fire_key, fire_value, fire_on_disconnect))
-
     def add(self, key: str, delta: int) -> int:
         return self._call(Op.ADD, add_fields(key, delta)).body.i64()
 

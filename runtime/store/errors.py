@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "ProtocolError",
+    "Refused",
     "StoreAuthError",
     "StoreError",
     "StoreHandshakeError",
@@ -25,6 +26,12 @@ class StoreTimeoutError(StoreError, TimeoutError):
 
 class ProtocolError(StoreError):
     """The peer sent bytes that are not valid protocol."""
+
+
+class Refused(ProtocolError):
+    """Server side: a client failed the handshake's check and its verdict was sent; the
+    connection half-closes (an abrupt close could destroy the verdict before the client reads
+    it) and ignores what else the client sends."""
 
 
 class StoreHandshakeError(StoreError):

@@ -5,7 +5,7 @@ asyncio (which pulls in ssl, concurrent.futures, inspect ...) costs 15-60 ms and
 a loaded 2-core host - most of a standalone agent's overhead. The store needs only a sliver of
 it: accept, read callbacks into a protocol object, buffered non-blocking writes, timers and a
 thread-safe ``call_soon_threadsafe``. That sliver is this module; the protocol side
-(``session.XrunSession``) keeps asyncio's callback names (``connection_made``,
+(``session.Session``) keeps asyncio's callback names (``connection_made``,
 ``data_received``, ``eof_received``, ``connection_lost``) and transport calls, so it reads like
 the asyncio Protocol it was written as.
 
@@ -270,10 +270,6 @@ class Transport:
             raise
 
     # -- asyncio.Transport's calls that a session makes -------------------------------------------
-
-    def set_protocol(self, protocol: StreamProtocol) -> None:
-        """Hand the connection to another protocol (the server's protocol choice does)."""
-        self._protocol = protocol
 
     def get_extra_info(self, name: str) -> Any:
         return self._sock if name == "socket" else None

@@ -2,12 +2,13 @@
 
 The server binds the address it is given (the rendezvous passes the endpoint's own address,
 never 0.0.0.0), runs a ``loop.Loop`` in a daemon thread and serves two wire protocols on that
-one port, told apart by the first bytes a client sends (``_FirstBytes``, the one place where a
-connection's protocol is chosen):
+one port, told apart by the first bytes a client sends (``_choose``, the one place where a
+connection's protocol is chosen). Every connection is a ``session.Session``; the protocol gives
+it its handler:
 
-* xrun's (``protocol.py``, ``session.XrunSession``): the agents, authenticated by the job's
+* xrun's (``protocol.py``, ``handler.XrunHandler``): the agents, authenticated by the job's
   secret, on the rendezvous' ``KeySpace``;
-* torch's TCPStore protocol (``torch_protocol.py``, ``torch_session.TorchSession``): the
+* torch's TCPStore protocol (``torch_protocol.py``, ``torch_handler.TorchHandler``): the
   workers' ``torch.distributed.TCPStore(is_master=False)`` clients, on the *workers' key space*
   (``torch_data.py``), a separate object: a torch client cannot reach a rendezvous key.
 
@@ -23,20 +24,17 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
-from ..lazylog import LazyLogger
 from .data import KeySpace
+from .handler import DEFAULT_HANDSHAKE_TIMEOUT, Admission, XrunHandler
 from .protocol import DEFAULT_MAX_FRAME, HELLO
-from .session import DEFAULT_HANDSHAKE_TIMEOUT, Admission, XrunSession
-
-log = LazyLogger(__name__)
+from .session import Handler, Session
 
 if TYPE_CHECKING:
-    from .data import Timer
-    from .loop import Loop, Transport
-    from .torch_session import TorchService
+    from .loop import Loop
+    from .torch_handler import TorchService
 
 # What a torch client sends first (torch_protocol.HANDSHAKE_PREFIX: VALIDATE and its magic
 # number). The torch modules load with the first torch connection, not on the agent's start-up.
@@ -44,17 +42,6 @@ _TORCH_FIRST = bytes.fromhex("00cef7853c")
 _WARM_UP_AFTER = 0.2  # seconds after the store starts
 
 __all__ = ["StoreServer"]
-
-
-class Session(Protocol):
-    """A connection's protocol handler: ``loop.StreamProtocol``'s callbacks, plus ``shutdown``
-    (send what was answered, then close) for a server that stops."""
-
-    def connection_made(self, transport: Transport) -> None: ...
-    def data_received(self, data: bytes) -> None: ...
-    def eof_received(self) -> bool | None: ...
-    def connection_lost(self, exc: Exception | None) -> None: ...
-    def shutdown(self) -> None: ...
 
 
 def _raise_fd_limit() -> None:
@@ -131,38 +118,36 @@ class StoreServer:
         self._thread.start()
 
     def _open_session(self) -> Session:
-        """A new connection: its first bytes choose its protocol (``_FirstBytes``)."""
-        return _FirstBytes(self)
+        """A new connection: its first bytes choose its protocol (``_choose``)."""
+        return Session(self._choose, self._loop, self._sessions, self._admission.handshake_timeout)
 
-    def _choose(self, first: bytes) -> Session | None:
-        """The session for a connection that opened with ``first``; None: not enough bytes to
+    def _choose(self, first: bytes, send: Callable[[bytes], None]) -> Handler | None:
+        """The handler for a connection that opened with ``first``; None: not enough bytes to
         tell yet. Raises ValueError for bytes that are neither protocol."""
         n = min(len(first), len(HELLO))
         if first[:n] == HELLO[:n]:
             if n < len(HELLO):
                 return None
-            return XrunSession(self._data, self._loop, self._sessions, self._admission)
+            return XrunHandler(self._data, self._admission, send)
         n = min(len(first), len(_TORCH_FIRST))
         if first[:n] == _TORCH_FIRST[:n]:
             if n < len(_TORCH_FIRST):
                 return None
-            from .torch_session import TorchSession
-
-            return TorchSession(self.workers(), self._sessions)
+            return self.workers().handler(send)
         raise ValueError(f"neither xrun's nor torch's protocol (first bytes {first[:8].hex()})")
 
     @staticmethod
     def _warm_up() -> None:
-        from . import torch_data, torch_session
+        from . import torch_data, torch_handler
 
-        del torch_data, torch_session
+        del torch_data, torch_handler
 
     def workers(self) -> TorchService:
         """The workers' key space (and its barriers) of the current generation (loop thread)."""
         gen = self._data.values.get(self._workers_key) if self._workers_key else None
         if self._workers is None or gen != self._workers_gen:
             from .torch_data import WorkersKeySpace
-            from .torch_session import TorchService
+            from .torch_handler import TorchService
 
             self._workers = TorchService(WorkersKeySpace())
             self._workers_gen = gen
@@ -201,60 +186,3 @@ class StoreServer:
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
-
-
-class _FirstBytes:
-    """A connection until its first bytes say which protocol it speaks (both protocols have
-    the client speak first); then it hands the transport, and those bytes, to that protocol's
-    session. It holds at most a handshake's few bytes, and drops a connection that sends
-    nothing within the handshake timeout, or bytes of neither protocol."""
-
-    def __init__(self, server: StoreServer) -> None:
-        self.server = server
-        self.transport: Transport | None = None
-        self.buf = b""
-        self.timer: Timer | None = None
-
-    def connection_made(self, transport: Transport) -> None:
-        self.transport = transport
-        self.server._sessions.add(self)
-        self.timer = self.server._loop.call_later(
-            self.server._admission.handshake_timeout, self.close
-        )
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        try:
-            session = self.server._choose(self.buf)
-        except ValueError as e:
-            log.debug("store: dropping a client: %s", e)
-            self.close()
-            return
-        if session is None or self.transport is None:
-            return
-        self._forget()
-        self.transport.set_protocol(session)
-        session.connection_made(self.transport)
-        first = self.buf[len(HELLO) :] if isinstance(session, XrunSession) else self.buf
-        if first and not self.transport.is_closing():
-            session.data_received(first)
-
-    def eof_received(self) -> bool | None:
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._forget()
-        self.transport = None
-
-    def _forget(self) -> None:
-        self.server._sessions.discard(self)
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
-
-    def shutdown(self) -> None:
-        self.close()

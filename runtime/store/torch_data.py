@@ -32,7 +32,7 @@ class _Wait:
 
 
 class WorkersKeySpace:
-    """Implements ``torch_session.KeySpace``: values, queues, and waits on keys being present
+    """Implements ``torch_handler.KeySpace``: values, queues, and waits on keys being present
     (a key is present when it has a value or a non-empty queue of that name)."""
 
     def __init__(self) -> None:

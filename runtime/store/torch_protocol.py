@@ -28,6 +28,10 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, NamedTuple
 
+# The store's one ProtocolError (re-exported: the peer sent something torch's protocol does not
+# allow), so the connection that drives either protocol's handler drops a client on one type.
+from .errors import ProtocolError
+
 VALIDATION_MAGIC: Final = 0x3C85F7CE
 
 _U32 = struct.Struct("<I")
@@ -70,10 +74,6 @@ class CheckResponse(enum.IntEnum):
 class WaitResponse(enum.IntEnum):
     STOP_WAITING = 0
     WAIT_CANCELED = 1
-
-
-class ProtocolError(Exception):
-    """The peer sent something torch's protocol does not allow: drop the connection."""
 
 
 class Limits(NamedTuple):
@@ -137,15 +137,30 @@ class Validate(_Request):
     __slots__ = ()
 
 
-class Ping(_Request):
-    __slots__ = ("nonce",)
-    nonce: int
+# Writes.
 
 
 class Set(_Request):
     __slots__ = ("key", "value")
     key: str
     value: bytes
+
+
+class Append(_Request):
+    __slots__ = ("key", "value")
+    key: str
+    value: bytes
+
+
+class Add(_Request):
+    __slots__ = ("key", "delta")
+    key: str
+    delta: int
+
+
+class DeleteKey(_Request):
+    __slots__ = ("key",)
+    key: str
 
 
 class CompareSet(_Request):
@@ -155,23 +170,25 @@ class CompareSet(_Request):
     desired: bytes
 
 
-class Get(_Request):
-    __slots__ = ("key",)
-    key: str
+class MultiSet(_Request):
+    __slots__ = ("keys", "values")
+    keys: tuple[str, ...]
+    values: tuple[bytes, ...]
 
 
-class Add(_Request):
-    __slots__ = ("key", "delta")
-    key: str
-    delta: int
+# Reads.
+
+
+class Ping(_Request):
+    __slots__ = ("nonce",)
+    nonce: int
+
+
+class ListKeys(_Request):
+    __slots__ = ()
 
 
 class Check(_Request):
-    __slots__ = ("keys",)
-    keys: tuple[str, ...]
-
-
-class Wait(_Request):
     __slots__ = ("keys",)
     keys: tuple[str, ...]
 
@@ -180,41 +197,35 @@ class GetNumKeys(_Request):
     __slots__ = ()
 
 
-class DeleteKey(_Request):
-    __slots__ = ("key",)
-    key: str
-
-
-class Append(_Request):
-    __slots__ = ("key", "value")
-    key: str
-    value: bytes
-
-
 class MultiGet(_Request):
     __slots__ = ("keys",)
     keys: tuple[str, ...]
 
 
-class MultiSet(_Request):
-    __slots__ = ("keys", "values")
+class Get(_Request):
+    __slots__ = ("key",)
+    key: str
+
+
+# Waits (answered when the keys are there, or the client cancels).
+
+
+class Wait(_Request):
+    __slots__ = ("keys",)
     keys: tuple[str, ...]
-    values: tuple[bytes, ...]
+
+
+class Barrier(_Request):
+    __slots__ = ("key", "world_size")
+    key: str
+    world_size: int
 
 
 class CancelWait(_Request):
     __slots__ = ()
 
 
-class QueuePush(_Request):
-    __slots__ = ("key", "value")
-    key: str
-    value: bytes
-
-
-class QueuePop(_Request):
-    __slots__ = ("key",)
-    key: str
+# Queues.
 
 
 class QueueLen(_Request):
@@ -222,14 +233,15 @@ class QueueLen(_Request):
     key: str
 
 
-class ListKeys(_Request):
-    __slots__ = ()
-
-
-class Barrier(_Request):
-    __slots__ = ("key", "world_size")
+class QueuePop(_Request):
+    __slots__ = ("key",)
     key: str
-    world_size: int
+
+
+class QueuePush(_Request):
+    __slots__ = ("key", "value")
+    key: str
+    value: bytes
 
 
 Request = (

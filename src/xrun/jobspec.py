@@ -7,27 +7,24 @@
     1:3x8   elastic: between 1 and 3 nodes, 8 processes each
     0:1x4   elastic: 0 or 1 node (the scheduler may start the job with none running)
 
-Anything else is a :class:`~xrun.errors.UsageError` that names the bad part and shows these
-examples, and so is a size over the documented limits (:data:`~xrun.contract.MAX_NODES` nodes,
-:data:`~xrun.contract.MAX_NPROC_PER_NODE` processes per node). Standard library only: this is
-on the start-up path of every ``xrun run``.
+The ``[MIN:]NNODES`` part is ``xrun.noderange``'s grammar, the one the runtime agent's
+``--nnodes`` reads too. Anything else is a :class:`~xrun.errors.UsageError` that names the bad
+part and shows these examples, and so is a size over the documented limits
+(:data:`~xrun.contract.MAX_NODES` nodes, :data:`~xrun.contract.MAX_NPROC_PER_NODE` processes
+per node). Standard library only: this is on the start-up path of every ``xrun run``.
 """
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 from xrun.contract import MAX_NODES, MAX_NPROC_PER_NODE
 from xrun.errors import UsageError
 from xrun.limits import capped_int, is_digits, shown
+from xrun.noderange import NodeRange, parse_node_range
 
 _EXAMPLES = "e.g. -j 4 (1 node x 4), -j 2x4 (2 nodes x 4), -j 1:3x8 (elastic 1..3 nodes x 8)"
 _FORM = "[[MIN:]NNODES x]NPROC"
-# Parts are plain ASCII digits: no sign, no spaces, no '0x' surprises from int(), and none of
-# the other scripts' digits that \d and int() accept ('-j １x２').
-_J_RE = re.compile(r"(?:(?:(?P<min>[0-9]+):)?(?P<nnodes>[0-9]+)x)?(?P<nproc>[0-9]+)")
-_NODES_RE = re.compile(r"(?:(?P<min>[0-9]+):)?(?P<nnodes>[0-9]+)")
 
 
 class JobSize(NamedTuple):
@@ -38,8 +35,12 @@ class JobSize(NamedTuple):
     nproc_per_node: int
 
     @property
+    def nodes(self) -> NodeRange:
+        return NodeRange(self.min_nnodes, self.max_nnodes)
+
+    @property
     def elastic(self) -> bool:
-        return self.min_nnodes != self.max_nnodes
+        return self.nodes.elastic
 
     def nnodes_arg(self) -> str:
         """``MIN:MAX`` for the runtime agent's ``--nnodes``.
@@ -50,8 +51,7 @@ class JobSize(NamedTuple):
         return f"{max(self.min_nnodes, 1)}:{self.max_nnodes}"
 
     def __str__(self) -> str:
-        nodes = str(self.max_nnodes) if not self.elastic else f"{self.min_nnodes}:{self.max_nnodes}"
-        return f"{nodes}x{self.nproc_per_node}"
+        return f"{self.nodes}x{self.nproc_per_node}"
 
 
 def _why(text: str) -> str:
@@ -83,14 +83,16 @@ def _why(text: str) -> str:
 
 def parse_j(text: str) -> JobSize:
     """Parse ``-j``; raise UsageError naming the bad part and the expected form."""
-    m = _J_RE.fullmatch(text)
-    if m is None:
+    # Plain ASCII digits only (no sign, no spaces, no '0x' surprises from int(), none of the
+    # other scripts' digits that int() accepts: '-j １x２').
+    nodes_text, sep, nproc_text = text.rpartition("x")
+    nodes = parse_node_range(nodes_text) if sep else NodeRange(1, 1)
+    if nodes is None or not is_digits(nproc_text):
         raise UsageError(
             f"-j {shown(text)} is invalid: {_why(text)}; expected {_FORM}, {_EXAMPLES}"
         )
-    nproc = capped_int(m["nproc"], MAX_NPROC_PER_NODE)
-    nnodes = capped_int(m["nnodes"], MAX_NODES) if m["nnodes"] is not None else 1
-    min_nnodes = capped_int(m["min"], MAX_NODES) if m["min"] is not None else nnodes
+    nproc = capped_int(nproc_text, MAX_NPROC_PER_NODE)
+    min_nnodes, nnodes = nodes.min, nodes.max
     _check_limits(text, min_nnodes, nnodes, nproc)
     if nproc < 1:
         raise UsageError(f"-j {shown(text)} is invalid: NPROC must be >= 1; {_EXAMPLES}")
@@ -117,19 +119,17 @@ def _check_limits(text: str, min_nnodes: int, nnodes: int, nproc: int) -> None:
             )
 
 
-def parse_nnodes(text: str) -> tuple[int, int]:
-    """``[MIN:]NNODES`` (no process count; used by ``dist.spmd``) -> ``(min, max)``."""
-    m = _NODES_RE.fullmatch(text)
-    if m is None:
+def parse_nnodes(text: str) -> NodeRange:
+    """``[MIN:]NNODES`` (no process count; used by ``dist.spmd``)."""
+    nodes = parse_node_range(text)
+    if nodes is None:
         raise UsageError(
             f"-j {shown(text)} is invalid: expected [MIN:]NNODES, e.g. -j 2 or -j 1:4 "
             "(processes per node come from the named resource's GPUs)"
         )
-    nnodes = capped_int(m["nnodes"], MAX_NODES)
-    min_nnodes = capped_int(m["min"], MAX_NODES) if m["min"] is not None else nnodes
-    _check_limits(text, min_nnodes, nnodes, 1)
-    if nnodes < 1 or min_nnodes > nnodes:
+    _check_limits(text, nodes.min, nodes.max, 1)
+    if nodes.max < 1 or nodes.min > nodes.max:
         raise UsageError(
             f"-j {shown(text)} is invalid: need NNODES >= 1 and MIN <= NNODES, e.g. -j 2 or -j 1:4"
         )
-    return min_nnodes, nnodes
+    return nodes

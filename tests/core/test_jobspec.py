@@ -6,6 +6,7 @@ import pytest
 
 from xrun.errors import UsageError
 from xrun.jobspec import JobSize, parse_j, parse_nnodes
+from xrun.noderange import NodeRange
 
 
 @pytest.mark.parametrize(
@@ -70,8 +71,8 @@ def test_str_round_trips() -> None:
 
 
 def test_parse_nnodes() -> None:
-    assert parse_nnodes("2") == (2, 2)
-    assert parse_nnodes("1:4") == (1, 4)
+    assert parse_nnodes("2") == NodeRange(2, 2)
+    assert parse_nnodes("1:4") == NodeRange(1, 4)
     for bad in ("0", "3:2", "2x2", "", "a"):
         with pytest.raises(UsageError, match="-j"):
             parse_nnodes(bad)
@@ -105,7 +106,7 @@ def test_the_limits_themselves_are_valid() -> None:
     assert parse_j("65536x4096") == JobSize(65536, 65536, 4096)
     assert parse_j("0:65536x1") == JobSize(0, 65536, 1)
     assert parse_j("0000002x0003") == JobSize(2, 2, 3)
-    assert parse_nnodes("1:65536") == (1, 65536)
+    assert parse_nnodes("1:65536") == NodeRange(1, 65536)
     for bad in ("65537", "1:" + "9" * 5000, "\uff12"):
         with pytest.raises(UsageError, match="-j"):
             parse_nnodes(bad)

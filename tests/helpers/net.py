@@ -1,4 +1,4 @@
-"""Ports for tests."""
+"""Ports for tests, and reading from a raw socket."""
 
 from __future__ import annotations
 
@@ -26,3 +26,13 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family) as s:  # a crowded range: let the kernel pick one
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock``; fails the test if the peer closes first."""
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        assert chunk, f"connection closed after {len(out)} of {n} bytes"
+        out += chunk
+    return out

@@ -15,7 +15,7 @@ from xrun.errors import UsageError
 from xrun.runtime.__main__ import main
 from xrun.runtime.args import parse, parse_nproc, parse_rdzv_conf
 from xrun.runtime.config import LaunchConfig, WorkerGroup, log_line_prefix, worker_env
-from xrun.runtime.rendezvous import parse_endpoint
+from xrun.runtime.rendezvous import Endpoint
 from xrun.runtime.workers.streams import Std
 
 
@@ -140,7 +140,7 @@ def test_rdzv_endpoint_has_one_parser_the_rendezvous_one() -> None:
     # The command line checks --rdzv-endpoint with the grammar the rendezvous reads it with.
     args = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-id", "j", "--rdzv-endpoint"]
     cfg, _, _ = parse([*args, "::1", "s.py"])
-    assert parse_endpoint(cfg.rdzv_endpoint) == ("::1", 29400)
+    assert cfg.endpoint == Endpoint("::1", 29400)  # parsed once, carried as the value
     with pytest.raises(UsageError, match=r"--rdzv-endpoint: .*\[IPV6\]:PORT"):
         parse([*args, "::1:29400", "s.py"])
 

@@ -8,8 +8,8 @@ import argparse
 from xrun.cli.common import not_found
 from xrun.errors import UsageError
 from xrun.runner import Runner
-from xrun.sweeps.status import SweepStatus
 from xrun.sweeps.metrics import sort_trials, trial_metrics
+from xrun.sweeps.status import SweepStatus
 
 HANDLE_HELP = "SCHEDULER://SESSION/APP_ID, a sweep's handle, or a trial's SWEEP_HANDLE/TRIAL"
 

@@ -9,9 +9,9 @@ import pytest
 from tests.helpers.cli import Env
 from xrun.errors import UsageError
 from xrun.specs import AppState
+from xrun.sweeps.metrics import numeric, sort_trials, trial_metrics
 from xrun.sweeps.status import SweepStatus, TrialStatus
 from xrun.tracker.fsspec_backend import create
-from xrun.sweeps.metrics import numeric, sort_trials, trial_metrics
 
 SWEEP = "local_cwd://default/s-1"
 

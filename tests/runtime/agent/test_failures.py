@@ -198,11 +198,11 @@ def test_closed_event_tells_a_failed_job_from_a_finished_one(
 ) -> None:
     # The other node is this test process's own rendezvous handler: it lets the test close the
     # job either way while the agent's workers run, which no second real agent does on demand.
-    from xrun.runtime.rendezvous import RendezvousParams, create_handler
+    from xrun.runtime.rendezvous import Endpoint, RendezvousParams, create_handler
 
     ep = f"127.0.0.1:{free_port()}"
     conf = dict(x.split("=") for x in FAST.split(","))
-    host = create_handler(RendezvousParams("c10d", ep, "closing", 2, 2, 1, conf))
+    host = create_handler(RendezvousParams("c10d", Endpoint.parse(ep), "closing", 2, 2, 1, conf))
     try:
         a = popen(
             procs,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.runtime.rendezvous.helpers import FAST, Factory
-from xrun.runtime.rendezvous import RendezvousHandler, RendezvousParams, create_handler
+from xrun.runtime.rendezvous import Endpoint, RendezvousHandler, RendezvousParams, create_handler
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +22,7 @@ def make() -> Iterator[Factory]:
     made: list[RendezvousHandler] = []
 
     def factory(
-        endpoint: str = "localhost:0",
+        endpoint: Endpoint | str = Endpoint("localhost", 0),
         *,
         run_id: str = "job",
         nodes: str = "1:1",
@@ -33,6 +33,8 @@ def make() -> Iterator[Factory]:
         **conf: str,
     ) -> RendezvousHandler:
         lo, hi = (int(x) for x in nodes.split(":"))
+        if isinstance(endpoint, str):  # a test's own text: parsed here, as the agent's edge does
+            endpoint = Endpoint.parse(endpoint)
         h = create_handler(
             RendezvousParams(
                 backend,

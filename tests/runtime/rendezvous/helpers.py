@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from xrun.runtime.rendezvous import RendezvousEvent, RendezvousHandler, RendezvousInfo
+from xrun.runtime.rendezvous import Endpoint, RendezvousEvent, RendezvousHandler, RendezvousInfo
 
 FAST = {
     "join_timeout": "10",
@@ -44,10 +44,10 @@ def wait_event(h: RendezvousHandler, timeout: float) -> tuple[RendezvousEvent, s
 NODE_SCRIPT = textwrap.dedent(
     """
     import json, sys, time
-    from xrun.runtime.rendezvous import RendezvousParams, create_handler
+    from xrun.runtime.rendezvous import Endpoint, RendezvousParams, create_handler
     ep, run_id, nodes, addr, conf = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
     lo, hi = map(int, nodes.split(":"))
-    h = create_handler(RendezvousParams("c10d", ep, run_id, lo, hi, 2, conf, local_addr=addr))
+    h = create_handler(RendezvousParams("c10d", Endpoint.parse(ep), run_id, lo, hi, 2, conf, local_addr=addr))
     info = h.next_rendezvous()
     print(json.dumps({"rank": info.group_rank, "size": info.group_world_size,
                       "addrs": info.addrs, "round": info.round}), flush=True)
@@ -60,7 +60,7 @@ NODE_SCRIPT = textwrap.dedent(
 
 
 def spawn_node(
-    endpoint: str,
+    endpoint: Endpoint,
     run_id: str,
     nodes: str,
     addr: str,
@@ -72,7 +72,7 @@ def spawn_node(
             sys.executable,
             "-c",
             NODE_SCRIPT,
-            endpoint,
+            str(endpoint),
             run_id,
             nodes,
             addr,

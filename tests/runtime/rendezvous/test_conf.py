@@ -8,13 +8,13 @@ import pytest
 
 from xrun.errors import UsageError
 from xrun.runtime.rendezvous import (
+    Endpoint,
     RendezvousParams,
     config_from_conf,
     create_handler,
-    parse_endpoint,
     parse_rdzv_conf,
 )
-from xrun.runtime.rendezvous.endpoint import format_endpoint, unbracket
+from xrun.runtime.rendezvous.endpoint import unbracket
 
 # -- --rdzv-conf and endpoints -----------------------------------------------------------------
 
@@ -86,7 +86,7 @@ def test_create_handler_validates_params() -> None:
     def params(**kw: object) -> RendezvousParams:
         base: dict = dict(
             backend="c10d",
-            endpoint="localhost:0",
+            endpoint=Endpoint("localhost", 0),
             run_id="j",
             min_nodes=1,
             max_nodes=1,
@@ -100,7 +100,6 @@ def test_create_handler_validates_params() -> None:
         (params(backend="zookeeper"), "zookeeper"),
         (params(min_nodes=3, max_nodes=2), "3:2"),
         (params(run_id=""), "run id"),
-        (params(endpoint="host:99999"), "99999"),
         (params(backend="static", max_nodes=2, min_nodes=2, node_rank=2), "--node-rank 2"),
         (params(conf={"join_timeout": "x"}), "join_timeout"),
     ]:
@@ -109,24 +108,26 @@ def test_create_handler_validates_params() -> None:
 
 
 def test_parse_endpoint_forms() -> None:
-    assert parse_endpoint("node0:1234") == ("node0", 1234)
-    assert parse_endpoint("node0") == ("node0", 29400)
-    assert parse_endpoint("[::1]:5") == ("::1", 5)
-    assert parse_endpoint("::1") == ("::1", 29400)
-    for bad in ("[::1", ":80", "h:port"):
-        with pytest.raises(UsageError):
-            parse_endpoint(bad)
+    assert Endpoint.parse("node0:1234") == Endpoint("node0", 1234)
+    assert Endpoint.parse("node0") == Endpoint("node0", 29400)
+    assert Endpoint.parse("[::1]:5") == Endpoint("::1", 5)
+    assert Endpoint.parse("::1") == Endpoint("::1", 29400)
+    for bad in ("[::1", ":80", "h:port", "h:99999", "h:\u00b2", "h:\uff11", "h:-1"):
+        with pytest.raises(UsageError, match="rendezvous endpoint"):
+            Endpoint.parse(bad)
 
 
 def test_an_ipv6_address_with_a_port_needs_brackets() -> None:
-    assert parse_endpoint("fe80::1:2") == ("fe80::1:2", 29400)  # a whole address: no port
+    assert Endpoint.parse("fe80::1:2") == Endpoint("fe80::1:2", 29400)  # whole address: no port
     with pytest.raises(UsageError, match=re.escape("[IPV6]:PORT, e.g. [::1]:29400")):
-        parse_endpoint("::1:29400")  # not an address: the port would be ambiguous
-    assert parse_endpoint("[::1]") == ("::1", 29400)
+        Endpoint.parse("::1:29400")  # not an address: the port would be ambiguous
+    assert Endpoint.parse("[::1]") == Endpoint("::1", 29400)
 
 
-def test_format_endpoint_brackets_ipv6_and_reads_back() -> None:
+def test_an_endpoint_prints_with_ipv6_in_brackets_and_reads_back() -> None:
     for host, port in (("node0", 5), ("::1", 29400), ("10.0.0.1", 0)):
-        assert parse_endpoint(format_endpoint(host, port)) == (host, port)
-    assert format_endpoint("::1", 5) == "[::1]:5"
+        assert Endpoint.parse(str(Endpoint(host, port))) == Endpoint(host, port)
+    assert str(Endpoint("::1", 5)) == "[::1]:5"
+    with pytest.raises(AttributeError):
+        Endpoint("h", 1).port = 2  # type: ignore[misc]  # a value: frozen
     assert unbracket("[::1]") == "::1" and unbracket("node0") == "node0"

@@ -19,7 +19,6 @@ from xrun.runtime.rendezvous import (
     RendezvousEvent,
     RendezvousHandler,
     RendezvousTimeoutError,
-    parse_endpoint,
 )
 from xrun.runtime.store import StoreClient
 
@@ -70,7 +69,7 @@ def _three_with_a_subprocess(
     victim = spawn_node(a.endpoint, "job", "2:3", "c", "--linger")
     # Let the victim arrive first (python start-up is slower than the 0.3 s last call), so
     # that a and b complete the round to MAX at once.
-    watcher = StoreClient(*parse_endpoint(a.endpoint))
+    watcher = StoreClient(a.endpoint.host, a.endpoint.port)
     assert watcher.wait(["job/rdzv/0/node/1"], timeout=20) is not None
     watcher.close()
     infos = rendezvous_all([a, b])
@@ -208,7 +207,7 @@ def test_a_node_dying_before_the_round_forms_does_not_hang_it(make: Factory) -> 
     b = make(a.endpoint, nodes="2:3", addr="b", last_call_timeout="30")
     with ThreadPoolExecutor(1) as ex:
         fut = ex.submit(a.next_rendezvous)
-        watcher = StoreClient(*parse_endpoint(a.endpoint))
+        watcher = StoreClient(a.endpoint.host, a.endpoint.port)
         assert watcher.wait(["job/rdzv/0/node/1"], timeout=5) is not None
         dead = spawn_node(a.endpoint, "job", "2:3", "dead", "--linger")
         assert watcher.wait(["job/rdzv/0/node/2"], timeout=20) is not None

@@ -37,6 +37,7 @@ from xrun.runtime.rendezvous import (
     RendezvousTimeoutError,
     create_handler,
 )
+from xrun.runtime.rendezvous.endpoint import Endpoint
 
 # Fast failure detection: etcd's shortest lease is 2 s, so a killed agent is seen in ~2-3 s.
 AGENT_FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,last_call_timeout=0.5,join_timeout=30"
@@ -403,7 +404,7 @@ def make(etcd: str) -> object:
         h = create_handler(
             RendezvousParams(
                 "etcd-v2",
-                endpoint,
+                Endpoint.parse(endpoint),
                 run_id,
                 lo,
                 hi,
@@ -561,4 +562,4 @@ def test_the_verdict_expires_and_the_run_id_is_free_again(make: object) -> None:
 
 def test_port_zero_is_refused() -> None:
     with pytest.raises(UsageError, match="etcd's client"):
-        create_handler(RendezvousParams("etcd", "127.0.0.1:0", "j", 1, 1, 1, {}))
+        create_handler(RendezvousParams("etcd", Endpoint("127.0.0.1", 0), "j", 1, 1, 1, {}))

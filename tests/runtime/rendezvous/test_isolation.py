@@ -18,7 +18,6 @@ from xrun.runtime.rendezvous import (
     RendezvousError,
     RendezvousInfo,
     RendezvousTimeoutError,
-    parse_endpoint,
 )
 
 # -- isolation and backends ----------------------------------------------------------------------
@@ -38,7 +37,7 @@ def test_a_second_job_on_the_same_endpoint_is_refused_at_once(make: Factory) -> 
 
 def test_localhost_endpoint_listens_on_loopback_only(make: Factory) -> None:
     h = make("localhost:0")
-    port = parse_endpoint(h.endpoint)[1]
+    port = h.endpoint.port
     with socket.create_connection(("127.0.0.1", port), timeout=5):
         pass
     # 127.0.0.2 is this host too: a wildcard (0.0.0.0) listener would accept it.

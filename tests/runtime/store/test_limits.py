@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from xrun.runtime.store import Op, Status, StoreAuthError, StoreClient, StoreError, StoreServer
-from xrun.runtime.store import session as store_session
+from xrun.runtime.store.handler import MAX_WAITS_PER_CONNECTION
 from xrun.runtime.store.protocol import encode_request, wait_fields
-from xrun.runtime.store.session import MAX_WAITS_PER_CONNECTION
+from xrun.runtime.store.session import Session
 
 TOKEN = b"s3cret-token"
 
@@ -153,7 +153,7 @@ def test_parked_waits_per_connection_are_capped(server: StoreServer, client: Sto
 def test_a_client_that_never_reads_its_answers_is_dropped(
     server: StoreServer, client: StoreClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_session.XrunSession, "MAX_UNSENT", 1 << 20)  # 64 MiB in production
+    monkeypatch.setattr(Session, "MAX_UNSENT", 1 << 20)  # 64 MiB in production
     client.set("big", b"x" * 60_000)
     hog = StoreClient("127.0.0.1", server.port)
     # 400 reads of 60 kB (24 MB) that it never collects: more than the socket buffers hold.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from xrun.runtime.store.torch_data import WorkersKeySpace
+from xrun.runtime.store.torch_handler import TorchHandler, TorchService
 from xrun.runtime.store.torch_protocol import (
     HANDSHAKE_PREFIX,
     STOP_WAITING,
@@ -29,7 +30,6 @@ from xrun.runtime.store.torch_protocol import (
     encode_queue_pop,
     encode_request,
 )
-from xrun.runtime.store.torch_session import TorchHandler, TorchService
 
 
 class Conn:
@@ -54,12 +54,13 @@ def space_of(service: TorchService) -> WorkersKeySpace:
     return service.space
 
 
-def test_one_feed_sends_its_answers_as_one_write(service: TorchService) -> None:
+def test_one_feed_sends_its_answers_in_order(service: TorchService) -> None:
+    # One send() per answer: the connection (session.Session) joins one read's answers into
+    # one write (tests/runtime/store/test_session.py).
     conn = Conn(service)
     assert conn.sent == []  # VALIDATE has no answer
     conn.feed(Ping(5), Set("k", b"v"), Get("k"), Add("n", 2), Get("missing"))
-    expected = encode_nonce(5) + encode_bytes(b"v") + encode_int(2) + encode_bytes(b"")
-    assert conn.sent == [expected]
+    assert conn.sent == [encode_nonce(5), encode_bytes(b"v"), encode_int(2), encode_bytes(b"")]
 
 
 def test_answers_before_a_bad_request_still_go_out(service: TorchService) -> None:

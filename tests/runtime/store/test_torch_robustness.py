@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.net import recv_exactly
 from tests.runtime.store.torch_fixtures import ServerProcess
 from xrun.runtime.store import StoreServer
 from xrun.runtime.store.torch_data import WorkersKeySpace
@@ -38,15 +39,6 @@ def closed_by_server(sock: socket.socket) -> bool:
         return sock.recv(1) == b""
     except ConnectionResetError:
         return True
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        assert chunk, f"connection closed after {len(out)} of {n} bytes"
-        out += chunk
-    return out
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,16 @@
-"""torch's TCPStore protocol, server side: what each request does to the workers' key space,
-what it answers, and the connection that carries it.
+"""torch's TCPStore protocol, server side, without I/O: what each request does to the workers'
+key space and what it answers.
 
 * :class:`TorchService`: one per workers' key space (``torch_data.WorkersKeySpace``, one per
   workers' generation), with the barriers parked on it;
-* :class:`TorchHandler`: one connection's requests, without I/O: ``service.handler(send)``;
-  ``feed(data)`` parses (``torch_protocol``), applies and hands every answer to ``send`` in
-  order. A WAIT (or BARRIER) whose keys are not there yet is parked and answered later, from
-  inside whichever call (on any connection) makes them appear, through the same ``send``;
-* :class:`TorchSession`: the ``loop.StreamProtocol`` that ``server.py`` gives a connection
-  whose first bytes are torch's handshake; it drives a handler from the event loop.
+* :class:`TorchHandler`: one connection's requests: ``service.handler(send)``; ``feed(data)``
+  parses (``torch_protocol``), applies and hands every answer to ``send`` in order. A WAIT (or
+  BARRIER) whose keys are not there yet is parked and answered later, from inside whichever call
+  (on any connection) makes them appear, through the same ``send``.
+
+``handler.XrunHandler`` is the same shape for xrun's protocol; ``session.Session`` (the one
+connection class, which ``server.py`` gives a connection whose first bytes are torch's
+handshake) drives either.
 
 torch's protocol has no error answer: its servers drop a connection that sends something they
 cannot serve, and so does this one (``ProtocolError``), logging why at debug level.
@@ -22,12 +24,10 @@ Standard library only.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Final, Protocol
 
-from ..lazylog import LazyLogger
+from .session import Handler
 from .torch_protocol import (
     DEFAULT_LIMITS,
     STOP_WAITING,
@@ -64,12 +64,7 @@ from .torch_protocol import (
     encode_queue_pop,
 )
 
-if TYPE_CHECKING:
-    from .loop import Transport
-
-__all__ = ["KeySpace", "TorchHandler", "TorchService", "TorchSession"]
-
-log = LazyLogger(__name__)
+__all__ = ["KeySpace", "TorchHandler", "TorchService"]
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -157,19 +152,17 @@ def _add(space: KeySpace, key: str, delta: int) -> int:
 _NOTHING: Final = b""
 
 
-class TorchHandler:
+class TorchHandler(Handler):
     """One torch-protocol connection: parse, apply, answer (see the module docstring)."""
 
     def __init__(self, service: TorchService, send: Callable[[bytes], None]) -> None:
+        super().__init__(RequestParser(service.limits), send)
         self._service = service
         self._space = service.space
-        self._send = send
-        self._parser = RequestParser(service.limits)
         # The one wait this connection may have parked (torch's client awaits each answer):
         # a key-space ticket, or the key of a barrier.
         self._ticket: Hashable | None = None
         self._barrier: str | None = None
-        self._batch: list[bytes] | None = None  # answers of the feed() under way
         self._closed = False
         self._handlers: dict[type, Callable[..., bytes]] = {
             Validate: lambda _r: _NOTHING,
@@ -197,26 +190,6 @@ class TorchHandler:
     def waiting(self) -> bool:
         """Whether a WAIT or BARRIER of this connection is parked."""
         return self._ticket is not None or self._barrier is not None
-
-    def feed(self, data: bytes) -> None:
-        """Handle the requests ``data`` completes; their answers go to ``send`` as one write.
-
-        Raises ProtocolError for input torch's protocol does not allow: drop the connection
-        (and call ``close()``).
-        """
-        self._parser.feed(data)
-        self._batch = batch = []
-        try:
-            for request in self._parser:
-                answer = self.handle(request)
-                if answer:
-                    batch.append(answer)
-        finally:
-            # An answer that woke up meanwhile (a pipelined WAIT then SET) joined the batch
-            # in order; send what was answered even if a later request was bad.
-            self._batch = None
-            if batch:
-                self._send(b"".join(batch))
 
     def handle(self, request: Request) -> bytes:
         """Apply one request; returns its immediate answer (b"" when it has none yet)."""
@@ -310,69 +283,6 @@ class TorchHandler:
         self._emit(STOP_WAITING)
 
     def _emit(self, answer: bytes) -> None:
-        """A late answer: into the batch of the feed() under way, else straight out."""
-        if self._closed:
-            return
-        if self._batch is not None:
-            self._batch.append(answer)
-        else:
+        """A late answer (a parked wait released)."""
+        if not self._closed:
             self._send(answer)
-
-
-class TorchSession:
-    """One torch-protocol connection on the store's event loop (a ``loop.StreamProtocol``):
-    bytes in go to a :class:`TorchHandler` of ``service``, its answers go out. ``sessions`` is
-    the server's set of live sessions (this one joins it while connected)."""
-
-    # Answers a client does not read pile up in the transport; past this, drop the client.
-    MAX_UNSENT = 64 << 20
-
-    def __init__(self, service: TorchService, sessions: set[Any]) -> None:
-        self.service = service
-        self.sessions = sessions
-        self.transport: Transport | None = None
-        self.handler = service.handler(self._send)
-
-    def connection_made(self, transport: Transport) -> None:
-        self.transport = transport
-        self.sessions.add(self)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.handler.feed(data)
-        except ProtocolError as e:
-            log.debug("store: dropping a torch client: %s", e)
-            self.close()
-        except Exception:  # a bug must cost one connection, never the server
-            log.exception("store: unexpected error on a torch connection")
-            self.close()
-
-    def _send(self, data: bytes) -> None:
-        t = self.transport
-        if t is None or t.is_closing():
-            return
-        t.write(data)
-        if t.get_write_buffer_size() > self.MAX_UNSENT:
-            log.warning("store: dropping a torch client that does not read its answers")
-            self.close()
-
-    def eof_received(self) -> bool | None:
-        return None  # close our side too
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.sessions.discard(self)
-        self.transport = None
-        self.handler.close()
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
-
-    def shutdown(self) -> None:
-        """The server stops: close after what was answered."""
-        if self.transport is not None:
-            self.transport.close()
