@@ -107,16 +107,17 @@ def run_etcd(n_agents: int, timeout: float = 120.0, endpoint: str = "127.0.0.1:2
     """xrun's etcd rendezvous: ``n_agents`` handlers as threads against the etcd at
     ``endpoint`` (scripts/etcd-server.sh); seconds until all have a world, as ``run``. Each
     handler also starts the workers' store it would serve as group rank 0: part of the cost."""
-    from xrun.runtime.rendezvous import RendezvousParams, create_handler
+    from xrun.runtime.rendezvous import Endpoint, RendezvousParams, create_handler
 
     _raise_fd_limit(2 * n_agents)
     run_id = uuid.uuid4().hex[:8]
+    where = Endpoint.parse(endpoint, 2379)
     handlers: list[Any] = [None] * n_agents
 
     def join(i: int) -> None:
         params = RendezvousParams(
             backend="etcd-v2",
-            endpoint=endpoint,
+            endpoint=where,
             run_id=run_id,
             min_nodes=n_agents,
             max_nodes=n_agents,
