@@ -64,6 +64,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from xrun.config import current_dir
 from xrun.contract import TOKEN_ENV
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.specs import AppDef, AppState, Role, is_terminal
@@ -195,7 +196,7 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     def resolve_workspace(self, workspace: str | None) -> str:
         """The workspace ``submit`` builds: None is the cwd (a sweep builds it once for all)."""
-        return os.getcwd() if workspace is None else workspace
+        return current_dir() if workspace is None else workspace
 
     def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
         """Build ``<role image> + workspace + xrun`` and point the roles at it (see .workspace)."""

@@ -14,6 +14,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from xrun.config import current_dir
 from xrun.contract import (
     AGENT_LOG_DIR_ENV,
     APP_DIR_ENV,
@@ -150,11 +151,11 @@ def _path_with(first: list[str], path: str) -> str:
 
 def build_request(app: AppDef, opts: LocalOptions) -> LocalRequest:
     """The request for ``app`` with resolved run options ``opts``: pure, no side effects."""
+    cwd = current_dir()  # first: a relative log_dir or script path needs it too
     app_id = make_app_id(app.name)
     log_dir = os.path.abspath(os.path.expanduser(opts.log_dir or statedir.default_log_dir()))
     check_writable_dir(log_dir, "-cfg log_dir=DIR, default $XDG_STATE_HOME/xrun/local_cwd/logs")
     paths = statedir.AppPaths(os.path.join(log_dir, app_id))
-    cwd = os.getcwd()
     first = [os.path.dirname(sys.executable)] + ([cwd] if opts.prepend_cwd else [])
     path = _path_with(first, os.environ.get("PATH", os.defpath))
     gpus = assign_gpus(app.roles, visible_gpus()) if opts.auto_set_cuda_visible_devices else {}

@@ -67,6 +67,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from xrun import xdg
+from xrun.config import current_dir
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.specs import (
     AppDef,
@@ -180,9 +181,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         workspace = self._workspace
         if cfg.job_dir:
             chdir = os.path.abspath(cfg.job_dir)
-            workspace = workspace or os.getcwd()
+            workspace = workspace or current_dir()
         else:
-            chdir = os.path.abspath(workspace or os.getcwd())
+            chdir = os.path.abspath(workspace or current_dir())
             workspace = None
         python_path = cfg.python_path
         if python_path is None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from xrun.config import current_dir
 from xrun.errors import UsageError
 from xrun.limits import shown
 from xrun.specs import AppDef
@@ -300,7 +301,7 @@ def _from_file(ref: str) -> Component:
             f"component {ref!r} names a file but no function; expected FILE.py:FUNCTION"
         )
     if not os.path.isfile(path):
-        raise UsageError(f"component file {path!r} does not exist (in {os.getcwd()})")
+        raise UsageError(f"component file {path!r} does not exist (in {current_dir()})")
     from xrun.torchx_compat import scoped, torchx_imports  # benchmark 5: TorchX files only
 
     # A TorchX component file runs unchanged: its `import torchx...` get xrun's stand-ins while

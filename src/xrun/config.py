@@ -86,9 +86,28 @@ class Config:
         return entry[0].strip() or None if entry else None
 
 
+def current_dir() -> str:
+    """``os.getcwd()``, or a UsageError when the shell's directory was deleted under it (a
+    command that needs the cwd says so in one line; getcwd's FileNotFoundError names no file)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise UsageError(
+            "the current directory no longer exists (it was deleted); cd to an existing "
+            "directory and run the command again"
+        ) from None
+
+
 def config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> list[str]:
-    """The files that exist, lowest precedence first (home, then cwd; once if the same)."""
-    dirs = (home or os.path.expanduser("~"), cwd or os.getcwd())
+    """The files that exist, lowest precedence first (home, then cwd; once if the same). A
+    deleted cwd holds no file: only the home one is read (the commands that need the cwd
+    itself say so, see :func:`current_dir`)."""
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except FileNotFoundError:
+            cwd = None
+    dirs = [home or os.path.expanduser("~"), *([cwd] if cwd is not None else [])]
     out: list[str] = []
     for d in dirs:
         p = os.path.join(d, FILENAME)

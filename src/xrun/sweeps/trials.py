@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
+from xrun.config import current_dir
 from xrun.schedulers.api import LogQuery
 from xrun.schedulers.local_cwd.request import visible_gpus
 from xrun.schedulers.local_cwd.supervisor import is_alive, proc_start_time
@@ -102,7 +103,7 @@ class TrialsBackend(SweepBackend):
             "session": self.sched.session_name,
             "plan": plan.to_json(),
             "cfg": dict(cfg),
-            "cwd": os.getcwd(),
+            "cwd": current_dir(),
             "max_parallel": k,
             "parallel_why": why,
             "created": time.time(),

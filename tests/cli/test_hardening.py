@@ -1,0 +1,103 @@
+"""Issue #26, the CLI side: the last tracebacks and lies of `configure`, a deleted cwd,
+component files that exit while loading, `cancel` of what already ended.
+
+Every test runs the real ``xrun`` console script, as a user's shell would. Absurd situations
+(a read-only or full filesystem) are made with a small tmpfs box (tests/helpers/box.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.core.test_hardening import one_line_exit_2
+from tests.helpers.box import tmpfs
+from tests.helpers.cli import Env
+from tests.helpers.paths import XRUN
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Env:
+    return Env(tmp_path)
+
+
+def leftovers(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir() if ".tmp" in p.name)
+
+
+# --------------------------------------------------------------------------- configure
+@pytest.mark.parametrize("names", ["", ",", " , "])
+def test_configure_with_an_empty_scheduler_list_is_refused(cli: Env, names: str) -> None:
+    one_line_exit_2(cli.run("configure", "-s", names, "--print"), "-s", "S1,S2")
+
+
+def test_configure_keeps_a_dangling_symlink_without_force(cli: Env) -> None:
+    link = cli.cwd / ".xrunconfig"
+    link.symlink_to(cli.cwd / "nowhere")
+    one_line_exit_2(cli.run("configure"), "exists already", "--force")
+    assert link.is_symlink() and not (cli.cwd / "nowhere").exists()
+
+
+def test_configure_over_a_directory_is_one_line(cli: Env) -> None:
+    (cli.cwd / ".xrunconfig").mkdir()
+    one_line_exit_2(cli.run("configure", "--force"), "is a directory")
+    assert leftovers(cli.cwd) == []
+
+
+def test_configure_in_a_read_only_dir_is_one_line(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "ro", read_only=True) as ro:
+        r = subprocess.run([XRUN, "configure"], cwd=ro, capture_output=True, text=True, timeout=60)
+        one_line_exit_2(r, "cannot write", "Read-only file system")
+
+
+def test_configure_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "full", size="4k") as full:
+        (full / "filler").write_bytes(b"x" * 4096)  # the one page there is
+        r = subprocess.run(
+            [XRUN, "configure"], cwd=full, capture_output=True, text=True, timeout=60
+        )
+        one_line_exit_2(r, "cannot write", "No space left on device")
+        assert leftovers(full) == [] and not (full / ".xrunconfig").exists()
+
+
+# --------------------------------------------------------------------------- a deleted cwd
+def _in_a_deleted_cwd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    # The shell enters the dir, deletes it, then runs xrun there (as a user's shell can).
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "$@"'
+    env = {**os.environ, "HOME": str(tmp_path)}
+    return subprocess.run(
+        ["sh", "-c", script, "sh", XRUN, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_configure_in_a_deleted_cwd_is_one_line(tmp_path: Path) -> None:
+    one_line_exit_2(_in_a_deleted_cwd(tmp_path, "configure"), "current directory")
+
+
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["status", "local_cwd://default/nosuch-app"], 1),
+        (["list", "-s", "local_cwd"], 0),
+        (["run", "--dryrun", "-s", "docker", "utils.echo"], 0),  # needs no cwd
+    ],
+)
+def test_every_command_runs_in_a_deleted_cwd(tmp_path: Path, args: list[str], code: int) -> None:
+    r = _in_a_deleted_cwd(tmp_path, *args)
+    assert r.returncode == code, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("scheduler", ["local_cwd", "slurm"])
+def test_a_run_in_a_deleted_cwd_is_one_line(tmp_path: Path, scheduler: str) -> None:
+    r = _in_a_deleted_cwd(tmp_path, "run", "--dryrun", "-s", scheduler, "utils.echo")
+    one_line_exit_2(r, "current directory")
