@@ -332,6 +332,12 @@ def _load_file(path: str) -> ModuleType:
         raise UsageError(
             f"component file {path!r}: syntax error at line {e.lineno}: {e.msg}"
         ) from None
+    except SystemExit as e:  # sys.exit() while loading: never xrun's own exit (code or silence)
+        sys.modules.pop(mod_name, None)
+        raise UsageError(
+            f"component file {path!r} called sys.exit({shown(e.code)}) while loading; a "
+            "component file defines functions, it does not exit"
+        ) from None
     except Exception as e:  # the file's own import-time failure, reported as such
         sys.modules.pop(mod_name, None)
         raise UsageError(
@@ -483,6 +489,11 @@ def call_component(
         msg = str(e)  # named once: xrun's own components already name themselves
         raise UsageError(
             msg if msg.startswith(f"{comp.name}: ") else f"{comp.name}: {msg}"
+        ) from None
+    except SystemExit as e:  # as while loading: the component's exit is not xrun's
+        raise UsageError(
+            f"component {comp.name} called sys.exit({shown(e.code)}) instead of returning an "
+            "AppDef"
         ) from None
     if not isinstance(app, AppDef) and type(app).__module__.startswith("torchx."):
         from xrun.torchx_compat import from_torchx  # benchmark 5: TorchX files only

@@ -101,3 +101,26 @@ def test_every_command_runs_in_a_deleted_cwd(tmp_path: Path, args: list[str], co
 def test_a_run_in_a_deleted_cwd_is_one_line(tmp_path: Path, scheduler: str) -> None:
     r = _in_a_deleted_cwd(tmp_path, "run", "--dryrun", "-s", scheduler, "utils.echo")
     one_line_exit_2(r, "current directory")
+
+
+# --------------------------------------------------------------------------- component files
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ("import sys\nsys.exit(0)\n", "0"),
+        ("import sys\nsys.exit(3)\n", "3"),
+        ("raise SystemExit('bye')\n", "'bye'"),
+        ("import sys\nsys.exit()\n", "None"),
+    ],
+)
+def test_a_component_file_that_exits_while_loading_is_one_line(
+    cli: Env, body: str, code: str
+) -> None:
+    (cli.cwd / "comp.py").write_text(body + "def f() -> None:\n    pass\n")
+    r = cli.run("run", "--dryrun", "-s", "local_cwd", "comp.py:f")
+    one_line_exit_2(r, "comp.py", f"sys.exit({code}) while loading")
+
+
+def test_a_component_that_exits_instead_of_returning_is_one_line(cli: Env) -> None:
+    (cli.cwd / "comp.py").write_text("import sys\n\ndef f() -> None:\n    sys.exit(4)\n")
+    one_line_exit_2(cli.run("run", "--dryrun", "comp.py:f"), "comp.py:f", "sys.exit(4)")
