@@ -492,8 +492,7 @@ def call_component(
         ) from None
     except SystemExit as e:  # as while loading: the component's exit is not xrun's
         raise UsageError(
-            f"component {comp.name} called sys.exit({shown(e.code)}) instead of returning an "
-            "AppDef"
+            f"component {comp.name} called sys.exit({shown(e.code)}) instead of returning an AppDef"
         ) from None
     if not isinstance(app, AppDef) and type(app).__module__.startswith("torchx."):
         from xrun.torchx_compat import from_torchx  # benchmark 5: TorchX files only
