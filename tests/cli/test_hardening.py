@@ -124,3 +124,48 @@ def test_a_component_file_that_exits_while_loading_is_one_line(
 def test_a_component_that_exits_instead_of_returning_is_one_line(cli: Env) -> None:
     (cli.cwd / "comp.py").write_text("import sys\n\ndef f() -> None:\n    sys.exit(4)\n")
     one_line_exit_2(cli.run("run", "--dryrun", "comp.py:f"), "comp.py:f", "sys.exit(4)")
+
+
+# --------------------------------------------------------------------------- cancel
+def _handle(r: subprocess.CompletedProcess[str]) -> str:
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+def test_cancel_of_an_ended_app_says_it_had_ended_and_in_what_state(cli: Env) -> None:
+    ok = _handle(cli.run("run", "-s", "local_cwd", "utils.echo", "--msg", "hi"))
+    r = cli.run("cancel", ok)
+    assert r.returncode == 3, r.stderr
+    assert r.stderr == f"xrun: {ok} had already ended SUCCEEDED; nothing to cancel\n"
+    assert "State: SUCCEEDED" in cli.run("status", ok).stdout  # and it still says so
+
+
+def test_cancel_of_a_running_app_still_cancels_it(cli: Env) -> None:
+    # local_cwd's `run` waits: its handle is its first line, printed at submission
+    waiting = subprocess.Popen(
+        [XRUN, "run", "-s", "local_cwd", "utils.sh", "sleep 60"],
+        cwd=cli.cwd,
+        env={**os.environ, **cli.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert waiting.stdout is not None
+    handle = waiting.stdout.readline().strip()
+    r = cli.run("cancel", handle)
+    waiting.wait(60)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == f"xrun: cancelled {handle}\n"
+    assert "State: CANCELLED" in cli.run("status", handle).stdout
+
+
+def test_cancel_of_an_ended_sweep_and_trial_say_so(cli: Env) -> None:
+    r = cli.run("run", "--sweep", "w=0,1", "--wait", "utils.sh", "exit {{w}}")
+    assert r.returncode == 1, r.stderr  # trial 1 failed
+    sweep = r.stdout.strip()
+    whole = cli.run("cancel", sweep)
+    assert whole.returncode == 3, whole.stderr
+    assert whole.stderr == f"xrun: {sweep} had already ended FAILED; nothing to cancel\n"
+    one = cli.run("cancel", f"{sweep}/0")
+    assert one.returncode == 3, one.stderr
+    assert "had already ended SUCCEEDED" in one.stderr
