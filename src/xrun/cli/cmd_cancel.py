@@ -34,7 +34,8 @@ def main(ns: argparse.Namespace) -> int:
         before = runner.status(ns.handle)
         if before is None:
             raise not_found(str(target))
-        if before.is_terminal():
+        # UNKNOWN is not "ended": its replicas may still run (`cancel` stops them).
+        if before.is_terminal() and before.state != AppState.UNKNOWN:
             print(
                 f"xrun: {target} had already ended {before.state.name}; nothing to cancel",
                 file=sys.stderr,
