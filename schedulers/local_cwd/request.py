@@ -22,6 +22,7 @@ from xrun.contract import (
     MASTER_PORT_DEFAULT,
     RANK0_HOST_ENV,
     RDZV_PORT_ENV,
+    SCRIPT,
     TOKEN_ENV,
 )
 from xrun.errors import UsageError
@@ -236,6 +237,21 @@ def with_rdzv_env(req: LocalRequest) -> LocalRequest:
         if r.role in ports:
             r.env.setdefault(RDZV_PORT_ENV, ports[r.role])
     return out
+
+
+def check_scripts_exist(req: LocalRequest) -> None:
+    """A dist role's ``--script`` is a file in the job's cwd at submit (not at the dry run,
+    which may be written anywhere): local_cwd runs the job right here, and a missing script
+    would otherwise only fail as the app."""
+    for role in req.app.get("roles", []):
+        script = (role.get("metadata") or {}).get(SCRIPT)
+        if not isinstance(script, str) or "$" in script:  # a macro: known in the replica only
+            continue
+        if not os.path.isfile(os.path.join(req.cwd, script)):
+            raise UsageError(
+                f"role {role.get('name')!r}: --script {script!r} is no file in {req.cwd} "
+                "(local_cwd runs the job in the current directory); give an existing script"
+            )
 
 
 def check_ports_free(req: LocalRequest) -> None:

@@ -72,6 +72,7 @@ from .request import (
     LocalRequest,
     build_request,
     check_ports_free,
+    check_scripts_exist,
     format_request,
     with_rdzv_env,
 )
@@ -100,6 +101,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     # ---- schedule: make the dirs, start the supervisor
     def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
+        check_scripts_exist(dryrun_info.request)
         check_ports_free(dryrun_info.request)
         req = with_rdzv_env(dryrun_info.request)
         self._children[req.app_id] = launch(req)

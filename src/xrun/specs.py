@@ -20,7 +20,7 @@ import re
 from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, NamedTuple
 
-from xrun.contract import MAX_REPLICAS
+from xrun.contract import MAX_REPLICAS, MAX_RESTARTS
 from xrun.errors import UsageError
 from xrun.limits import check_env_name, shown
 from xrun.yaml_writer import dump
@@ -199,6 +199,17 @@ class Role:
             check_env_name(key, f"{where}: env")
             if not isinstance(value, str):
                 raise UsageError(f"{where}: env {key}={value!r:.80} must be a string")
+            if "\0" in value:  # execve cannot carry it: caught here, not in the supervisor
+                raise UsageError(
+                    f"{where}: env {key}={shown(value)} holds a NUL byte (\\0), which no "
+                    "process environment can carry; remove it"
+                )
+        for arg in (self.entrypoint, *self.args):
+            if isinstance(arg, str) and "\0" in arg:
+                raise UsageError(
+                    f"{where}: argument {shown(arg)} holds a NUL byte (\\0), which no command "
+                    "line can carry; remove it"
+                )
         for port_name, port in self.port_map.items():
             if not _is_int(port) or not 0 <= port <= 65535:
                 raise UsageError(f"{where}: port_map {port_name}={port!r} must be 0..65535")
@@ -224,6 +235,11 @@ class Role:
             )
         if self.max_retries < 0:
             raise UsageError(f"{where}: max_retries={self.max_retries} must be >= 0")
+        if self.max_retries > MAX_RESTARTS:  # the agent's --max-restarts would refuse it
+            raise UsageError(
+                f"{where}: max_retries={shown(self.max_retries)} is over the limit of "
+                f"{MAX_RESTARTS:,}"
+            )
 
 
 def _is_int(value: object) -> bool:
@@ -241,6 +257,8 @@ class AppDef:
     def validate(self) -> None:
         if not isinstance(self.name, str):
             raise UsageError(f"app name {self.name!r:.80} must be a string")
+        if not self.name.strip():  # the app id is made from it
+            raise UsageError(f"app name {self.name!r} is empty; give the app a name, e.g. train")
         if not self.roles:
             raise UsageError(f"app {self.name!r} has no roles")
         seen: set[str] = set()
