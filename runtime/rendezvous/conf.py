@@ -18,6 +18,12 @@ from typing import Any
 
 from xrun.contract import MAX_DURATION_S, TOKEN_ENV, TOKEN_FILE_ENV
 from xrun.errors import UsageError
+from xrun.limits import to_float
+
+# The most a token file may hold: a secret is tens of bytes (xrun writes 32 hex digits). Read
+# with this cap, so that a token file that is /dev/zero or a huge file is one line, not the
+# agent reading until it runs out of memory.
+MAX_TOKEN_BYTES = 4096
 
 __all__ = ["CONF_KEYS", "RdzvConfig", "config_from_conf", "load_token", "parse_rdzv_conf"]
 
@@ -95,6 +101,11 @@ def parse_rdzv_conf(s: str, strict: bool = False) -> dict[str, str]:
             continue
         key, sep, value = item.partition("=")
         key = key.strip()
+        if sep and not key:  # '==' or '=600': a value for no key is a typo, not a key ''
+            raise UsageError(
+                f"--rdzv-conf item {item!r} has no key; expected KEY=VALUE, e.g. "
+                f"'join_timeout=600,last_call_timeout=30'"
+            )
         if not sep:
             raise UsageError(
                 f"--rdzv-conf item {item!r} is not KEY=VALUE; expected e.g. "
@@ -197,10 +208,7 @@ def _positive(key: str, raw: str) -> float:
 
 def _in_range(key: str, raw: str, form: str, example: int) -> float:
     """``raw`` as a float in (0, MAX_DURATION_S], else one line naming ``form``."""
-    try:
-        v = float(raw)
-    except ValueError:
-        v = float("nan")
+    v = to_float(raw)  # NaN for '٢' (ASCII digits only, as everywhere) and for no number
     if not 0 < v <= MAX_DURATION_S:
         raise UsageError(
             f"--rdzv-conf {key}={raw[:40]!r} is not {form}; write e.g. {key}={example}"
@@ -216,12 +224,18 @@ def load_token(cfg: RdzvConfig, env: Mapping[str, str] | None = None) -> bytes |
     if path:
         try:
             with open(path, "rb") as f:
-                token = f.read().strip()
+                raw = f.read(MAX_TOKEN_BYTES + 1)
         except OSError as e:
             raise UsageError(
                 f"cannot read the rendezvous token file {path!r}: {e.strerror}; "
                 f"point token_file / ${TOKEN_FILE_ENV} at a readable file"
             ) from None
+        if len(raw) > MAX_TOKEN_BYTES:
+            raise UsageError(
+                f"the rendezvous token file {path!r} holds over {MAX_TOKEN_BYTES:,} bytes; a "
+                "token is a short secret (e.g. 32 hex digits): point the file at it"
+            )
+        token = raw.strip()
         if not token:
             raise UsageError(
                 f"the rendezvous token file {path!r} is empty; write the job's secret in it"

@@ -37,6 +37,7 @@ from typing import Any
 
 from xrun.config import current_dir
 from xrun.errors import UsageError
+from xrun.fields import MAX_FILE_BYTES
 from xrun.limits import shown
 from xrun.specs import AppDef
 
@@ -78,6 +79,8 @@ def _scalar(type_: type, text: str) -> Any:
         if low in _FALSE:
             return False
         raise UsageError(f"{text!r} is not a bool; expected true/false, 1/0 or yes/no")
+    if not text.isascii():  # int()/float() read '٢' and '１': xrun takes ASCII digits only
+        raise UsageError(f"{shown(text)} is not a valid {type_.__name__}: use ASCII digits (0-9)")
     try:
         return type_(text.strip())
     except ValueError:
@@ -302,6 +305,11 @@ def _from_file(ref: str) -> Component:
         )
     if not os.path.isfile(path):
         raise UsageError(f"component file {path!r} does not exist (in {current_dir()})")
+    if os.path.getsize(path) > MAX_FILE_BYTES:  # Python would read and compile all of it
+        raise UsageError(
+            f"component file {path!r} is larger than {MAX_FILE_BYTES // 2**20} MiB; is it the "
+            "right file?"
+        )
     from xrun.torchx_compat import scoped, torchx_imports  # benchmark 5: TorchX files only
 
     # A TorchX component file runs unchanged: its `import torchx...` get xrun's stand-ins while

@@ -35,6 +35,18 @@ def is_digits(text: str) -> bool:
     return _DIGITS_RE.fullmatch(text) is not None
 
 
+def to_float(text: str) -> float:
+    """``float(text)`` for plain ASCII text, else NaN (as for no number at all): float() reads
+    other scripts' digits ('٢', '１'), which no xrun option takes (ASCII digits everywhere, as
+    ``-j``). Callers refuse NaN with their own message."""
+    if not text.isascii():
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def capped_int(text: str, cap: int) -> int:
     """``text`` (ASCII digits, see :func:`is_digits`) as an int, or ``cap + 1`` when it is
     larger: a number past Python's int-string limit (4,300 digits) is never converted, and the
