@@ -143,10 +143,13 @@ def _read(path: str) -> dict[str, dict[str, str]]:
     # No interpolation: '%' in a value (e.g. a Slurm time format) must stay as written.
     parser = configparser.ConfigParser(interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep memMB's case
+    from xrun.fields import read_text  # benchmark 5: only when a config file exists
+
+    # read_text: a size cap (a ~/.xrunconfig that is /dev/zero or a huge file is one line)
+    text = read_text(path, "config file")
     try:
-        with open(path, encoding="utf-8") as f:
-            parser.read_file(f, source=str(path))
-    except (configparser.Error, UnicodeDecodeError) as e:
+        parser.read_string(text, source=str(path))
+    except configparser.Error as e:
         first = " ".join(str(e).split())
         raise UsageError(f"config file {path} is not a valid INI file: {first}") from None
     return {s: dict(parser.items(s)) for s in parser.sections()}

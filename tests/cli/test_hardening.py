@@ -169,3 +169,93 @@ def test_cancel_of_an_ended_sweep_and_trial_say_so(cli: Env) -> None:
     one = cli.run("cancel", f"{sweep}/0")
     assert one.returncode == 3, one.stderr
     assert "had already ended SUCCEEDED" in one.stderr
+
+
+# --------------------------------------------------------------------------- caught at submit
+ARABIC_2 = "\u0662"  # '٢': int() and float() read it
+
+
+@pytest.mark.parametrize(
+    "args, must",
+    [
+        (
+            ["dist.ddp", "-j", "1x1", "--max_retries", "10000000000", "--script", "s.py"],
+            "over the limit of 2,147,483,647",
+        ),
+        (["dist.ddp", "-j", "1x1", "--max_retries", ARABIC_2, "--script", "s.py"], "ASCII"),
+        (
+            [
+                "dist.ddp",
+                "-j",
+                "1x1",
+                "--rdzv_conf",
+                f"join_timeout={ARABIC_2}",
+                "--script",
+                "s.py",
+            ],
+            "join_timeout",
+        ),
+        (["-cfg", f"stop_grace_s={ARABIC_2}", "utils.echo"], "stop_grace_s"),
+    ],
+)
+def test_bad_values_are_refused_at_the_dry_run(cli: Env, args: list[str], must: str) -> None:
+    (cli.cwd / "s.py").write_text("print('hi')\n")
+    one_line_exit_2(cli.run("run", "--dryrun", "-s", "local_cwd", *args), must)
+
+
+@pytest.mark.parametrize(
+    "field", ['  env: {A: "b\\0c"}\n', '  args: ["a\\0b"]\n', '  entrypoint: "ec\\0ho"\n']
+)
+def test_a_nul_byte_in_a_saved_appdef_is_refused_before_anything_runs(cli: Env, field: str) -> None:
+    # A command line cannot carry NUL, a YAML "\0" can: it used to pass validation and kill
+    # the supervisor (ValueError: embedded null byte, rc 1)
+    (cli.cwd / "spec.yaml").write_text(
+        "name: x\nroles:\n- name: r\n  image: i\n"
+        + ("  entrypoint: echo\n" if "entrypoint" not in field else "")
+        + field
+    )
+    for args in (["--dryrun"], []):
+        one_line_exit_2(cli.run("run", "-s", "local_cwd", *args, "spec.yaml"), "NUL byte")
+    assert cli.run("list", "-s", "local_cwd").stdout == ""
+
+
+def test_a_missing_script_on_local_cwd_is_refused_at_submit(cli: Env) -> None:
+    r = cli.run("run", "-s", "local_cwd", "dist.ddp", "-j", "1x1", "--script", "nosuch.py")
+    one_line_exit_2(r, "nosuch.py", str(cli.cwd))
+    assert cli.run("list", "-s", "local_cwd").stdout == ""  # nothing was submitted
+    # the dry run may be written anywhere: it does not look for the file
+    assert cli.run("run", "--dryrun", "dist.ddp", "--script", "nosuch.py").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "text, must",
+    [
+        ("- {lr: 1, lr: 2}\n", "'lr' appears twice"),
+        ('[{"lr": "1", "lr": "2"}]\n', "'lr' appears twice"),
+    ],
+)
+def test_a_duplicate_key_in_a_sweep_file_is_refused(cli: Env, text: str, must: str) -> None:
+    (cli.cwd / "grid.yaml").write_text(text)
+    r = cli.run("run", "--dryrun", "--sweep-file", "grid.yaml", "utils.echo", "--msg", "{{lr}}")
+    one_line_exit_2(r, "grid.yaml", must)
+
+
+def test_a_saved_appdef_without_a_name_is_refused(cli: Env) -> None:
+    (cli.cwd / "spec.yaml").write_text(
+        'name: ""\nroles:\n- name: r\n  image: i\n  entrypoint: echo\n'
+    )
+    one_line_exit_2(cli.run("run", "--dryrun", "spec.yaml"), "app name '' is empty")
+
+
+def test_a_huge_config_file_is_read_with_a_limit(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "box", size="64m") as box:
+        with open(box / ".xrunconfig", "wb") as f:  # sparse: 17 MiB of NULs, no disk
+            f.truncate(17 * 2**20)
+        r = subprocess.run(
+            ["timeout", "-s", "KILL", "20", XRUN, "run", "--dryrun", "utils.echo"],
+            cwd=box,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HOME": str(box)},
+        )
+        one_line_exit_2(r, ".xrunconfig", "larger than 16 MiB")
