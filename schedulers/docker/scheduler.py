@@ -99,7 +99,7 @@ from .request import (
     materialize,
     replica_state,
 )
-from .statedir import StateDir, replicas_from_json, replicas_to_json
+from .statedir import DamagedRecord, StateDir, replicas_from_json, replicas_to_json
 from .status import (
     containers_app_state,
     end_message,
@@ -501,8 +501,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             apps.setdefault(c.labels[LABEL_APP_ID], []).append(c)
         out = []
         for app_id, cs in sorted(apps.items()):
-            final = self._state_dir.load_final(app_id)
-            if final is not None:
+            if self._state_dir.final_exists(app_id):
                 continue  # ended; listed below from its record
             out.append(
                 ListAppResponse(
@@ -513,8 +512,11 @@ class DockerScheduler(Scheduler[DockerJob]):
                 )
             )
         for app_id in self._state_dir.final_app_ids():
-            final = self._state_dir.load_final(app_id) or {}
-            job = self._state_dir.load_job(app_id) or {}
+            try:
+                final = self._state_dir.load_final(app_id) or {}
+                job = self._state_dir.load_job(app_id) or {}
+            except DamagedRecord:  # `status` names it; the other apps still list
+                final, job = {}, {}
             if job.get("session", self.session_name) != self.session_name:
                 continue
             out.append(
