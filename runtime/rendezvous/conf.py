@@ -216,6 +216,41 @@ def _in_range(key: str, raw: str, form: str, example: int) -> float:
     return v
 
 
+# How long a token file that is a pipe may take to say something (a FIFO nobody writes would
+# otherwise block the agent for ever; `<(echo secret)` answers at once).
+_PIPE_WAIT_S = 10.0
+
+
+def _read_capped(path: str) -> bytes:
+    """At most MAX_TOKEN_BYTES + 1 bytes of ``path``, in bounded time: opened without blocking
+    (a FIFO with no writer), a pipe waited for at most _PIPE_WAIT_S."""
+    import select
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    chunks: list[bytes] = []
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode) or stat.S_ISSOCK(os.fstat(fd).st_mode):
+            if not select.select([fd], [], [], _PIPE_WAIT_S)[0]:
+                raise OSError(
+                    0, f"nothing to read within {_PIPE_WAIT_S:g}s (a pipe with no writer?)"
+                )
+        else:
+            os.set_blocking(fd, True)
+        size = 0
+        while size <= MAX_TOKEN_BYTES:
+            chunk = os.read(fd, MAX_TOKEN_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except BlockingIOError:  # a pipe whose writer has not finished: what came so far
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def load_token(cfg: RdzvConfig, env: Mapping[str, str] | None = None) -> bytes | None:
     """The job's secret: conf ``token_file``, else file ``$XRUN_RDZV_TOKEN_FILE``, else
     ``$XRUN_RDZV_TOKEN``; None when none is configured. Never read from a command line."""
@@ -223,8 +258,7 @@ def load_token(cfg: RdzvConfig, env: Mapping[str, str] | None = None) -> bytes |
     path = cfg.token_file or env.get(TOKEN_FILE_ENV)
     if path:
         try:
-            with open(path, "rb") as f:
-                raw = f.read(MAX_TOKEN_BYTES + 1)
+            raw = _read_capped(path)
         except OSError as e:
             raise UsageError(
                 f"cannot read the rendezvous token file {path!r}: {e.strerror}; "

@@ -74,3 +74,9 @@ def test_a_huge_token_file_is_one_line_in_bounded_memory(box: Path, target: str)
         target = str(box / "big")
     r = agent(box, env={"XRUN_RDZV_TOKEN_FILE": target})
     one_line_2(r, target, "over 4,096 bytes")
+
+
+def test_a_token_fifo_nobody_writes_is_one_line_in_bounded_time(box: Path) -> None:
+    os.mkfifo(box / "fifo")
+    r = agent(box, env={"XRUN_RDZV_TOKEN_FILE": str(box / "fifo")})  # used to block for ever
+    one_line_2(r, "fifo", "nothing to read")
