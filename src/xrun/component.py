@@ -346,7 +346,10 @@ def _load_file(path: str) -> ModuleType:
             f"component file {path!r} called sys.exit({shown(e.code)}) while loading; a "
             "component file defines functions, it does not exit"
         ) from None
-    except Exception as e:  # the file's own import-time failure, reported as such
+    except KeyboardInterrupt:
+        sys.modules.pop(mod_name, None)
+        raise  # the user's Ctrl-C: exit 130, as anywhere
+    except BaseException as e:  # the file's own failure (any class of its own), reported as such
         sys.modules.pop(mod_name, None)
         raise UsageError(
             f"component file {path!r} failed to import: {type(e).__name__}: {e}"
@@ -502,6 +505,10 @@ def call_component(
         raise UsageError(
             f"component {comp.name} called sys.exit({shown(e.code)}) instead of returning an AppDef"
         ) from None
+    except (KeyboardInterrupt, UsageError):
+        raise
+    except BaseException as e:  # the component's own failure: one line naming it
+        raise UsageError(f"component {comp.name} failed: {type(e).__name__}: {e}") from None
     if not isinstance(app, AppDef) and type(app).__module__.startswith("torchx."):
         from xrun.torchx_compat import from_torchx  # benchmark 5: TorchX files only
 

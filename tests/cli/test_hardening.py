@@ -121,6 +121,18 @@ def test_a_component_file_that_exits_while_loading_is_one_line(
     one_line_exit_2(r, "comp.py", f"sys.exit({code}) while loading")
 
 
+@pytest.mark.parametrize(
+    "body, must",
+    [
+        ("class E(BaseException):\n    pass\n\nraise E('x')\n", "failed to import: E: x"),
+        ("def f() -> None:\n    raise RuntimeError('boom')\n", "failed: RuntimeError: boom"),
+    ],
+)
+def test_a_component_file_raising_anything_is_one_line(cli: Env, body: str, must: str) -> None:
+    (cli.cwd / "comp.py").write_text(body)
+    one_line_exit_2(cli.run("run", "--dryrun", "comp.py:f"), must)
+
+
 def test_a_component_that_exits_instead_of_returning_is_one_line(cli: Env) -> None:
     (cli.cwd / "comp.py").write_text("import sys\n\ndef f() -> None:\n    sys.exit(4)\n")
     one_line_exit_2(cli.run("run", "--dryrun", "comp.py:f"), "comp.py:f", "sys.exit(4)")
