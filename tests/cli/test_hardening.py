@@ -226,15 +226,17 @@ def test_a_nul_byte_in_a_saved_appdef_is_refused_before_anything_runs(cli: Env, 
         + ("  entrypoint: echo\n" if "entrypoint" not in field else "")
         + field
     )
+    before = cli.run("list", "-s", "local_cwd").stdout  # the suite shares one state dir
     for args in (["--dryrun"], []):
         one_line_exit_2(cli.run("run", "-s", "local_cwd", *args, "spec.yaml"), "NUL byte")
-    assert cli.run("list", "-s", "local_cwd").stdout == ""
+    assert cli.run("list", "-s", "local_cwd").stdout == before  # nothing was submitted
 
 
 def test_a_missing_script_on_local_cwd_is_refused_at_submit(cli: Env) -> None:
+    before = cli.run("list", "-s", "local_cwd").stdout  # the suite shares one state dir
     r = cli.run("run", "-s", "local_cwd", "dist.ddp", "-j", "1x1", "--script", "nosuch.py")
     one_line_exit_2(r, "nosuch.py", str(cli.cwd))
-    assert cli.run("list", "-s", "local_cwd").stdout == ""  # nothing was submitted
+    assert cli.run("list", "-s", "local_cwd").stdout == before  # nothing was submitted
     # the dry run may be written anywhere: it does not look for the file
     assert cli.run("run", "--dryrun", "dist.ddp", "--script", "nosuch.py").returncode == 0
 
