@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..lazylog import LazyLogger
 from .data import KeySpace
+from .guard import refused
 from .protocol import DEFAULT_MAX_FRAME, HELLO
 from .session import DEFAULT_HANDSHAKE_TIMEOUT, Admission, XrunSession
 
@@ -232,6 +233,8 @@ class _FirstBytes:
             return
         if session is None or self.transport is None:
             return
+        if not isinstance(session, XrunSession) and refused(self.transport, self.server._sessions):
+            return self.close()  # a torch client from outside the job: see guard.py
         self._forget()
         self.transport.set_protocol(session)
         session.connection_made(self.transport)
