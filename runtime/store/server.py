@@ -162,10 +162,11 @@ class StoreServer:
         """The workers' key space (and its barriers) of the current generation (loop thread)."""
         gen = self._data.values.get(self._workers_key) if self._workers_key else None
         if self._workers is None or gen != self._workers_gen:
+            from .quota import CappedKeySpace  # the workers' key space is capped: see quota.py
             from .torch_data import WorkersKeySpace
             from .torch_session import TorchService
 
-            self._workers = TorchService(WorkersKeySpace())
+            self._workers = TorchService(CappedKeySpace(WorkersKeySpace()))
             self._workers_gen = gen
         return self._workers
 
