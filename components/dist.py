@@ -32,6 +32,7 @@ from xrun.contract import (
     RDZV_BACKENDS,
     RDZV_PORT_ENV,
     RESTARTS_IN_PLACE,
+    SCRIPT,
 )
 from xrun.errors import UsageError
 from xrun.jobspec import JobSize, parse_j, parse_nnodes
@@ -339,7 +340,7 @@ def _app(job: DistJob) -> AppDef:
         mounts=list(parse_mounts(list(job.mounts))),
         # The agents restart the workers in place (--max-restarts): the scheduler must not
         # run a failed replica again on top of that (see xrun.contract).
-        metadata={RESTARTS_IN_PLACE: True},
+        metadata={RESTARTS_IN_PLACE: True, **({SCRIPT: job.script} if job.script else {})},
     )
     return AppDef(name=run, roles=[role])
 

@@ -22,11 +22,12 @@ from xrun.contract import (
     MAX_DURATION_S,
     MAX_NODES,
     MAX_NPROC_PER_NODE,
+    MAX_RESTARTS,
     RDZV_BACKENDS,
     RDZV_ENDPOINT_DEFAULT_PORT,
 )
 from xrun.errors import UsageError
-from xrun.limits import capped_int, check_duration, is_digits, shown
+from xrun.limits import capped_int, check_duration, is_digits, shown, to_float
 from xrun.noderange import parse_node_range
 
 from .config import DEFAULT_SIGNALS, LaunchConfig
@@ -187,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # A count flag (--max-restarts, --node-rank, --master-port) past this is a typo, not a plan;
 # past Python's int-string limit int() would raise instead of saying so.
-_MAX_INT_FLAG = 2**31 - 1
+_MAX_INT_FLAG = MAX_RESTARTS
 
 
 def _int(flag: str, raw: str, lo: int = 0) -> int:
@@ -202,8 +203,8 @@ def _int(flag: str, raw: str, lo: int = 0) -> int:
 
 def _float(flag: str, raw: str) -> float:
     """A duration flag: seconds from 0 to a day (NaN, infinities and absurd values refused)."""
-    try:
-        return check_duration(float(str(raw)[:100]), flag)
+    try:  # to_float: NaN for other scripts' digits ('٢'), ASCII only as everywhere
+        return check_duration(to_float(str(raw)[:100]), flag)
     except (TypeError, ValueError, UsageError):  # named as given: 'soon', not nan
         raise UsageError(
             f"{flag} {shown(raw)} is invalid: expected a number of seconds from 0 to "

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 from xrun.config import Sourced
 from xrun.errors import UsageError
-from xrun.limits import check_duration, shown
+from xrun.limits import check_duration, shown, to_float
 
 OptionsT = TypeVar("OptionsT")
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
@@ -86,10 +86,7 @@ def _to_float(value: object) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         out = float(value) if abs(value) < 1e308 else None
     elif isinstance(value, str):
-        try:
-            out = float(value)
-        except ValueError:
-            pass
+        out = to_float(value)  # NaN, refused below, for '٢' as for 'soon'
     if out is None or not math.isfinite(out):
         raise _NotConvertible
     return out

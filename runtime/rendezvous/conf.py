@@ -18,6 +18,12 @@ from typing import Any
 
 from xrun.contract import MAX_DURATION_S, TOKEN_ENV, TOKEN_FILE_ENV
 from xrun.errors import UsageError
+from xrun.limits import to_float
+
+# The most a token file may hold: a secret is tens of bytes (xrun writes 32 hex digits). Read
+# with this cap, so that a token file that is /dev/zero or a huge file is one line, not the
+# agent reading until it runs out of memory.
+MAX_TOKEN_BYTES = 4096
 
 __all__ = ["CONF_KEYS", "RdzvConfig", "config_from_conf", "load_token", "parse_rdzv_conf"]
 
@@ -95,6 +101,11 @@ def parse_rdzv_conf(s: str, strict: bool = False) -> dict[str, str]:
             continue
         key, sep, value = item.partition("=")
         key = key.strip()
+        if sep and not key:  # '==' or '=600': a value for no key is a typo, not a key ''
+            raise UsageError(
+                f"--rdzv-conf item {item!r} has no key; expected KEY=VALUE, e.g. "
+                f"'join_timeout=600,last_call_timeout=30'"
+            )
         if not sep:
             raise UsageError(
                 f"--rdzv-conf item {item!r} is not KEY=VALUE; expected e.g. "
@@ -197,15 +208,47 @@ def _positive(key: str, raw: str) -> float:
 
 def _in_range(key: str, raw: str, form: str, example: int) -> float:
     """``raw`` as a float in (0, MAX_DURATION_S], else one line naming ``form``."""
-    try:
-        v = float(raw)
-    except ValueError:
-        v = float("nan")
+    v = to_float(raw)  # NaN for '٢' (ASCII digits only, as everywhere) and for no number
     if not 0 < v <= MAX_DURATION_S:
         raise UsageError(
             f"--rdzv-conf {key}={raw[:40]!r} is not {form}; write e.g. {key}={example}"
         )
     return v
+
+
+# How long a token file that is a pipe may take to say something (a FIFO nobody writes would
+# otherwise block the agent for ever; `<(echo secret)` answers at once).
+_PIPE_WAIT_S = 10.0
+
+
+def _read_capped(path: str) -> bytes:
+    """At most MAX_TOKEN_BYTES + 1 bytes of ``path``, in bounded time: opened without blocking
+    (a FIFO with no writer), a pipe waited for at most _PIPE_WAIT_S."""
+    import select
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    chunks: list[bytes] = []
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode) or stat.S_ISSOCK(os.fstat(fd).st_mode):
+            if not select.select([fd], [], [], _PIPE_WAIT_S)[0]:
+                raise OSError(
+                    0, f"nothing to read within {_PIPE_WAIT_S:g}s (a pipe with no writer?)"
+                )
+        else:
+            os.set_blocking(fd, True)
+        size = 0
+        while size <= MAX_TOKEN_BYTES:
+            chunk = os.read(fd, MAX_TOKEN_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except BlockingIOError:  # a pipe whose writer has not finished: what came so far
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def load_token(cfg: RdzvConfig, env: Mapping[str, str] | None = None) -> bytes | None:
@@ -215,13 +258,18 @@ def load_token(cfg: RdzvConfig, env: Mapping[str, str] | None = None) -> bytes |
     path = cfg.token_file or env.get(TOKEN_FILE_ENV)
     if path:
         try:
-            with open(path, "rb") as f:
-                token = f.read().strip()
+            raw = _read_capped(path)
         except OSError as e:
             raise UsageError(
                 f"cannot read the rendezvous token file {path!r}: {e.strerror}; "
                 f"point token_file / ${TOKEN_FILE_ENV} at a readable file"
             ) from None
+        if len(raw) > MAX_TOKEN_BYTES:
+            raise UsageError(
+                f"the rendezvous token file {path!r} holds over {MAX_TOKEN_BYTES:,} bytes; a "
+                "token is a short secret (e.g. 32 hex digits): point the file at it"
+            )
+        token = raw.strip()
         if not token:
             raise UsageError(
                 f"the rendezvous token file {path!r} is empty; write the job's secret in it"

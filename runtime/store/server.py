@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from .data import KeySpace
+from .guard import refused
 from .handler import DEFAULT_HANDSHAKE_TIMEOUT, Admission, XrunHandler
 from .protocol import DEFAULT_MAX_FRAME, HELLO
 from .session import Handler, Session
@@ -119,7 +120,20 @@ class StoreServer:
 
     def _open_session(self) -> Session:
         """A new connection: its first bytes choose its protocol (``_choose``)."""
-        return Session(self._choose, self._loop, self._sessions, self._admission.handshake_timeout)
+        return Session(
+            self._choose,
+            self._loop,
+            self._sessions,
+            self._admission.handshake_timeout,
+            admit=self._admit,
+        )
+
+    def _admit(self, session: Session) -> bool:
+        """A torch-protocol client is admitted from the job's nodes and user only (guard.py);
+        xrun's protocol authenticates for itself (handler.py)."""
+        if isinstance(session.handler, XrunHandler) or session.transport is None:
+            return True
+        return not refused(session.transport, self._sessions)
 
     def _choose(self, first: bytes, send: Callable[[bytes], None]) -> Handler | None:
         """The handler for a connection that opened with ``first``; None: not enough bytes to
@@ -146,10 +160,11 @@ class StoreServer:
         """The workers' key space (and its barriers) of the current generation (loop thread)."""
         gen = self._data.values.get(self._workers_key) if self._workers_key else None
         if self._workers is None or gen != self._workers_gen:
+            from .quota import CappedKeySpace  # the workers' key space is capped: see quota.py
             from .torch_data import WorkersKeySpace
             from .torch_handler import TorchService
 
-            self._workers = TorchService(WorkersKeySpace())
+            self._workers = TorchService(CappedKeySpace(WorkersKeySpace()))
             self._workers_gen = gen
         return self._workers
 

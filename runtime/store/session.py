@@ -87,9 +87,15 @@ class Session:
     MAX_UNSENT = 64 << 20
 
     def __init__(
-        self, choose: Chooser, clock: Clock, sessions: set[Any], handshake_timeout: float
+        self,
+        choose: Chooser,
+        clock: Clock,
+        sessions: set[Any],
+        handshake_timeout: float,
+        admit: Callable[[Session], bool] | None = None,
     ) -> None:
         self.choose = choose
+        self.admit = admit  # once the protocol is chosen: may this client speak it?
         self.clock = clock
         self.sessions = sessions
         self.handshake_timeout = handshake_timeout
@@ -171,6 +177,9 @@ class Session:
             self.handler = self.choose(self._first, self._send)
         except ValueError as e:
             log.debug("store: dropping a client: %s", e)
+            self.close()
+        if self.handler is not None and self.admit is not None and not self.admit(self):
+            self.handler, self._refused = None, True  # logged by admit; nothing more is read
             self.close()
         return self.handler
 

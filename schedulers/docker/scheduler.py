@@ -64,6 +64,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xrun.config import current_dir
 from xrun.contract import TOKEN_ENV
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.specs import AppDef, AppState, Role, is_terminal
@@ -99,7 +100,7 @@ from .request import (
     materialize,
     replica_state,
 )
-from .statedir import StateDir, replicas_from_json, replicas_to_json
+from .statedir import DamagedRecord, StateDir, replicas_from_json, replicas_to_json
 from .status import (
     containers_app_state,
     end_message,
@@ -220,7 +221,7 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     def resolve_workspace(self, workspace: str | None) -> str:
         """The workspace ``submit`` builds: None is the cwd (a sweep builds it once for all)."""
-        return os.getcwd() if workspace is None else workspace
+        return current_dir() if workspace is None else workspace
 
     def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
         """Build ``<role image> + workspace + xrun`` and point the roles at it (see .workspace)."""
@@ -541,8 +542,7 @@ class DockerScheduler(Scheduler[DockerJob]):
             apps.setdefault(c.labels[LABEL_APP_ID], []).append(c)
         out = []
         for app_id, cs in sorted(apps.items()):
-            final = self._state_dir.load_final(app_id)
-            if final is not None:
+            if self._state_dir.final_exists(app_id):
                 continue  # ended; listed below from its record
             out.append(
                 ListAppResponse(
@@ -553,8 +553,11 @@ class DockerScheduler(Scheduler[DockerJob]):
                 )
             )
         for app_id in self._state_dir.final_app_ids():
-            final = self._state_dir.load_final(app_id) or {}
-            job = self._state_dir.load_job(app_id) or {}
+            try:
+                final = self._state_dir.load_final(app_id) or {}
+                job = self._state_dir.load_job(app_id) or {}
+            except DamagedRecord:  # `status` names it; the other apps still list
+                final, job = {}, {}
             if job.get("session", self.session_name) != self.session_name:
                 continue
             out.append(

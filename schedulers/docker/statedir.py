@@ -29,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from xrun.errors import UsageError
+from xrun.errors import SchedulerError, UsageError
 from xrun.specs import AppState, ReplicaStatus, RoleStatus
 from xrun.xdg import state_dir
 
@@ -64,7 +64,27 @@ class StateDir:
         self._write(self.dir(app_id) / "job.json", json.dumps(job, indent=1, default=str))
 
     def load_job(self, app_id: str) -> dict[str, Any] | None:
-        return _load_json(self.dir(app_id) / "job.json")
+        """``job.json``, its shape checked (DamagedRecord), or None when there is none."""
+        path = self.dir(app_id) / "job.json"
+        job = _load_json(path)
+        if job is None:
+            return None
+        containers = job.get("containers", [])
+        if not isinstance(containers, list):
+            raise DamagedRecord(path, "containers is not a list")
+        for i, c in enumerate(containers):
+            if not (
+                isinstance(c, dict)
+                and isinstance(c.get("role"), str)
+                and isinstance(c.get("image"), str)
+                and isinstance(c.get("command"), list)
+                and all(isinstance(a, str) for a in c["command"])
+            ):
+                raise DamagedRecord(path, f"containers[{i}] is not a container's record")
+        for key in ("session", "app_name"):
+            if not isinstance(job.get(key, ""), str):
+                raise DamagedRecord(path, f"{key} is not a string")
+        return job
 
     def forget(self, app_id: str) -> None:
         """Drop an app that never started (schedule failed): it must not look like ours."""
@@ -82,7 +102,26 @@ class StateDir:
         self._write(self.dir(app_id) / "status.json", json.dumps(status, indent=1))
 
     def load_final(self, app_id: str) -> dict[str, Any] | None:
-        return _load_json(self.dir(app_id) / "status.json")
+        """``status.json`` (how the app ended), its shape checked (DamagedRecord), or None."""
+        path = self.dir(app_id) / "status.json"
+        final = _load_json(path)
+        if final is None:
+            return None
+        if final.get("state") not in AppState.__members__:
+            raise DamagedRecord(path, f"state {final.get('state')!r:.40} is no app state")
+        restarts = final.get("num_restarts", 0)
+        if not isinstance(restarts, int) or isinstance(restarts, bool):
+            raise DamagedRecord(path, "num_restarts is not an integer")
+        if not isinstance(final.get("msg", ""), str):
+            raise DamagedRecord(path, "msg is not a string")
+        try:
+            replicas_from_json(final.get("roles", []))
+        except (TypeError, KeyError, AttributeError):
+            raise DamagedRecord(path, "roles is not a list of roles and replicas") from None
+        return final
+
+    def final_exists(self, app_id: str) -> bool:
+        return (self.dir(app_id) / "status.json").exists()
 
     def final_app_ids(self) -> list[str]:
         if not self.root.is_dir():
@@ -132,12 +171,26 @@ class StateDir:
             yield line
 
 
+class DamagedRecord(SchedulerError):
+    """A docker app's record is JSON of the wrong shape (edited by hand, another version):
+    exit 1 and one line naming the file, never a KeyError deep in ``status``."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(
+            f"docker's record {path} is damaged ({why}); `rm -r {path.parent}` forgets the app"
+        )
+
+
 def _load_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) else None
+    except (OSError, ValueError):  # half-written, not UTF-8, not JSON
+        raise DamagedRecord(path, "it is not JSON") from None
+    if not isinstance(data, dict):
+        raise DamagedRecord(path, f"it is a JSON {type(data).__name__}, not an object")
+    return data
 
 
 def split_timestamp(line: str) -> tuple[float, str]:

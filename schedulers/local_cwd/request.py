@@ -14,6 +14,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from xrun.config import current_dir
 from xrun.contract import (
     AGENT_LOG_DIR_ENV,
     APP_DIR_ENV,
@@ -21,6 +22,7 @@ from xrun.contract import (
     MASTER_PORT_DEFAULT,
     RANK0_HOST_ENV,
     RDZV_PORT_ENV,
+    SCRIPT,
     TOKEN_ENV,
 )
 from xrun.errors import UsageError
@@ -150,11 +152,11 @@ def _path_with(first: list[str], path: str) -> str:
 
 def build_request(app: AppDef, opts: LocalOptions) -> LocalRequest:
     """The request for ``app`` with resolved run options ``opts``: pure, no side effects."""
+    cwd = current_dir()  # first: a relative log_dir or script path needs it too
     app_id = make_app_id(app.name)
     log_dir = os.path.abspath(os.path.expanduser(opts.log_dir or statedir.default_log_dir()))
     check_writable_dir(log_dir, "-cfg log_dir=DIR, default $XDG_STATE_HOME/xrun/local_cwd/logs")
     paths = statedir.AppPaths(os.path.join(log_dir, app_id))
-    cwd = os.getcwd()
     first = [os.path.dirname(sys.executable)] + ([cwd] if opts.prepend_cwd else [])
     path = _path_with(first, os.environ.get("PATH", os.defpath))
     gpus = assign_gpus(app.roles, visible_gpus()) if opts.auto_set_cuda_visible_devices else {}
@@ -235,6 +237,21 @@ def with_rdzv_env(req: LocalRequest) -> LocalRequest:
         if r.role in ports:
             r.env.setdefault(RDZV_PORT_ENV, ports[r.role])
     return out
+
+
+def check_scripts_exist(req: LocalRequest) -> None:
+    """A dist role's ``--script`` is a file in the job's cwd at submit (not at the dry run,
+    which may be written anywhere): local_cwd runs the job right here, and a missing script
+    would otherwise only fail as the app."""
+    for role in req.app.get("roles", []):
+        script = (role.get("metadata") or {}).get(SCRIPT)
+        if not isinstance(script, str) or "$" in script:  # a macro: known in the replica only
+            continue
+        if not os.path.isfile(os.path.join(req.cwd, script)):
+            raise UsageError(
+                f"role {role.get('name')!r}: --script {script!r} is no file in {req.cwd} "
+                "(local_cwd runs the job in the current directory); give an existing script"
+            )
 
 
 def check_ports_free(req: LocalRequest) -> None:

@@ -72,6 +72,7 @@ from .request import (
     LocalRequest,
     build_request,
     check_ports_free,
+    check_scripts_exist,
     format_request,
     with_rdzv_env,
 )
@@ -103,6 +104,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     # ---- schedule: make the dirs, start the supervisor
     def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
+        check_scripts_exist(dryrun_info.request)
         check_ports_free(dryrun_info.request)
         req = with_rdzv_env(dryrun_info.request)
         self._children[req.app_id] = launch(req)
@@ -144,8 +146,12 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
             if paths is None:  # its log dir was deleted: forget it
                 statedir.unregister(app_id)
                 continue
-            resp = self.describe(app_id)
-            req = statedir.read_json(paths.request)
+            try:
+                resp = self.describe(app_id)
+                req = statedir.read_request(paths.request)
+            except (SchedulerError, UsageError):
+                # A damaged record (`status` names it) must not hide every other app.
+                resp, req = DescribeAppResponse(app_id=app_id, state=AppState.UNKNOWN), {}
             if resp is None or req is None:
                 continue
             item = ListAppResponse(
@@ -206,7 +212,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
     def logs(self, app_id: str, query: LogQuery) -> Iterable[str]:
         role_name, k = query.role, query.k
         paths = self._paths(app_id)
-        req = statedir.read_json(paths.request) or {}
+        req = statedir.read_request(paths.request) or {}
         counts: dict[str, int] = {}
         for r in req.get("replicas", []):
             counts[r["role"]] = counts.get(r["role"], 0) + 1
@@ -260,11 +266,11 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         if paths is None:
             self._cancel_lost(app_id)
             return
-        st = statedir.read_json(paths.state)
+        st = statedir.read_state(paths.state)
         deadline = time.monotonic() + 10
         while st is None and time.monotonic() < deadline:  # another process is scheduling it
             time.sleep(POLL_S)
-            st = statedir.read_json(paths.state)
+            st = statedir.read_state(paths.state)
         grace = request_grace(paths)
         if st is not None and st["state"] not in TERMINAL:
             sup = st["supervisor"]
@@ -273,7 +279,7 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
                 os.close(fd)
                 os.kill(sup["pid"], signal.SIGTERM)  # the supervisor stops the replicas
                 self.wait(app_id, timeout=grace + 5)
-            st = statedir.read_json(paths.state) or st
+            st = statedir.read_state(paths.state) or st
             if st["state"] not in TERMINAL and not is_alive(sup["pid"], sup["start"]):
                 stop_orphans(paths, st, grace)  # it died (before or during the stop)
         self._check_all_ended(app_id, procs.app_processes(app_dir=paths.app_dir), grace)

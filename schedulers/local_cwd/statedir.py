@@ -28,7 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from xrun.errors import UsageError
+from xrun.errors import SchedulerError, UsageError
+from xrun.specs import AppState
 from xrun.xdg import state_dir
 
 from .supervisor import LOG_FILE, REQUEST_FILE, STATE_FILE
@@ -147,12 +148,102 @@ def indexed_app_ids() -> list[str]:
 def read_json(path: str) -> dict[str, Any] | None:
     """The file's JSON object, or None when it does not exist (yet) or is not one (a file
     truncated by a full disk reads as missing, not as a crash)."""
+    data = _load(path)
+    return data if isinstance(data, dict) else None
+
+
+def _load(path: str) -> object:
+    """The file's JSON value; None when it does not exist or is no JSON (half-written)."""
     try:
         with open(path) as f:
-            data = json.load(f)
+            return json.load(f)
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+
+
+class DamagedRecord(SchedulerError):
+    """An app's record is valid JSON of the wrong shape (edited by hand, written by another
+    version): exit 1 and one line naming the file, never a KeyError deep in ``status``."""
+
+    def __init__(self, path: str, why: str) -> None:
+        app_dir = os.path.dirname(os.path.dirname(path))
+        super().__init__(
+            f"local_cwd's record {path} is damaged ({why}); `rm -r {app_dir}` forgets the app"
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_fields(
+    path: str, where: str, data: object, fields: dict[str, tuple[type, ...]]
+) -> dict[str, Any]:
+    """``data`` is a dict whose ``fields`` have these types (a missing field counts as
+    None); DamagedRecord naming the first that does not."""
+    if not isinstance(data, dict):
+        raise DamagedRecord(path, f"{where} is {type(data).__name__}, not an object")
+    for name, types in fields.items():
+        value = data.get(name)
+        ok = any(
+            _is_int(value)
+            if t is int
+            else value is None
+            if t is type(None)
+            else isinstance(value, t)
+            for t in types
+        )
+        if not ok:
+            raise DamagedRecord(path, f"{where}{name} is {shown_type(value)}")
+    return data
+
+
+def shown_type(value: object) -> str:
+    return "missing" if value is None else f"the {type(value).__name__} {value!r:.40}"
+
+
+_STATES = frozenset(s.name for s in AppState) | {"STOPPING"}
+
+
+def read_request(path: str) -> dict[str, Any] | None:
+    """``request.json`` (None while it does not exist), its shape checked: what ``status``,
+    ``log`` and ``list`` read from it (DamagedRecord otherwise)."""
+    req = _load(path)
+    if req is None:
+        return None
+    req = _check_fields(path, "", req, {"app": (dict,), "replicas": (list,)})
+    for i, r in enumerate(req["replicas"]):
+        _check_fields(path, f"replicas[{i}].", r, {"role": (str,), "id": (int,)})
+    tolerate = req.get("tolerate", {})
+    if not isinstance(tolerate, dict) or not all(_is_int(v) for v in tolerate.values()):
+        raise DamagedRecord(path, f"tolerate is {shown_type(tolerate)}")
+    return req
+
+
+def read_state(path: str) -> dict[str, Any] | None:
+    """``state.json`` (None while it does not exist), its shape checked (DamagedRecord)."""
+    st = _load(path)
+    if st is None:
+        return None
+    st = _check_fields(path, "", st, {"state": (str,), "supervisor": (dict,), "replicas": (list,)})
+    if st["state"] not in _STATES:
+        raise DamagedRecord(path, f"state {st['state']!r:.40} is no app state")
+    _check_fields(
+        path, "supervisor.", st["supervisor"], {"pid": (int,), "start": (int, type(None))}
+    )
+    if not isinstance(st.get("msg", ""), str):
+        raise DamagedRecord(path, f"msg is {shown_type(st['msg'])}")
+    replica = {
+        "role": (str,),
+        "id": (int,),
+        "pid": (int, type(None)),  # None until the replica started
+        "start": (int, type(None)),
+        "exit_code": (int, type(None)),
+        "state": (str,),
+    }
+    for i, r in enumerate(st["replicas"]):
+        _check_fields(path, f"replicas[{i}].", r, replica)
+    return st
 
 
 def read_error_summary(path: str) -> str:

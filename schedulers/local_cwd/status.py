@@ -37,10 +37,10 @@ _NEVER_STARTED_S = 90.0
 
 def describe_app(app_id: str, paths: statedir.AppPaths) -> DescribeAppResponse | None:
     """The app's status from its files (+ a liveness check of its processes)."""
-    req = statedir.read_json(paths.request)
+    req = statedir.read_request(paths.request)
     if req is None:
         return None
-    st = statedir.read_json(paths.state)
+    st = statedir.read_state(paths.state)
     roles = appdef_from_dict(req["app"], paths.request).roles
     resp = DescribeAppResponse(app_id=app_id, roles=roles)
     if st is None:
@@ -201,7 +201,7 @@ def _role_statuses(
 
 def supervisor_pidfd(paths: statedir.AppPaths) -> int | None:
     """A pidfd of the app's live supervisor (readable once it exits), or None."""
-    st = statedir.read_json(paths.state)
+    st = statedir.read_state(paths.state)
     if st is None or not hasattr(os, "pidfd_open"):
         return None
     sup = st["supervisor"]
@@ -251,4 +251,4 @@ def stop_orphans(paths: statedir.AppPaths, st: dict[str, Any], grace: float) -> 
 
 
 def request_grace(paths: statedir.AppPaths) -> float:
-    return grace_of(statedir.read_json(paths.request) or {})
+    return grace_of(statedir.read_request(paths.request) or {})

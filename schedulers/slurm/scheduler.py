@@ -67,6 +67,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from xrun import xdg
+from xrun.config import current_dir
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.specs import (
     AppDef,
@@ -211,7 +212,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         workspace that is no folder fails the dry run as it would fail submit)."""
         given = self._workspace
         if cfg.job_dir:
-            return os.path.abspath(cfg.job_dir), open_workspace(given or os.getcwd())
+            return os.path.abspath(cfg.job_dir), open_workspace(given or current_dir())
         if given and "://" in given:
             local = open_workspace(given).local_path()
             if local is None:
@@ -221,7 +222,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
                     "copied there)"
                 )
             return local, None
-        return os.path.abspath(given or os.getcwd()), None
+        return os.path.abspath(given or current_dir()), None
 
     # ------------------------------------------------------------------ sweeps
     def sweep_backend(self) -> Any:

@@ -203,22 +203,28 @@ class ArrayBackend(SweepBackend):
         path = records.find(self.backend, sweep_id)
         if path is None:
             return None
-        spec = records.load_spec(path)
+        spec = _load_spec(path)
         recs, err = self._squeue([spec["job_id"]])
         return self._status(sweep_id, path, spec, recs.get(spec["job_id"], {}), err)
 
     def list(self) -> list[SweepStatus]:
         """This session's sweeps, from ONE squeue call for all of them."""
         found = []
+        damaged = []
         for sweep_id in records.sweep_ids(self.backend):
             path = records.find(self.backend, sweep_id)
             spec = records.read_json(os.path.join(path, records.SPEC_FILE)) if path else None
             if path and spec and spec.get("session", "default") == self.sched.session_name:
-                found.append((sweep_id, path, spec))
+                try:
+                    found.append((sweep_id, path, _load_spec(path)))
+                except records.DamagedRecord as e:  # `status` names it; the others still list
+                    damaged.append(
+                        SweepStatus(handle=self.handle(sweep_id), name="", params=[], msg=str(e))
+                    )
         if not found:
-            return []
+            return damaged
         recs, err = self._squeue([spec["job_id"] for _, _, spec in found])
-        return [
+        return damaged + [
             self._status(sweep_id, path, spec, recs.get(spec["job_id"], {}), err)
             for sweep_id, path, spec in found
         ]
@@ -258,7 +264,7 @@ class ArrayBackend(SweepBackend):
 
     def cancel(self, sweep_id: str, trial: int | None) -> None:
         path = self.find(sweep_id)
-        spec = records.load_spec(path)
+        spec = _load_spec(path)
         if trial is not None:
             check_trial(sweep_id, trial, len(spec["plan"]["trials"]))
         records.request_cancel(path, trial)
@@ -269,7 +275,7 @@ class ArrayBackend(SweepBackend):
 
     # ------------------------------------------------------------------ logs
     def logs(self, sweep_id: str, trial: int, query: LogQuery) -> Iterable[str]:
-        spec = records.load_spec(self.find(sweep_id))
+        spec = _load_spec(self.find(sweep_id))
         check_trial(sweep_id, trial, len(spec["plan"]["trials"]))
         base = os.path.join(spec["log_dir"], str(trial), query.role, str(query.k))
         files = [f"{base}.{kind}" for kind in query.stream_names()]
@@ -287,7 +293,7 @@ class ArrayBackend(SweepBackend):
         return query.filter(iter_log_lines(files, query.follow, done))
 
     def roles(self, sweep_id: str, trial: int) -> dict[str, int]:
-        spec = records.load_spec(self.find(sweep_id))
+        spec = _load_spec(self.find(sweep_id))
         check_trial(sweep_id, trial, len(spec["plan"]["trials"]))
         return {str(k): int(v) for k, v in spec["roles"].items()}
 
@@ -299,3 +305,13 @@ def _requeueing(trial_dir: str) -> bool:
     except OSError:
         return False
     return age < _REQUEUE_WINDOW_S
+
+
+def _load_spec(path: str) -> dict[str, Any]:
+    """``sweep.json`` with the job array's fields checked too (records.DamagedRecord)."""
+    spec = records.load_spec(path)
+    file = os.path.join(path, records.SPEC_FILE)
+    records.check_fields(file, "", spec, {"job_id": (str,), "log_dir": (str,), "roles": (dict,)})
+    if not all(type(v) is int for v in spec["roles"].values()):
+        raise records.DamagedRecord(file, f"roles {spec['roles']!r:.40} are not counts")
+    return spec

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from xrun.config import current_dir
 from xrun.errors import UsageError
+from xrun.fields import MAX_FILE_BYTES
 from xrun.limits import shown
 from xrun.specs import AppDef
 
@@ -77,6 +79,8 @@ def _scalar(type_: type, text: str) -> Any:
         if low in _FALSE:
             return False
         raise UsageError(f"{text!r} is not a bool; expected true/false, 1/0 or yes/no")
+    if not text.isascii():  # int()/float() read '٢' and '１': xrun takes ASCII digits only
+        raise UsageError(f"{shown(text)} is not a valid {type_.__name__}: use ASCII digits (0-9)")
     try:
         return type_(text.strip())
     except ValueError:
@@ -300,7 +304,12 @@ def _from_file(ref: str) -> Component:
             f"component {ref!r} names a file but no function; expected FILE.py:FUNCTION"
         )
     if not os.path.isfile(path):
-        raise UsageError(f"component file {path!r} does not exist (in {os.getcwd()})")
+        raise UsageError(f"component file {path!r} does not exist (in {current_dir()})")
+    if os.path.getsize(path) > MAX_FILE_BYTES:  # Python would read and compile all of it
+        raise UsageError(
+            f"component file {path!r} is larger than {MAX_FILE_BYTES // 2**20} MiB; is it the "
+            "right file?"
+        )
     from xrun.torchx_compat import scoped, torchx_imports  # benchmark 5: TorchX files only
 
     # A TorchX component file runs unchanged: its `import torchx...` get xrun's stand-ins while
@@ -331,7 +340,16 @@ def _load_file(path: str) -> ModuleType:
         raise UsageError(
             f"component file {path!r}: syntax error at line {e.lineno}: {e.msg}"
         ) from None
-    except Exception as e:  # the file's own import-time failure, reported as such
+    except SystemExit as e:  # sys.exit() while loading: never xrun's own exit (code or silence)
+        sys.modules.pop(mod_name, None)
+        raise UsageError(
+            f"component file {path!r} called sys.exit({shown(e.code)}) while loading; a "
+            "component file defines functions, it does not exit"
+        ) from None
+    except KeyboardInterrupt:
+        sys.modules.pop(mod_name, None)
+        raise  # the user's Ctrl-C: exit 130, as anywhere
+    except BaseException as e:  # the file's own failure (any class of its own), reported as such
         sys.modules.pop(mod_name, None)
         raise UsageError(
             f"component file {path!r} failed to import: {type(e).__name__}: {e}"
@@ -483,6 +501,14 @@ def call_component(
         raise UsageError(
             msg if msg.startswith(f"{comp.name}: ") else f"{comp.name}: {msg}"
         ) from None
+    except SystemExit as e:  # as while loading: the component's exit is not xrun's
+        raise UsageError(
+            f"component {comp.name} called sys.exit({shown(e.code)}) instead of returning an AppDef"
+        ) from None
+    except (KeyboardInterrupt, UsageError):
+        raise
+    except BaseException as e:  # the component's own failure: one line naming it
+        raise UsageError(f"component {comp.name} failed: {type(e).__name__}: {e}") from None
     if not isinstance(app, AppDef) and type(app).__module__.startswith("torchx."):
         from xrun.torchx_compat import from_torchx  # benchmark 5: TorchX files only
 

@@ -86,9 +86,28 @@ class Config:
         return entry[0].strip() or None if entry else None
 
 
+def current_dir() -> str:
+    """``os.getcwd()``, or a UsageError when the shell's directory was deleted under it (a
+    command that needs the cwd says so in one line; getcwd's FileNotFoundError names no file)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise UsageError(
+            "the current directory no longer exists (it was deleted); cd to an existing "
+            "directory and run the command again"
+        ) from None
+
+
 def config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> list[str]:
-    """The files that exist, lowest precedence first (home, then cwd; once if the same)."""
-    dirs = (home or os.path.expanduser("~"), cwd or os.getcwd())
+    """The files that exist, lowest precedence first (home, then cwd; once if the same). A
+    deleted cwd holds no file: only the home one is read (the commands that need the cwd
+    itself say so, see :func:`current_dir`)."""
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except FileNotFoundError:
+            cwd = None
+    dirs = [home or os.path.expanduser("~"), *([cwd] if cwd is not None else [])]
     out: list[str] = []
     for d in dirs:
         p = os.path.join(d, FILENAME)
@@ -124,10 +143,13 @@ def _read(path: str) -> dict[str, dict[str, str]]:
     # No interpolation: '%' in a value (e.g. a Slurm time format) must stay as written.
     parser = configparser.ConfigParser(interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep memMB's case
+    from xrun.fields import read_text  # benchmark 5: only when a config file exists
+
+    # read_text: a size cap (a ~/.xrunconfig that is /dev/zero or a huge file is one line)
+    text = read_text(path, "config file")
     try:
-        with open(path, encoding="utf-8") as f:
-            parser.read_file(f, source=str(path))
-    except (configparser.Error, UnicodeDecodeError) as e:
+        parser.read_string(text, source=str(path))
+    except configparser.Error as e:
         first = " ".join(str(e).split())
         raise UsageError(f"config file {path} is not a valid INI file: {first}") from None
     return {s: dict(parser.items(s)) for s in parser.sections()}

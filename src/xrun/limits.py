@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 from xrun.contract import MAX_DURATION_S
 from xrun.errors import UsageError
@@ -33,6 +34,18 @@ def shown(value: object, width: int = 40) -> str:
 def is_digits(text: str) -> bool:
     """Only the ASCII digits 0-9 (no sign, no spaces, no other script's digits)."""
     return _DIGITS_RE.fullmatch(text) is not None
+
+
+def to_float(text: str) -> float:
+    """``float(text)`` for plain ASCII text, else NaN (as for no number at all): float() reads
+    other scripts' digits ('٢', '１'), which no xrun option takes (ASCII digits everywhere, as
+    ``-j``). Callers refuse NaN with their own message."""
+    if not text.isascii():
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 def capped_int(text: str, cap: int) -> int:
@@ -78,3 +91,24 @@ def check_env_name(name: object, where: str) -> None:
         raise UsageError(
             f"{where}: env var name {shown(name)} is invalid; expected {ENV_NAME_FORM}"
         )
+
+
+def check_env(env: Mapping[str, object], where: str) -> None:
+    """UsageError unless every name is a POSIX env var name and every value a string without
+    a NUL byte (``execve`` cannot carry one: caught at submit, not in the supervisor)."""
+    for key, value in env.items():
+        check_env_name(key, where)
+        if not isinstance(value, str):
+            raise UsageError(f"{where} {key}={value!r:.80} must be a string")
+        check_no_nul([value], f"{where} {key}: value")
+
+
+def check_no_nul(texts: list[object], what: str) -> None:
+    """UsageError naming the first of ``texts`` that holds a NUL byte (no command line or
+    process environment can carry one); non-strings are left to the caller's checks."""
+    for text in texts:
+        if isinstance(text, str) and "\0" in text:
+            raise UsageError(
+                f"{what} {shown(text)} holds a NUL byte (\\0), which no process can be given; "
+                "remove it"
+            )

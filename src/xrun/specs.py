@@ -20,9 +20,9 @@ import re
 from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, NamedTuple
 
-from xrun.contract import MAX_REPLICAS
+from xrun.contract import MAX_REPLICAS, MAX_RESTARTS
 from xrun.errors import UsageError
-from xrun.limits import check_env_name, shown
+from xrun.limits import check_count, check_env, check_no_nul, shown
 from xrun.yaml_writer import dump
 
 
@@ -195,10 +195,8 @@ class Role:
         where = f"role {self.name!r}"
         if not all(isinstance(a, str) for a in self.args):
             raise UsageError(f"{where}: args must be strings, got {self.args!r:.200}")
-        for key, value in self.env.items():
-            check_env_name(key, f"{where}: env")
-            if not isinstance(value, str):
-                raise UsageError(f"{where}: env {key}={value!r:.80} must be a string")
+        check_env(self.env, f"{where}: env")
+        check_no_nul([self.entrypoint, *self.args], f"{where}: argument")
         for port_name, port in self.port_map.items():
             if not _is_int(port) or not 0 <= port <= 65535:
                 raise UsageError(f"{where}: port_map {port_name}={port!r} must be 0..65535")
@@ -222,8 +220,8 @@ class Role:
                 f"{where}: min_replicas={shown(self.min_replicas)} must be between 0 and "
                 f"num_replicas={self.num_replicas}"
             )
-        if self.max_retries < 0:
-            raise UsageError(f"{where}: max_retries={self.max_retries} must be >= 0")
+        # At most the agent's --max-restarts limit: refused here, not inside the job.
+        check_count(self.max_retries, f"{where}: max_retries", MAX_RESTARTS, lo=0)
 
 
 def _is_int(value: object) -> bool:
@@ -241,6 +239,8 @@ class AppDef:
     def validate(self) -> None:
         if not isinstance(self.name, str):
             raise UsageError(f"app name {self.name!r:.80} must be a string")
+        if not self.name.strip():  # the app id is made from it
+            raise UsageError(f"app name {self.name!r} is empty; give the app a name, e.g. train")
         if not self.roles:
             raise UsageError(f"app {self.name!r} has no roles")
         seen: set[str] = set()

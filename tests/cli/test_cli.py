@@ -401,9 +401,10 @@ def test_ctrl_c_on_a_local_run_cancels_the_app_and_cancel_command(cli: Env) -> N
     assert proc.returncode == 130 and "Traceback" not in err
     status = cli.run("status", handle)
     assert "State: CANCELLED" in status.stdout
-    # `xrun cancel` on a finished app: idempotent, still CANCELLED
+    # `xrun cancel` on a finished app: says it had ended (exit 3, #26), still CANCELLED
     again = cli.run("cancel", handle)
-    assert again.returncode == 0 and "State: CANCELLED" in cli.run("status", handle).stdout
+    assert again.returncode == 3 and "had already ended CANCELLED" in again.stderr
+    assert "State: CANCELLED" in cli.run("status", handle).stdout
 
 
 @pytest.mark.timeout(120)

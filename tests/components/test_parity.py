@@ -84,7 +84,7 @@ def test_echo_touch_copy_ask_for_one_cpu_and_one_gib() -> None:
 def test_dist_roles_restart_in_place_so_schedulers_add_no_retries() -> None:
     app = dist.ddp(script="t.py", j="2x1", max_retries=3)
     role = app.roles[0]
-    assert role.max_retries == 3 and role.metadata == {RESTARTS_IN_PLACE: True}
+    assert role.max_retries == 3 and role.metadata[RESTARTS_IN_PLACE] is True
     assert "--max-restarts 3 " in cmd_of(app)
     assert scheduler_retries(role) == 0
     plain = utils.sh("false", max_retries=3).roles[0]

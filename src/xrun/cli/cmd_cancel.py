@@ -1,5 +1,10 @@
 """``xrun cancel HANDLE``: stop an app, one trial of a sweep, or every trial; they end
-CANCELLED."""
+CANCELLED.
+
+Exit codes: 0 cancelled; 3 it had already ended (the line names its state, so a script can
+tell "I stopped it" from "it was over": ``cancel`` of an ended app used to print "cancelled");
+1 unknown handle, or what would not stop.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,13 @@ import argparse
 import sys
 
 from xrun.cli.cmd_status import HANDLE_HELP
+from xrun.cli.common import not_found
 from xrun.runner import Runner
+from xrun.specs import AppState, AppStatus
+from xrun.sweeps.status import LIVE, SweepStatus
+
+# `xrun cancel` of an app, trial or sweep that had already ended (docs/cli.md, Exit codes).
+ALREADY_ENDED = 3
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,7 +31,26 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def main(ns: argparse.Namespace) -> int:
     with Runner() as runner:
         target = runner.target(ns.handle)
+        before = runner.status(ns.handle)
+        if before is None:
+            raise not_found(str(target))
+        # UNKNOWN is not "ended": its replicas may still run (`cancel` stops them).
+        if before.is_terminal() and before.state != AppState.UNKNOWN:
+            print(
+                f"xrun: {target} had already ended {before.state.name}; nothing to cancel",
+                file=sys.stderr,
+            )
+            return ALREADY_ENDED
         runner.cancel(ns.handle, missing_ok=False)
+        after = runner.status(ns.handle)
+    if after is not None and after.is_terminal() and not _cancelled(before, after):
+        # It ended by itself between the look and the cancel (a sweep: every live trial
+        # did): the cancel stopped nothing, and saying "cancelled" would be the old lie.
+        print(
+            f"xrun: {target} ended {after.state.name} before the cancel reached it",
+            file=sys.stderr,
+        )
+        return ALREADY_ENDED
     if target.kind == "sweep":
         what = f"every trial of {target}"
     elif target.kind == "trial":
@@ -29,3 +59,14 @@ def main(ns: argparse.Namespace) -> int:
         what = str(target)
     print(f"xrun: cancelled {what}", file=sys.stderr)
     return 0
+
+
+def _cancelled(before: AppStatus | SweepStatus, after: AppStatus | SweepStatus) -> bool:
+    """Whether the cancel ended something: the app is CANCELLED, or (a sweep) a trial that was
+    live before is CANCELLED now (the sweep's own state may be FAILED from an earlier trial)."""
+    if isinstance(before, SweepStatus) and isinstance(after, SweepStatus):
+        return any(
+            b.state in LIVE and a.state == AppState.CANCELLED
+            for b, a in zip(before.trials, after.trials, strict=False)
+        )
+    return after.state == AppState.CANCELLED

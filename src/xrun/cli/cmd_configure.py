@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import textwrap
 
-from xrun.config import CLI_RUN, FILENAME
+from xrun.config import CLI_RUN, FILENAME, current_dir
 from xrun.errors import UsageError
 from xrun.schedulers.api import get_scheduler, scheduler_names
 from xrun.schedulers.options import CfgVal, runopts, type_name
@@ -32,7 +33,7 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def main(ns: argparse.Namespace) -> int:
-    names = [n.strip() for n in ns.schedulers.split(",") if n.strip()] if ns.schedulers else []
+    names = _scheduler_names(ns.schedulers)
     found = []
     for name in names or scheduler_names():
         try:
@@ -45,17 +46,45 @@ def main(ns: argparse.Namespace) -> int:
     if ns.print:
         sys.stdout.write(text)
         return 0
-    if os.path.exists(FILENAME) and not ns.force:
-        raise UsageError(
-            f"{os.path.abspath(FILENAME)} exists already; pass --force to replace it, or "
-            "--print to see the template"
-        )
-    tmp = f"{FILENAME}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, FILENAME)  # whole or not at all: an existing file is never half-written
-    print(f"xrun: wrote {os.path.abspath(FILENAME)}", file=sys.stderr)
+    target = os.path.join(current_dir(), FILENAME)
+    _write(target, text, ns.force)
+    print(f"xrun: wrote {target}", file=sys.stderr)
     return 0
+
+
+def _scheduler_names(value: str | None) -> list[str]:
+    """``-s S1,S2`` as a list; [] without -s. An -s that names nothing ('' or ',') is a
+    mistake (a script's empty variable), not "all of them"."""
+    if value is None:
+        return []
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise UsageError(
+            f"-s {value!r} names no scheduler; expected S1,S2 (e.g. local_cwd,slurm), or leave "
+            "-s out for all"
+        )
+    return names
+
+
+def _write(target: str, text: str, force: bool) -> None:
+    """Write ``target`` whole or not at all (an existing file is never half-written), leaving
+    no temporary file behind; every failure is a UsageError naming the file and the cause."""
+    # lexists: a dangling symlink is something the user made, kept unless --force.
+    if os.path.lexists(target) and not force:
+        raise UsageError(
+            f"{target} exists already; pass --force to replace it, or --print to see the template"
+        )
+    if os.path.isdir(target):  # os.replace would fail; --force never deletes a directory
+        raise UsageError(f"{target} is a directory; move it away, or use --print")
+    tmp = f"{target}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise UsageError(f"cannot write {target}: {e.strerror or e}") from None
 
 
 def _shown(value: CfgVal) -> str:

@@ -138,7 +138,10 @@ class SweepBackend(abc.ABC):
             spec = records.read_json(os.path.join(path, records.SPEC_FILE)) if path else None
             if not spec or spec.get("session", "default") != self.sched.session_name:
                 continue
-            st = self.status(sweep_id)
+            try:
+                st = self.status(sweep_id)
+            except records.DamagedRecord as e:  # `status` names it; the others still list
+                st = SweepStatus(handle=self.handle(sweep_id), name="", params=[], msg=str(e))
             if st is not None:
                 out.append(st)
         return out

@@ -184,13 +184,34 @@ def _scalar_text(value: object, where: str) -> str:
     )
 
 
+def _unique_keys_loader(yaml: Any) -> Any:
+    """PyYAML's SafeLoader, refusing a mapping that names a key twice: ``{lr: 1, lr: 2}``
+    would silently keep the last value (YAML says keys are unique; PyYAML does not check)."""
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue  # unhashable: the base class says so
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeys
+
+
 def load_sweep_file(path: str) -> list[dict[str, str]]:
     """The trials of a ``--sweep-file`` (YAML or JSON): a list of mappings name -> value."""
     import yaml  # benchmark 9: a sweep from --sweep flags reads no YAML
 
     text = read_text(path, "--sweep-file")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_keys_loader(yaml))  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0] if str(e) else "invalid YAML"
         raise UsageError(f"--sweep-file {path!r} is not valid YAML ({first})") from None

@@ -22,10 +22,12 @@ import re
 from typing import Any
 
 from xrun import xdg
-from xrun.errors import UsageError
+from xrun.errors import SchedulerError, UsageError
+from xrun.specs import AppState
 
 SPEC_FILE = "sweep.json"
 STATE_FILE = "state.json"
+SUPERVISOR_FILE = "supervisor.json"
 CANCEL_DIR = "cancel"
 LOG_FILE = "supervisor.log"
 ALL = "all"
@@ -107,11 +109,111 @@ def read_json(path: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+class DamagedRecord(SchedulerError):
+    """A sweep's record is valid JSON of the wrong shape (edited by hand, written by another
+    version): exit 1 and one line naming the file, never a KeyError deep in ``status``."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(
+            f"the sweep's record {path} is damaged ({why}); `rm -r {os.path.dirname(path)}` "
+            "forgets the sweep"
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value: object) -> str:
+    return "missing" if value is None else f"the {type(value).__name__} {value!r:.40}"
+
+
+# What a field may hold: a type, "int" (no bool), or None (may be missing / null).
+Kind = type | str | None
+
+
+def check_fields(path: str, where: str, data: object, fields: dict[str, tuple[Kind, ...]]) -> Any:
+    """``data`` is an object whose ``fields`` hold one of their kinds; DamagedRecord naming
+    the first that does not. Returns ``data``."""
+    if not isinstance(data, dict):
+        raise DamagedRecord(path, f"{where or 'the record'} is {_shown(data)}, not an object")
+    for name, kinds in fields.items():
+        value = data.get(name)
+        if not any(
+            (value is None)
+            if k is None
+            else _is_int(value)
+            if k == "int"
+            else (isinstance(k, type) and isinstance(value, k))
+            for k in kinds
+        ):
+            raise DamagedRecord(path, f"{where}{name} is {_shown(value)}")
+    return data
+
+
+def _load(path: str) -> object:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def load_spec(path: str) -> dict[str, Any]:
-    spec = read_json(os.path.join(path, SPEC_FILE))
+    """``sweep.json``, its common shape checked (the plan: name, params, trials)."""
+    file = os.path.join(path, SPEC_FILE)
+    spec: Any = _load(file)
     if spec is None:
-        raise FileNotFoundError(os.path.join(path, SPEC_FILE))
+        raise FileNotFoundError(file)
+    spec = check_fields(file, "", spec, {"plan": (dict,)})
+    plan = check_fields(file, "plan.", spec["plan"], {"name": (str,), "params": (list,)})
+    trials = plan.get("trials")
+    if not isinstance(trials, list) or not trials:
+        raise DamagedRecord(file, f"plan.trials is {_shown(trials)}, not a list of trials")
+    for i, t in enumerate(trials):
+        if not isinstance(t, dict) or not all(isinstance(v, str) for v in t.values()):
+            raise DamagedRecord(file, f"plan.trials[{i}] is {_shown(t)}")
+    if not all(isinstance(p, str) for p in plan["params"]):
+        raise DamagedRecord(file, f"plan.params is {_shown(plan['params'])}")
     return spec
+
+
+_STATES = frozenset(s.name for s in AppState)
+_TRIAL: dict[str, tuple[Kind, ...]] = {
+    "state": (str,),
+    "app_id": (str,),
+    "exit_code": ("int", None),
+    "host": (str,),
+    "started": (int, float, None),
+    "ended": (int, float, None),
+    "msg": (str,),
+}
+
+
+def load_state(path: str, size: int) -> dict[str, Any] | None:
+    """``state.json`` of a sweep of ``size`` trials (None until the first is written), its
+    shape checked: one record per trial, each with a known state."""
+    file = os.path.join(path, STATE_FILE)
+    state: Any = _load(file)
+    if state is None:
+        return None
+    state = check_fields(file, "", state, {"trials": (list,), "msg": (str, None)})
+    if len(state["trials"]) != size:
+        raise DamagedRecord(file, f"{len(state['trials'])} trial records for {size} trials")
+    for i, t in enumerate(state["trials"]):
+        check_fields(file, f"trials[{i}].", t, _TRIAL)
+        if t["state"] not in _STATES:
+            raise DamagedRecord(file, f"trials[{i}].state {t['state']!r:.40} is no app state")
+    return dict(state)
+
+
+def load_supervisor(path: str) -> dict[str, Any] | None:
+    """``supervisor.json`` (pid and start time of the sweep's supervisor), or None."""
+    file = os.path.join(path, SUPERVISOR_FILE)
+    sup: Any = _load(file)
+    if sup is None:
+        return None
+    return dict(check_fields(file, "", sup, {"pid": ("int",), "start": ("int", None)}))
 
 
 def request_cancel(path: str, trial: int | None) -> None:

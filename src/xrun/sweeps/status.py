@@ -83,7 +83,8 @@ class SweepStatus:
 
     @property
     def state(self) -> AppState:
-        return fold_state([t.state for t in self.trials])
+        # No trials: a sweep whose record could not be read (every real sweep has one).
+        return fold_state([t.state for t in self.trials]) if self.trials else AppState.UNKNOWN
 
     def is_terminal(self) -> bool:
         return all(t.state not in LIVE for t in self.trials)

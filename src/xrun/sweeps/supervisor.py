@@ -30,9 +30,16 @@ from xrun.specs import AppDef, AppState, is_terminal
 from xrun.sweeps import records
 from xrun.sweeps.plan import SweepPlan
 
-SUPERVISOR_FILE = "supervisor.json"
+SUPERVISOR_FILE = records.SUPERVISOR_FILE
 POLL_S = 0.25
 _LIVE = {"UNSUBMITTED", "SUBMITTED", "PENDING", "RUNNING"}
+
+
+def unsettled(t: dict[str, Any]) -> bool:
+    """Whether trial ``t`` may still change: waiting or running, or UNKNOWN while its app may
+    still end (its own supervisor died while its replicas ran: the app's status settles from
+    their exit records later). UNKNOWN with an end time (its app is gone) is final."""
+    return t["state"] in _LIVE or (t["state"] == "UNKNOWN" and t["ended"] is None)
 
 
 # --------------------------------------------------------------------------- the state file
@@ -52,8 +59,8 @@ def initial_state(size: int) -> dict[str, Any]:
     return {"msg": "", "trials": [_new_trial() for _ in range(size)]}
 
 
-def load_state(path: str) -> dict[str, Any] | None:
-    return records.read_json(os.path.join(path, records.STATE_FILE))
+def load_state(path: str, size: int) -> dict[str, Any] | None:
+    return records.load_state(path, size)
 
 
 def save_state(path: str, state: dict[str, Any]) -> None:
@@ -95,7 +102,7 @@ def cancel_everything(path: str, sched: Scheduler[Any], state: dict[str, Any]) -
     """Cancel every trial: those not started never will, the running ones are stopped (all at
     once: each cancel waits for its app's grace period)."""
     now = time.time()
-    live = [t for t in state["trials"] if t["state"] in _LIVE]
+    live = [t for t in state["trials"] if unsettled(t)]
     if not live:
         return  # it had ended: nothing to cancel, nothing to record
     running = []
@@ -117,7 +124,7 @@ def _cancel_app(sched: Scheduler[Any], t: dict[str, Any]) -> None:
         record(t, sched.describe(t["app_id"]))
     except XrunError as e:
         t["msg"] = f"cancel failed: {e}"
-    if t["state"] in _LIVE:  # its scheduler does not say yet: it was told to stop
+    if unsettled(t):  # its scheduler does not say yet: it was told to stop
         t.update(state="CANCELLED", ended=time.time())
 
 
@@ -130,12 +137,12 @@ class TrialsSupervisor:
         self.cfg: dict[str, Any] = dict(spec.get("cfg") or {})
         self.k = int(spec.get("max_parallel") or len(self.plan) or 1)
         self.sched = get_scheduler(spec["scheduler"], spec.get("session", "default"))
-        self.state = load_state(path) or initial_state(len(self.plan))
+        self.state = load_state(path, len(self.plan)) or initial_state(len(self.plan))
         self.trials: list[dict[str, Any]] = self.state["trials"]
         self.next = 0  # the first trial that may still need starting
 
     def running(self) -> list[int]:
-        return [i for i, t in enumerate(self.trials) if t["state"] in _LIVE and t["app_id"]]
+        return [i for i, t in enumerate(self.trials) if unsettled(t) and t["app_id"]]
 
     def poll(self) -> bool:
         changed = False
@@ -199,7 +206,7 @@ class TrialsSupervisor:
             changed |= self.launch()
             if changed:
                 save_state(self.path, self.state)
-            if not any(t["state"] in _LIVE for t in self.trials):
+            if not any(unsettled(t) for t in self.trials):
                 return
             select.select([wake_fd], [], [], POLL_S)
 

@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
+from xrun.config import current_dir
 from xrun.schedulers.api import LogQuery
 from xrun.schedulers.local_cwd.request import visible_gpus
 from xrun.schedulers.local_cwd.supervisor import is_alive, proc_start_time
@@ -38,8 +39,10 @@ from xrun.sweeps.supervisor import (
     cancel_everything,
     initial_state,
     load_state,
+    record,
     save_state,
     trial_app,
+    unsettled,
 )
 from xrun.tracking import set_parent
 
@@ -112,7 +115,7 @@ class TrialsBackend(SweepBackend):
             "session": self.sched.session_name,
             "plan": plan.to_json(),
             "cfg": dict(cfg),
-            "cwd": os.getcwd(),
+            "cwd": current_dir(),
             "max_parallel": k,
             "parallel_why": why,
             "created": time.time(),
@@ -146,7 +149,19 @@ class TrialsBackend(SweepBackend):
             return None
         spec = records.load_spec(path)
         plan = spec["plan"]
-        state = load_state(path) or initial_state(len(plan["trials"]))
+        size = len(plan["trials"])
+        state = load_state(path, size) or initial_state(size)
+        alive = self._supervisor_alive(path)
+        # The table and `xrun status SWEEP/TRIAL` read the same record: a trial that may still
+        # change is what its app says now (the supervisor records it within POLL_S, or never
+        # when it is gone), so the two cannot disagree.
+        settled = [
+            record(t, self.sched.describe(t["app_id"]))
+            for t in state["trials"]
+            if t["app_id"] and unsettled(t)
+        ]
+        if any(settled) and not alive:  # nobody else writes the record: keep what was learnt
+            save_state(path, state)
         trials = [
             TrialStatus(
                 index=i,
@@ -169,24 +184,22 @@ class TrialsBackend(SweepBackend):
             max_parallel=spec.get("max_parallel"),
             msg=state.get("msg", ""),
         )
-        if not st.is_terminal() and not self._supervisor_alive(path):
+        if not st.is_terminal() and not alive:
             self._orphaned(path, st)
         return st
 
     def _supervisor_alive(self, path: str) -> bool:
-        sup = records.read_json(os.path.join(path, SUPERVISOR_FILE))
+        sup = records.load_supervisor(path)
         if sup is None:  # submit() is starting it right now
             age = time.time() - os.path.getmtime(os.path.join(path, records.SPEC_FILE))
             return age < _START_GRACE_S
         return is_alive(sup["pid"], sup["start"])
 
     def _orphaned(self, path: str, st: SweepStatus) -> None:
-        """The supervisor died before the sweep ended: ask the trials' apps themselves."""
+        """The supervisor died before the sweep ended: the trials with an app have been asked
+        (see status); those without one never start."""
         for t in st.trials:
-            if t.state in LIVE and t.app_id:
-                resp = self.sched.describe(t.app_id)
-                t.state = resp.state if resp is not None else AppState.UNKNOWN
-            elif t.state in LIVE:
+            if t.state in LIVE and not t.app_id:
                 t.state = AppState.UNKNOWN
                 t.msg = "never started: the sweep supervisor is gone"
         st.msg = (
@@ -212,7 +225,7 @@ class TrialsBackend(SweepBackend):
         if trial is not None:
             check_trial(sweep_id, trial, size)
         records.request_cancel(path, trial)
-        sup = records.read_json(os.path.join(path, SUPERVISOR_FILE))
+        sup = records.load_supervisor(path)
         alive = sup is not None and is_alive(sup["pid"], sup["start"])
         if trial is None:
             if alive:
@@ -220,37 +233,38 @@ class TrialsBackend(SweepBackend):
                 os.kill(sup["pid"], signal.SIGTERM)  # it stops every trial, then exits
                 alive = not _wait_gone(sup["pid"], sup["start"], _CANCEL_WAIT_S)
             if not alive:  # gone (or never there): whatever it left running, stop it here
-                cancel_everything(path, self.sched, load_state(path) or initial_state(size))
+                cancel_everything(path, self.sched, load_state(path, size) or initial_state(size))
             return
-        state = load_state(path) or initial_state(size)
+        state = load_state(path, size) or initial_state(size)
         t = state["trials"][trial]
-        if t["app_id"] and AppState[t["state"]] in LIVE:
+        if t["app_id"] and unsettled(t):
             self.sched.cancel(t["app_id"])  # the supervisor records how it ended
         if alive:
             assert sup is not None
             os.kill(sup["pid"], signal.SIGUSR1)  # look at the cancel requests now
-            _wait_trial_ended(path, trial, timeout=15.0)
-        elif AppState[t["state"]] in LIVE:
+            _wait_trial_ended(path, trial, size, timeout=15.0)
+        elif unsettled(t):
             t.update(state="CANCELLED", ended=time.time(), msg="cancelled by request")
             save_state(path, state)
 
     # ------------------------------------------------------------------ logs
     def logs(self, sweep_id: str, trial: int, query: LogQuery) -> Iterable[str]:
         path = self.find(sweep_id)
-        app_id = _trial_app_id(path, trial, wait=query.follow)
+        size = len(records.load_spec(path)["plan"]["trials"])
+        app_id = _trial_app_id(path, trial, size, wait=query.follow)
         if not app_id:
             return iter(())
         return self.sched.logs(app_id, query)
 
 
-def _trial_app_id(path: str, trial: int, wait: bool) -> str:
+def _trial_app_id(path: str, trial: int, size: int, wait: bool) -> str:
     """The app of ``trial``; "" when it has none (yet: with ``wait``, until it has one or ends)."""
     while True:
-        state = load_state(path)
+        state = load_state(path, size)
         t = state["trials"][trial] if state else None
         if t is not None and t["app_id"]:
             return str(t["app_id"])
-        if not wait or (t is not None and AppState[t["state"]] not in LIVE):
+        if not wait or (t is not None and not unsettled(t)):
             return ""
         time.sleep(0.2)
 
@@ -265,11 +279,11 @@ def _wait_gone(pid: int, start: int | None, timeout: float) -> bool:
     return True
 
 
-def _wait_trial_ended(path: str, trial: int, timeout: float) -> None:
+def _wait_trial_ended(path: str, trial: int, size: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = load_state(path)
-        if state and AppState[state["trials"][trial]["state"]] not in LIVE:
+        state = load_state(path, size)
+        if state and not unsettled(state["trials"][trial]):
             return
         time.sleep(0.05)
 

@@ -1,0 +1,135 @@
+"""Who may speak torch's TCPStore protocol to the agent's store: the job's own nodes, and on a
+node, the job's own user.
+
+torch's protocol has no authentication (torch's own store serves anyone who reaches the port);
+xrun's protocol does (HMAC, see ``session.py``). So a torch connection is admitted by where it
+comes from, checked once, when its first bytes choose the protocol (``server.StoreServer._admit``):
+
+- from another host: only from an address that an *authenticated* agent of this job is
+  connected from right now (an xrun-protocol session that proved the job's secret: the
+  rendezvous members, whatever the backend, static node lists included);
+- from this host (a loopback address, or the address the connection came in on): only from a
+  socket owned by the agent's own user, read from the kernel's socket table
+  (``/proc/net/tcp``, ``/proc/net/tcp6``: the peer socket's ``uid``). A socket that cannot be
+  found there (another network namespace) is refused too: its owner is unknown.
+
+A refused connection is closed at once with one log line (the peer and the reason). Linux only:
+elsewhere (no ``/proc/net``) local peers are not checked (logged once).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..lazylog import LazyLogger
+from .handler import XrunHandler
+
+if TYPE_CHECKING:
+    from .loop import Transport
+
+log = LazyLogger(__name__)
+_TABLES: dict[int, str] = {socket.AF_INET: "/proc/net/tcp", socket.AF_INET6: "/proc/net/tcp6"}
+_warned_no_proc = False
+
+
+def refused(transport: Transport, sessions: Iterable[object]) -> bool:
+    """Whether the torch-protocol connection on ``transport`` is refused (logged in one line);
+    ``sessions``: the store's open connections (its authenticated agents among them)."""
+    sock = transport.get_extra_info("socket")
+    agents = []
+    for s in sessions:
+        handler = getattr(s, "handler", None)
+        theirs = getattr(s, "transport", None)
+        if isinstance(handler, XrunHandler) and handler.trusted and theirs is not None:
+            try:
+                agents.append(theirs.get_extra_info("socket").getpeername()[0])
+            except OSError:
+                continue
+    why = refusal(sock, agents)
+    if why is not None:
+        try:
+            peer = sock.getpeername()[:2]
+        except OSError:
+            peer = "?"
+        log.warning("store: refused a torch client from %s: %s", peer, why)
+    return why is not None
+
+
+def refusal(sock: socket.socket, agent_peers: Iterable[str]) -> str | None:
+    """Why the torch-protocol connection on ``sock`` is refused; None when it is admitted.
+    ``agent_peers``: the addresses the job's authenticated agents are connected from."""
+    try:
+        peer = sock.getpeername()
+        local = sock.getsockname()
+    except OSError as e:
+        return f"its address is unknown ({e.strerror or e})"
+    import ipaddress  # only with the first torch client: not on the agent's start-up
+
+    host = _plain(peer[0])
+    if _plain(local[0]) == host or ipaddress.ip_address(host).is_loopback:
+        uid = peer_uid(sock.family, peer, local)
+        if uid is None:
+            return _unknown_owner()
+        if uid != os.getuid():
+            return f"it is another user's (uid {uid}; the job's is {os.getuid()})"
+        return None
+    if host in {_plain(p) for p in agent_peers}:
+        return None
+    return "it comes from no node of this job (no authenticated agent connects from there)"
+
+
+def _plain(addr: str) -> str:
+    """An address as one spelling: IPv4-mapped IPv6 as IPv4, no zone."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(addr.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
+def _unknown_owner() -> str | None:
+    global _warned_no_proc
+    if os.path.isdir("/proc/net"):
+        return "its owner is not in this host's socket table (another network namespace?)"
+    if not _warned_no_proc:
+        _warned_no_proc = True
+        log.warning("store: no /proc/net here: local torch clients are not checked by user")
+    return None
+
+
+def peer_uid(family: int, peer: tuple[object, ...], local: tuple[object, ...]) -> int | None:
+    """The uid owning the peer's end of a local TCP connection (its socket's row in
+    ``/proc/net/tcp{,6}``: local address = the peer's, remote = ours); None when not found.
+    Both tables: an IPv6 client (torch's is) reaches an IPv4 listener as ``::ffff:a.b.c.d``."""
+    ends = [(str(peer[0]), int(str(peer[1]))), (str(local[0]), int(str(local[1])))]
+    for fam, table in _TABLES.items():
+        try:
+            want = tuple(_proc_addr(fam, addr, port) for addr, port in ends)
+        except (OSError, ValueError):
+            continue  # an address this family cannot spell
+        try:
+            with open(table) as f:
+                next(f, None)  # the header
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 7 and (fields[1], fields[2]) == want:
+                        return int(fields[7])
+        except OSError:
+            continue
+    return None
+
+
+def _proc_addr(family: int, addr: str, port: int) -> str:
+    """``addr:port`` as the kernel prints it: each 32-bit word of the address in host
+    (little-endian) order, in hex, then the port in hex."""
+    addr = _plain(addr)
+    if family == socket.AF_INET6 and "." in addr:
+        addr = f"::ffff:{addr}"
+    raw = socket.inet_pton(family, addr)
+    words = struct.unpack(f"={len(raw) // 4}I", raw)
+    return "".join(f"{w:08X}" for w in words) + f":{port:04X}"
