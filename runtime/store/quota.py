@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 from ..lazylog import LazyLogger
 from .errors import ProtocolError
-from .torch_session import KeySpace
+from .torch_handler import KeySpace
 
 log = LazyLogger(__name__)
 
@@ -25,7 +25,7 @@ MAX_KEYS = 1 << 20
 
 
 class CappedKeySpace:
-    """``inner`` (a ``torch_session.KeySpace``), refusing writes past the caps."""
+    """``inner`` (a ``torch_handler.KeySpace``), refusing writes past the caps."""
 
     def __init__(
         self, inner: KeySpace, max_bytes: int | None = None, max_keys: int | None = None
