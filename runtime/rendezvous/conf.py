@@ -12,6 +12,7 @@ ignored with a one-line warning, as torchrun ignores it (silently).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -172,8 +173,6 @@ def _warn_unknown(key: str) -> None:
     if key in _WARNED:
         return
     _WARNED.add(key)
-    import sys
-
     known = ", ".join((*CONF_KEYS, *_KEEP_ALIVE_KEYS))
     print(
         f"xrun-agent: warning: --rdzv-conf key {key!r} is not known to any rendezvous "
