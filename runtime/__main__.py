@@ -9,12 +9,18 @@ scheduler learns how the replica ended even if it was not there to see it.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from xrun.contract import EXIT_RECORD_ENV
 from xrun.errors import UsageError, printable
+
+from .agent import Agent
+from .args import entrypoint_name, parse
+from .errors import root_cause, write_agent_error_file
 
 PROG = "xrun-agent"
 
@@ -29,17 +35,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from .args import parse
-
     try:
         config, entrypoint, args = parse(argv)
     except UsageError as e:
         print(f"{PROG}: error: {printable(e)}", file=sys.stderr)
         return 2
-
-    from .agent import Agent
-    from .args import entrypoint_name
-    from .errors import write_agent_error_file
 
     name = entrypoint_name(entrypoint, args)
     try:
@@ -56,8 +56,6 @@ def _main(argv: Sequence[str] | None) -> int:
         if result.failures:
             # One line last: what a scheduler that keeps only the replica's last stderr line
             # (docker's status, slurm's) shows as the replica's error.
-            from .errors import root_cause
-
             rank = root_cause(result.failures)
             f = result.failures[rank]
             line = (f.message.splitlines() or [""])[-1 if f.has_error_file() else 0][:300]
@@ -79,9 +77,6 @@ def write_exit_record(code: int) -> None:
     path = os.environ.get(EXIT_RECORD_ENV)
     if not path:
         return
-    import json
-    import time
-
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w") as f:

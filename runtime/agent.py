@@ -53,7 +53,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from xrun.errors import UsageError
@@ -69,16 +69,26 @@ from .config import (
 )
 from .diagnose.watch import Diagnostics
 from .errors import AgentFailedError, ChildFailedError, ProcessFailure, format_failures, root_cause
+from .errors.deaths import OomWatch
 from .events import AgentEvent, JobClosed, RendezvousChanged, Signalled, Stalled, WorkersDone
 from .logdirs import AttemptDirs
+from .rendezvous import (
+    Endpoint,
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousEvent,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParams,
+    create_handler,
+)
 from .signals import AgentSignal, SignalWatch
+from .workers.api import PContext, RunProcsResult, start_processes
+from .workers.logs_specs import DefaultLogsSpecs
 
 if TYPE_CHECKING:
-    from .errors.deaths import OomWatch
     from .eventlog import EventLog
-    from .rendezvous import RendezvousEvent, RendezvousHandler, RendezvousInfo
     from .timer import FileTimerServer
-    from .workers.api import PContext, RunProcsResult
 
 
 @dataclass
@@ -127,8 +137,6 @@ class Agent:
         name: str | None = None,
     ) -> None:
         if not config.run_id:  # standalone: a fresh id per job, like torchrun --standalone
-            from dataclasses import replace
-
             config = replace(config, run_id=_random_uuid())
         self.config = config
         self.entrypoint = entrypoint
@@ -160,8 +168,6 @@ class Agent:
     # -- public -------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        from .rendezvous import Endpoint, RendezvousParams, create_handler
-
         cfg = self.config
         endpoint = cfg.endpoint or Endpoint("localhost", 0)
         params = RendezvousParams(
@@ -211,8 +217,6 @@ class Agent:
     # -- the loop ------------------------------------------------------------------------------
 
     def _loop(self, handler: RendezvousHandler) -> RunResult:
-        from .rendezvous import RendezvousClosedError, RendezvousError
-
         while True:
             self._signals.raising = True
             self._signals.check()  # one that arrived while the workers were being stopped
@@ -286,7 +290,7 @@ class Agent:
         # where the others were, read before pc.wait stopped them (bounded by shutdown_timeout)
         survivors = self._diag.survivors()
         pc.close(signal.SIGTERM, cfg.shutdown_timeout)
-        from .errors.rootcause import explain_attempt
+        from .errors.rootcause import explain_attempt  # benchmark 1: a failed attempt only
 
         explain_attempt(failures, offset, result.stderrs, pc.sent_signals(), self._oom, self._timer)
         root = failures[root_cause(failures)]
@@ -317,24 +321,18 @@ class Agent:
     @staticmethod
     def _close_quietly(handler: RendezvousHandler, reason: str) -> None:
         """Close the job as failed; the store host may be gone already (our exit code says it)."""
-        from .rendezvous import RendezvousError
-
         try:
             handler.close(failed=True, reason=reason)
         except RendezvousError:
             pass
 
     def _request_restart(self, handler: RendezvousHandler, reason: str) -> None:
-        from .rendezvous import RendezvousError
-
         try:
             handler.request_restart(reason)
         except RendezvousError as e:
             _log(f"could not tell the peers to restart ({e}); next_rendezvous will")
 
     def _finish(self, handler: RendezvousHandler, values: dict[int, Any]) -> RunResult:
-        from .rendezvous import RendezvousClosedError, RendezvousError
-
         self._signals.raising = True
         try:
             # The exit barrier: conf exit_barrier_timeout (300 s), not close_timeout.
@@ -353,8 +351,6 @@ class Agent:
         return RunResult(0, values)
 
     def _start(self, info: RendezvousInfo, handler: RendezvousHandler) -> PContext:
-        from .workers.api import start_processes
-
         cfg = self.config
         master_addr, master_port = handler.workers_address
         n = cfg.nproc_per_node
@@ -387,7 +383,7 @@ class Agent:
             for lr in range(n)
         }
         if self._timer is not None or os.environ.get("TORCHELASTIC_ENABLE_FILE_TIMER") == "1":
-            from .timer import serve
+            from .timer import serve  # benchmark 1: the file timer only when asked
 
             self._timer = serve(self._timer, envs, cfg.run_id)
         if self._events is not None:
@@ -410,8 +406,6 @@ class Agent:
             self._timer.watch(pc.pids())
         # After the start, not before: the workers are starting meanwhile (an interpreter takes
         # milliseconds before it can allocate anything worth an OOM kill).
-        from .errors.deaths import OomWatch
-
         self._oom = OomWatch.start(self._oom)
         if self._events is not None:
             self._events.started(pc.pids(), self._restart_count)
@@ -425,8 +419,6 @@ class Agent:
         /dev/null`` (torchrun's), else xrun's attempt dirs."""
         cfg = self.config
         if cfg.logs_specs is not None or cfg.log_dir == os.devnull:
-            from .workers.logs_specs import DefaultLogsSpecs
-
             specs = cfg.logs_specs or DefaultLogsSpecs(
                 os.devnull, cfg.redirects, cfg.tee, cfg.local_ranks_filter
             )
@@ -447,8 +439,6 @@ class Agent:
             worker_fds = set(pc.fds())
             for fd in worker_fds:
                 sel.register(fd, selectors.EVENT_READ, "worker")
-            from .rendezvous import RendezvousClosedError
-
             try:
                 sel.register(handler.fileno(), selectors.EVENT_READ, "rdzv")
             except RendezvousClosedError as e:
@@ -501,8 +491,6 @@ class Agent:
     def _on_signal_exit(
         self, handler: RendezvousHandler | None, pc: PContext | None, signum: int
     ) -> RunResult:
-        from .rendezvous import RendezvousError
-
         self._signals.raising = False
         name = signal.Signals(signum).name
         _log(f"got {name}: forwarding it to the workers and shutting down")

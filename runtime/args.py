@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -37,6 +39,7 @@ from .config import DEFAULT_SIGNALS, LaunchConfig
 # timeout, port 99999) fails here as a one-line usage error, before the agent binds or waits.
 from .rendezvous.conf import parse_rdzv_conf
 from .rendezvous.endpoint import Endpoint, unbracket
+from .workers.streams import Std, to_map
 
 PROG = "xrun-agent"
 # torchrun's entry-point group for --logs-specs classes.
@@ -240,9 +243,6 @@ def count_gpus() -> int:
         return len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
         pass
-    import shutil
-    import subprocess
-
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return 0
@@ -308,7 +308,7 @@ def check_numa(mode: str | None, nproc: int) -> str | None:
     """``--numa-binding MODE``, checked against this host now (before any rendezvous)."""
     if mode is None:
         return None
-    from .workers.numa import NumaBinding
+    from .workers.numa import NumaBinding  # benchmark 1: --numa-binding only
 
     NumaBinding(mode, nproc)
     return mode
@@ -327,9 +327,7 @@ def load_logs_specs(  # noqa: PLR0913 - torchrun's LogsSpecs constructor argumen
     The redirects and tee reach the class as per-rank maps, which torch's ``to_map`` takes."""
     if name is None or name == "default":
         return None
-    from importlib import metadata
-
-    from .workers.streams import to_map
+    from importlib import metadata  # benchmark 1: --logs-specs only (tens of ms)
 
     found = metadata.entry_points(group=LOGS_SPECS_GROUP, name=name)
     if not found:
@@ -348,7 +346,7 @@ def load_logs_specs(  # noqa: PLR0913 - torchrun's LogsSpecs constructor argumen
 
 def run_script_path(training_script: str, *training_script_args: str) -> None:
     """``--run-path``: run the script in this (worker) interpreter, as ``python script`` would."""
-    import runpy
+    import runpy  # benchmark 1: --run-path only; xrun-agent's script never loads runpy
 
     sys.argv = [training_script, *training_script_args]
     try:
@@ -377,8 +375,6 @@ def parse(
     argv: Sequence[str] | None = None,
 ) -> tuple[LaunchConfig, Callable[..., Any] | str, tuple[str, ...]]:
     """Command line -> (config, entrypoint, entrypoint args), with torchrun's defaulting."""
-    from .workers.streams import Std
-
     ns = build_parser().parse_args(argv)
     min_nodes, max_nodes = parse_nnodes(ns.nnodes)
     nproc = parse_nproc(ns.nproc_per_node)

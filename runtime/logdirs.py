@@ -65,7 +65,7 @@ class AttemptDirs:
         if self._log_dir:
             base = self._log_dir
         else:
-            import tempfile  # only without a log dir: the agent starts faster
+            import tempfile  # benchmark 1: only without a log dir (tempfile pulls random, hashlib)
 
             try:
                 base = self._temp = tempfile.mkdtemp(prefix="xrun_")
@@ -99,7 +99,7 @@ class AttemptDirs:
         """Delete the temp dir this agent made (nothing when the user gave a log dir): a day
         of jobs would otherwise leave hundreds of ``xrun_*`` dirs in ``$TMPDIR``."""
         if self._temp:
-            import shutil
+            import shutil  # benchmark 1: only to remove the temp dir; shutil pulls bz2 and lzma
 
             shutil.rmtree(self._temp, ignore_errors=True)
             self._temp = ""

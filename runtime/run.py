@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .api import launch_agent
 from .args import build_parser as get_args_parser
 from .args import parse as config_from_args
 from .args import parse_nnodes as parse_min_max_nnodes
@@ -21,8 +22,6 @@ __all__ = ["config_from_args", "get_args_parser", "main", "parse_min_max_nnodes"
 
 def run(args: Sequence[str] | None = None) -> None:
     """Parse torchrun's ``args`` and run this node's agent until the job ends."""
-    from .api import launch_agent
-
     config, entrypoint, cmd_args = config_from_args(args)
     launch_agent(config, entrypoint, list(cmd_args))
 

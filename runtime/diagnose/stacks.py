@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from typing import IO, Any
@@ -44,8 +46,6 @@ def find_pyspy() -> str | None:
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if os.access(beside, os.X_OK):
         return beside
-    import shutil
-
     return shutil.which("py-spy")
 
 
@@ -66,8 +66,6 @@ def collect(workers: Mapping[int, tuple[int, int]], timeout: float = 5.0) -> dic
         return {
             r: {"local_rank": lr, "pid": pid, "error": line} for r, (lr, pid) in workers.items()
         }
-    import tempfile
-
     running: dict[int, tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes]]] = {}
     for rank, (_, pid) in workers.items():
         # Files, not pipes: a dump of many threads may exceed a pipe's buffer, and reading 64

@@ -20,8 +20,10 @@ Standard library only; ``stacks``/``groups`` (and ``json``) load when stacks are
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from xrun.contract import BEAT_FILE_ENV
 
 from ..events import Stalled
+from ..rendezvous import RendezvousError
 
 if TYPE_CHECKING:
     from ..rendezvous.api import RendezvousInfo
@@ -60,8 +63,6 @@ def _alive(pid: int) -> bool:
 
 
 def _is_file(fd: int) -> bool:
-    import stat
-
     try:
         return stat.S_ISREG(os.fstat(fd).st_mode)
     except OSError:
@@ -194,8 +195,6 @@ class Diagnostics:
         progress moved it since we last looked."""
         if self._kv is None:
             return False
-        from ..rendezvous import RendezvousError
-
         try:
             value = self._kv().add(_PROGRESS_KEY, 1 if local else 0)
         except RendezvousError:
@@ -205,7 +204,7 @@ class Diagnostics:
         return moved
 
     def _stalled(self) -> Stalled:
-        from .groups import format_groups, group, headline
+        from .groups import format_groups, group, headline  # benchmark 1: a stall only
 
         ranks = self._collect(self._workers(), _REQUEST_TIMEOUT_S)
         if self._kv is not None and self._nodes > 1:
@@ -217,10 +216,6 @@ class Diagnostics:
     def _every_nodes(self, ranks: dict[int, Any]) -> dict[int, Any]:
         """Every node's ranks: each stalled agent publishes its own in the store and reads the
         others' (bounded), so that every node's root cause names the odd rank wherever it is."""
-        import json
-
-        from ..rendezvous import RendezvousError
-
         assert self._kv is not None
         prefix = f"diagnose/stall/{self._round}/"
         merged = dict(ranks)
@@ -252,7 +247,7 @@ class Diagnostics:
         }
 
     def _collect(self, workers: Mapping[int, tuple[int, int]], timeout: float) -> dict[int, Any]:
-        from .stacks import collect
+        from .stacks import collect  # benchmark 1: py-spy helpers, a stall or `xrun stacks` only
 
         ranks = collect(workers, timeout)
         for r in ranks.values():
@@ -262,8 +257,6 @@ class Diagnostics:
     def answer(self) -> None:
         """Write this node's stacks to ``<run dir>/stacks.json`` for ``xrun stacks`` (to stderr
         when the agent keeps no log dir)."""
-        import json
-
         ranks = self._collect(self._workers(), _REQUEST_TIMEOUT_S)
         doc = {
             "host": self._host,
@@ -272,7 +265,7 @@ class Diagnostics:
             "ranks": {str(r): v for r, v in ranks.items()},
         }
         if not self._run_dir:
-            from .groups import format_groups
+            from .groups import format_groups  # benchmark 1: stacks only
 
             print(format_groups(ranks) or "no workers running", file=sys.stderr, flush=True)
             return
@@ -293,7 +286,7 @@ class Diagnostics:
         workers = self._workers(failed_local_ranks)
         if budget <= 0 or not workers:
             return
-        from .groups import format_groups
+        from .groups import format_groups  # benchmark 1: stacks only
 
         text = format_groups(self._collect(workers, budget))
         self._survivors = f"Where the other ranks were (stacks before they were stopped):\n{text}"

@@ -11,6 +11,7 @@ Standard library only: a function worker imports this before the user's code run
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -36,7 +37,7 @@ class ErrorHandler:
 
     def initialize(self) -> None:
         """Dump every thread's Python stack on a fatal signal (segfault, SIGABRT)."""
-        import faulthandler
+        import faulthandler  # benchmark 1: only @record arms it; never the agent
 
         try:
             faulthandler.enable(all_threads=True)
@@ -54,8 +55,6 @@ class ErrorHandler:
 
     def dump_error_file(self, rootcause_error_file: str, error_code: int = 0) -> None:
         """Copy a worker's error file to this process's, with ``errorCode`` = ``error_code``."""
-        import json
-
         with open(rootcause_error_file, encoding="utf-8", errors="replace") as fp:
             doc = json.load(fp)
         message = doc.get("message") if isinstance(doc, dict) else None

@@ -11,7 +11,10 @@ Standard library only; ``datetime``, ``json`` and ``socket`` load on the failure
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import socket
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -43,8 +46,6 @@ class SignalException(AgentFailedError):
     its workers got the signal first."""
 
     def __init__(self, msg: str, sigval: int) -> None:
-        import signal
-
         super().__init__(msg, exitcode=128 + int(sigval))
         self.sigval = signal.Signals(sigval)
 
@@ -76,7 +77,7 @@ def root_cause(failures: Mapping[int, ProcessFailure]) -> int:
 
 
 def _format_failure(idx: int, rank: int, f: ProcessFailure, host: str) -> str:
-    from datetime import datetime
+    from datetime import datetime  # benchmark 1: a failure's summary only
 
     msg: str = f.message or _NA
     data = f.error_file_data
@@ -96,8 +97,6 @@ def _format_failure(idx: int, rank: int, f: ProcessFailure, host: str) -> str:
 
 def format_failures(name: str, failures: Mapping[int, ProcessFailure]) -> str:
     """The summary of ``failures`` (global rank -> failure) of the job called ``name``."""
-    import socket
-
     host = socket.getfqdn()
     title = f"{name} FAILED"
     root = root_cause(failures)
@@ -134,8 +133,6 @@ class Outcome(Protocol):
 def write_agent_error_file(path: str, result: Outcome) -> None:
     """The agent's own error file for its scheduler: the root cause's document (when the worker
     recorded one) with ``errorCode`` set to the worker's exit code, else the summary."""
-    import json
-
     if result.failures:
         f = result.failures[root_cause(result.failures)]
         data = f.error_file_data

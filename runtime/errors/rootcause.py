@@ -23,6 +23,7 @@ from typing import Protocol
 
 from .deaths import OomRise, OomWatch, signal_cause
 from .failure import NO_ERROR_FILE_MESSAGE, ProcessFailure
+from .report import root_cause
 
 
 class _Expired(Protocol):
@@ -214,8 +215,6 @@ def explain_failures(
     The cause goes where ``@record`` puts a traceback (``error_file_data``, torchelastic's
     schema; ``message`` the headline), so every reader of failures shows it; ``error_file``
     stays ``"<N/A>"``: no such file exists."""
-    from .report import root_cause
-
     root = root_cause(failures) if failures else None
     for rank, f in failures.items():
         if f.has_error_file():

@@ -17,8 +17,7 @@ def create_handler(params: RendezvousParams) -> RendezvousHandler:
     """Validate ``params`` (UsageError on a user mistake) and build the backend's handler."""
     if params.backend in ETCD_BACKENDS:
         check_params(params)
-        # Imported here (benchmark 1, the agent's start-up): http.client is for etcd jobs only.
-        from .etcd import create_etcd_handler
+        from .etcd import create_etcd_handler  # benchmark 1: etcd jobs only (http.client)
 
         return create_etcd_handler(params)
     return create_store_handler(params)

@@ -12,6 +12,9 @@ ignored with a one-line warning, as torchrun ignores it (silently).
 from __future__ import annotations
 
 import os
+import select
+import stat
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -183,8 +186,6 @@ def _warn_unknown(key: str) -> None:
     if key in _WARNED:
         return
     _WARNED.add(key)
-    import sys
-
     known = ", ".join((*CONF_KEYS, *_KEEP_ALIVE_KEYS))
     print(
         f"xrun-agent: warning: --rdzv-conf key {key!r} is not known to any rendezvous "
@@ -224,9 +225,6 @@ _PIPE_WAIT_S = 10.0
 def _read_capped(path: str) -> bytes:
     """At most MAX_TOKEN_BYTES + 1 bytes of ``path``, in bounded time: opened without blocking
     (a FIFO with no writer), a pipe waited for at most _PIPE_WAIT_S."""
-    import select
-    import stat
-
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     chunks: list[bytes] = []
     try:

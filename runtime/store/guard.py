@@ -67,7 +67,7 @@ def refusal(sock: socket.socket, agent_peers: Iterable[str]) -> str | None:
         local = sock.getsockname()
     except OSError as e:
         return f"its address is unknown ({e.strerror or e})"
-    import ipaddress  # only with the first torch client: not on the agent's start-up
+    import ipaddress  # benchmark 1: only with the first torch client, not at start-up
 
     host = _plain(peer[0])
     if _plain(local[0]) == host or ipaddress.ip_address(host).is_loopback:
@@ -84,7 +84,7 @@ def refusal(sock: socket.socket, agent_peers: Iterable[str]) -> str | None:
 
 def _plain(addr: str) -> str:
     """An address as one spelling: IPv4-mapped IPv6 as IPv4, no zone."""
-    import ipaddress
+    import ipaddress  # benchmark 1: as above
 
     ip = ipaddress.ip_address(addr.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:

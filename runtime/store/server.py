@@ -49,7 +49,7 @@ def _raise_fd_limit() -> None:
     """Lift the soft open-files limit to the hard one: the store holds a socket or two per node,
     and a 1024-node job would exceed the common soft default of 1024."""
     try:
-        import resource
+        import resource  # benchmark 1: the store's host only; agents that connect skip it
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft != hard:
@@ -102,7 +102,7 @@ class StoreServer:
             raise
         self.host, self.port = sock.getsockname()[:2]
         _raise_fd_limit()
-        # Imported here: agents that merely connect to a store need no event loop.
+        # benchmark 1: the store's host only; agents that merely connect need no event loop
         from .loop import Loop
 
         self._loop: Loop = Loop()
@@ -152,7 +152,7 @@ class StoreServer:
 
     @staticmethod
     def _warm_up() -> None:
-        from . import torch_data, torch_handler
+        from . import torch_data, torch_handler  # benchmark 1: in the loop thread, after start-up
 
         del torch_data, torch_handler
 
@@ -160,7 +160,9 @@ class StoreServer:
         """The workers' key space (and its barriers) of the current generation (loop thread)."""
         gen = self._data.values.get(self._workers_key) if self._workers_key else None
         if self._workers is None or gen != self._workers_gen:
-            from .quota import CappedKeySpace  # the workers' key space is capped: see quota.py
+            # benchmark 1: once a worker's TCPStore connects (or _warm_up loaded them); the
+            # workers' key space is capped (quota.py)
+            from .quota import CappedKeySpace
             from .torch_data import WorkersKeySpace
             from .torch_handler import TorchService
 

@@ -34,6 +34,7 @@ import select
 import signal
 import stat
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, MutableMapping
@@ -246,8 +247,6 @@ def serve(
         if path:
             server = FileTimerServer(path)
         else:  # in a fresh 0700 dir: no name in /tmp another user could have taken first
-            import tempfile
-
             tmp = tempfile.mkdtemp(prefix=f"xrun-timer-{run_id[:8]}-")
             server = FileTimerServer(os.path.join(tmp, "watchdog_timer"), own_dir=True)
     for env in envs.values():

@@ -19,7 +19,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from threading import BrokenBarrierError
 from typing import Any
+
+from ..errors.files import ERROR_FILE_ENV, write_error_file
 
 _PR_SET_PDEATHSIG = 1
 
@@ -34,7 +37,7 @@ def _pdeathsig_call() -> Callable[[], object] | None:
     the agent has other threads.
     """
     try:
-        import ctypes
+        import ctypes  # no benchmark: here so that a Python without ctypes still runs
 
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (ImportError, OSError, AttributeError):
@@ -100,7 +103,7 @@ class InheritFd:
         self.fd = fd
 
     def __reduce__(self) -> tuple[Any, ...]:
-        from multiprocessing import reduction
+        from multiprocessing import reduction  # benchmark 1: spawned function entrypoints only
 
         return (_detach_fd, (reduction.DupFd(self.fd),))
 
@@ -149,9 +152,7 @@ def function_main(  # noqa: PLR0913 - a multiprocessing target: all the child ne
         os.environ.pop(name, None)
     os.environ.update(env)
 
-    import pickle
-
-    from ..errors.files import ERROR_FILE_ENV, write_error_file
+    import pickle  # benchmark 1: function entrypoints only (a forked worker)
 
     try:
         fn, args = pickle.loads(payload) if isinstance(payload, bytes) else payload
@@ -169,8 +170,6 @@ def function_main(  # noqa: PLR0913 - a multiprocessing target: all the child ne
             write_error_file(path, exc)
         raise
     if all_returned is not None:
-        from threading import BrokenBarrierError
-
         with contextlib.suppress(BrokenBarrierError):
             all_returned.wait()
 

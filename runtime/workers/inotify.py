@@ -21,7 +21,7 @@ class Inotify:
 
     def __init__(self) -> None:
         try:
-            import ctypes
+            import ctypes  # no benchmark: here so that a Python without ctypes still runs
         except ImportError as exc:  # a Python built without ctypes
             raise OSError(f"inotify needs ctypes: {exc}") from exc
         try:

@@ -130,7 +130,7 @@ class DefaultLogsSpecs(LogsSpecs):
     ) -> None:
         if log_dir != os.devnull:
             if not log_dir:
-                import tempfile
+                import tempfile  # benchmark 1: torch's LogsSpecs layout only, never the agent's
 
                 log_dir = tempfile.mkdtemp(prefix="torchelastic_")
             _check_dir(log_dir)
@@ -151,14 +151,14 @@ class DefaultLogsSpecs(LogsSpecs):
                 envs[r][ERROR_FILE_ENV] = ""
             return dest
         if self._run_log_dir is None:
-            import tempfile
+            import tempfile  # benchmark 1: torch's LogsSpecs layout only, never the agent's
 
             run_id = env0.get("TORCHELASTIC_RUN_ID", "test_run_id")
             self._run_log_dir = tempfile.mkdtemp(prefix=f"{run_id}_", dir=self._root_log_dir)
         attempt = os.path.join(
             self._run_log_dir, f"attempt_{env0.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         )
-        import shutil
+        import shutil  # benchmark 1: torch's LogsSpecs layout only, never the agent's
 
         shutil.rmtree(attempt, ignore_errors=True)  # torch's: a restart reuses the number
         rank_dirs = {r: _make(os.path.join(attempt, str(r))) for r in range(nprocs)}

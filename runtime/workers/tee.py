@@ -22,8 +22,10 @@ stream ends or the tee closes.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import selectors
+import sys
 import threading
 from typing import Any, NamedTuple
 
@@ -52,10 +54,8 @@ def make_pipe() -> tuple[int, int]:
     """A close-on-exec pipe ``(read_fd, write_fd)``, enlarged where the kernel allows."""
     r, w = os.pipe2(os.O_CLOEXEC)
     try:
-        import fcntl
-
         fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
-    except (ImportError, AttributeError, OSError):  # not Linux, or over the user's limit
+    except (AttributeError, OSError):  # not Linux, or over the user's limit
         pass
     return r, w
 
@@ -393,8 +393,6 @@ class Tee:
 def _report(s: _Stream, exc: Exception) -> None:
     """Drop a stream's copies after an unexpected error and say so once: the pipe is still
     read (and its data discarded), so the worker never blocks on a full pipe."""
-    import sys
-
     if s.file_fd is None and s.console is None:
         return  # said already (or nothing left to stop)
     s.file_fd = s.console = None
