@@ -196,6 +196,7 @@ def _stand_ins() -> dict[str, types.ModuleType]:
             },
         ),
     }
+    # benchmark 5: TorchX files that track only
     from xrun.tracker import api as tracker_api
 
     mods["torchx.tracker.api"] = _module("torchx.tracker.api", vars(tracker_api))

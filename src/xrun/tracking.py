@@ -92,6 +92,7 @@ def job_env(
     found = configured(config)
     if found is None:
         return env
+    # benchmark 5: the tracker's checks only at submit with a tracker configured
     from xrun.tracker.check import check_trackers
 
     check_trackers(found)

@@ -39,6 +39,7 @@ def trial_metrics(
     """Trial index -> its numeric metadata; {} when nothing is tracked (or tracking is off,
     or the tracker cannot be read: the status table is shown without metric columns)."""
     if tracker is None:
+        # benchmark 10: a sweep's status reads the tracker only when asked for its table
         from xrun.tracker.query import tracker as configured
 
         try:

@@ -53,6 +53,7 @@ class AppRunTrackableSource(Record):
 
 def build_trackers(factory_and_config: Mapping[str, str | None]) -> list[TrackerBase]:
     """One backend per ``name -> config`` (see :mod:`xrun.tracker.resolve` for the names)."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from xrun.tracker.resolve import build
 
     return [build(name, config) for name, config in factory_and_config.items()]
@@ -61,6 +62,7 @@ def build_trackers(factory_and_config: Mapping[str, str | None]) -> list[Tracker
 def trackers_from_environ() -> list[TrackerBase]:
     """The backends the job's environment names (``TORCHX_TRACKERS``; with none named in a job
     xrun started, the embedded default under xrun's state dir)."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from xrun.tracker.resolve import from_environ
 
     return from_environ(os.environ)
@@ -126,6 +128,7 @@ _RUN: AppRun | None = None
 
 
 def _from_env() -> AppRun:
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from xrun.tracker import attempts
 
     env = os.environ

@@ -29,6 +29,7 @@ def _check_name(t: Tracker) -> None:
         return
     if entry_point(t.name) is not None:
         return
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     import difflib
 
     close = difflib.get_close_matches(t.name, list(BUILTINS), n=1)
@@ -61,6 +62,7 @@ def _check_fsspec(t: Tracker) -> None:
         return
     if "://" in config and not config.startswith("file://"):
         return  # a remote store: only the job's own credentials and network can tell
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from xrun.xdg import check_writable_dir
 
     path = config.removeprefix("file://")
@@ -71,6 +73,7 @@ def _check_fsspec(t: Tracker) -> None:
 
 
 def _check_mlflow(t: Tracker) -> None:
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from xrun.tracker.mlflow_backend import parse_config
 
     uri, _ = parse_config(t.config)
@@ -81,6 +84,7 @@ def _check_mlflow(t: Tracker) -> None:
 def _check_reachable(uri: str, t: Tracker) -> None:
     """A TCP connection to the server, within MLFLOW_CONNECT_TIMEOUT_S: the name lookup too,
     which has no timeout of its own, so it runs in a thread that is not waited for longer."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     import socket
     import threading
     from urllib.parse import urlsplit

@@ -248,6 +248,7 @@ def store_for(config: str) -> _Local:
         protocol, root = str(opts.pop("protocol")), str(opts.pop("root_path"))
         if protocol in ("file", "local") and not opts:
             return _local(root)
+        # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
         import fsspec
 
         return _Remote(fsspec.filesystem(protocol, **opts), root)
@@ -255,6 +256,7 @@ def store_for(config: str) -> _Local:
         return _local(config[len("file://") :])
     if "://" not in config:
         return _local(config)
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from fsspec.core import url_to_fs
 
     fs, root = url_to_fs(config)
@@ -270,6 +272,7 @@ def _local(root: str) -> _Local:
 
 def default_root() -> str:
     """The embedded default's root: ``$XDG_STATE_HOME/xrun/tracker``."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from xrun.xdg import state_dir
 
     return state_dir("tracker")

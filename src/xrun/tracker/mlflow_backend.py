@@ -62,6 +62,7 @@ def _quoted(value: str) -> str:
 
 class MLflowTracker(TrackerBase):
     def __init__(self, tracking_uri: str | None, experiment: str) -> None:
+        # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
         from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri
@@ -114,6 +115,7 @@ class MLflowTracker(TrackerBase):
 
     # ------------------------------------------------------------------ metadata
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
+        # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
         from mlflow.entities import Param, RunTag
 
         rid = self._run(run_id)

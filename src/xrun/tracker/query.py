@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 def tracker(config: Config | None = None) -> TrackerBase:
     """The tracker the launching side reads (see the module's docstring)."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from xrun.config import load
     from xrun.tracker.check import check_trackers
     from xrun.tracker.resolve import build
@@ -30,6 +31,7 @@ def tracker(config: Config | None = None) -> TrackerBase:
 
     found = configured(config if config is not None else load())
     if found is None:  # the embedded default, read as it is (nothing created by a read)
+        # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
         from xrun.tracker.fsspec_backend import read_only_default
 
         return read_only_default()

@@ -49,6 +49,7 @@ RUN_ID_ENV = "XRUN_RUN_ID"
 
 
 def _load_path(path: str) -> Any:
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     import importlib
 
     module, _, attr = path.partition(":")
@@ -59,6 +60,7 @@ def _load_path(path: str) -> Any:
 
 
 def entry_point(name: str) -> Any:
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -93,6 +95,7 @@ def build(name: str, config: str | None) -> TrackerBase:
 def from_environ(env: Mapping[str, str]) -> list[TrackerBase]:
     """The backends of the job whose environment is ``env``. In a worker a tracker that cannot
     be built is reported on stderr and left out, as TorchX does: tracking must not end a job."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from xrun.tracker.base import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
 
     if ENV_TORCHX_TRACKERS not in env:
