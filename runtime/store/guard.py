@@ -113,15 +113,46 @@ def peer_uid(family: int, peer: tuple[object, ...], local: tuple[object, ...]) -
         except (OSError, ValueError):
             continue  # an address this family cannot spell
         try:
-            with open(table) as f:
-                next(f, None)  # the header
-                for line in f:
-                    fields = line.split()
-                    if len(fields) > 7 and (fields[1], fields[2]) == want:
-                        return int(fields[7])
+            text = _read_table(table)
         except OSError:
             continue
+        for line in text.splitlines()[1:]:  # after the header
+            fields = line.split()
+            if len(fields) > 7 and (fields[1], fields[2]) == want:
+                return int(fields[7])
     return None
+
+
+# The socket tables, opened once and read again from offset 0 each time: a store out of file
+# descriptors (EMFILE) must still tell who a new client is (the kernel regenerates the text).
+_table_fds: dict[str, int] = {}
+
+
+def prepare() -> None:
+    """Open the socket tables now (the server's start), while descriptors are to be had."""
+    for table in _TABLES.values():
+        if table not in _table_fds:
+            try:
+                _table_fds[table] = os.open(table, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue  # not Linux, or no IPv6: peer_uid tries again, then says unknown
+
+
+def _read_table(table: str) -> str:
+    fd = _table_fds.get(table)
+    if fd is None:
+        prepare()
+        fd = _table_fds.get(table)
+        if fd is None:
+            raise OSError(f"cannot open {table}")
+    chunks: list[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 16, offset)
+        if not chunk:
+            return b"".join(chunks).decode("ascii", "replace")
+        chunks.append(chunk)
+        offset += len(chunk)
 
 
 def _proc_addr(family: int, addr: str, port: int) -> str:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from . import guard
 from .data import KeySpace
 from .guard import refused
 from .handler import DEFAULT_HANDSHAKE_TIMEOUT, Admission, XrunHandler
@@ -108,6 +109,7 @@ class StoreServer:
         self._loop: Loop = Loop()
         self._data = KeySpace(self._loop, seed)
         self._sessions: set[Session] = set()
+        guard.prepare()  # the socket tables, read for every torch client (see guard.py)
         self._loop.serve(sock, self._open_session)
         # Load torch's protocol soon, off the agent's start-up path (its modules take a few ms)
         # but before the workers connect: loading them needs file descriptors, and a store

@@ -88,13 +88,16 @@ def test_configure_in_a_deleted_cwd_is_one_line(tmp_path: Path) -> None:
     [
         (["status", "local_cwd://default/nosuch-app"], 1),
         (["list", "-s", "local_cwd"], 0),
-        (["run", "--dryrun", "-s", "docker", "utils.echo"], 0),  # needs no cwd
+        # docker builds the cwd as the workspace by default, and the dry run names it
+        (["run", "--dryrun", "-s", "docker", "utils.echo"], 2),
     ],
 )
 def test_every_command_runs_in_a_deleted_cwd(tmp_path: Path, args: list[str], code: int) -> None:
     r = _in_a_deleted_cwd(tmp_path, *args)
     assert r.returncode == code, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+    if code == 2:
+        assert r.stderr.count("\n") == 1 and "current directory" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("scheduler", ["local_cwd", "slurm"])

@@ -73,6 +73,7 @@ def test_a_job_that_always_fails_runs_max_retries_plus_one_times(tmp_path: Path)
 
 @pytest.mark.timeout(120)
 def test_a_fixed_rdzv_port_held_by_another_job_is_refused_at_once(tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text("")  # a script that exists: the port is what is refused
     with socket.create_server(("", 0)) as holder:  # another job's store, listening
         port = holder.getsockname()[1]
         proc = _xrun(
