@@ -33,13 +33,21 @@ from xrun.sweeps.plan import SweepPlan
 SUPERVISOR_FILE = records.SUPERVISOR_FILE
 POLL_S = 0.25
 _LIVE = {"UNSUBMITTED", "SUBMITTED", "PENDING", "RUNNING"}
+# How long the sweep supervisor keeps asking a trial's app that says UNKNOWN: past this it
+# stops waiting for it (and may exit), which changes nothing anyone sees, since the sweep's
+# table asks such a trial's app itself (trials.TrialsBackend.status); a supervisor must never
+# stay forever for an app whose own supervisor is gone and whose replicas left no exit record.
+UNKNOWN_WAIT_S = 300.0
 
 
 def unsettled(t: dict[str, Any]) -> bool:
     """Whether trial ``t`` may still change: waiting or running, or UNKNOWN while its app may
     still end (its own supervisor died while its replicas ran: the app's status settles from
-    their exit records later). UNKNOWN with an end time (its app is gone) is final."""
-    return t["state"] in _LIVE or (t["state"] == "UNKNOWN" and t["ended"] is None)
+    their exit records later), for at most UNKNOWN_WAIT_S. UNKNOWN with an end time (its app is
+    gone) is final."""
+    if t["state"] in _LIVE:
+        return True
+    return t["state"] == "UNKNOWN" and t["ended"] is None and not t.get("abandoned")
 
 
 # --------------------------------------------------------------------------- the state file
@@ -79,6 +87,13 @@ def record(t: dict[str, Any], resp: DescribeAppResponse | None) -> bool:
     if resp is None:
         t.update(state="UNKNOWN", ended=time.time(), msg=f"its app {t['app_id']} is gone")
         return True
+    if resp.state == AppState.UNKNOWN:
+        since = t.setdefault("unknown_since", time.time())
+        if not t.get("abandoned") and time.time() - since > UNKNOWN_WAIT_S:
+            t["abandoned"] = True  # see UNKNOWN_WAIT_S
+            return True
+    else:
+        t.pop("unknown_since", None)
     if resp.state.name == t["state"]:
         return False
     t["state"] = resp.state.name
