@@ -9,7 +9,6 @@ backend.
 from __future__ import annotations
 
 import abc
-import difflib
 import enum
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -326,6 +325,8 @@ def get_scheduler_factory(name: str) -> SchedulerFactory:
             raise UsageError(f"scheduler plugin {name!r} failed to load: {e}") from None
         return loaded
     names = scheduler_names()
+    import difflib  # benchmark 5: only a misspelt name needs it
+
     close = difflib.get_close_matches(name, names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise UsageError(f"unknown scheduler {name!r}{hint}; available: {', '.join(names)}")

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 import re
@@ -278,6 +277,8 @@ class runopts(Generic[OptionsT]):  # noqa: N801 - TorchX's name
         for key, value in cfg.items():
             opt = self.get(key)
             if opt is None:
+                import difflib  # benchmark 5: only a misspelt name needs it
+
                 close = difflib.get_close_matches(key, [*self._opts, *self._aliases], n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 valid = ", ".join(self._opts) or "none"
@@ -338,6 +339,8 @@ def resolve_run_options(
         opt = opts.get(key)
         if opt is None:
             names = [o.name for o in opts]
+            import difflib  # benchmark 5: only a misspelt name needs it
+
             close = difflib.get_close_matches(key, names, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UsageError(

@@ -37,8 +37,7 @@ from typing import Any
 
 from xrun.config import current_dir
 from xrun.errors import UsageError
-from xrun.fields import MAX_FILE_BYTES
-from xrun.limits import shown
+from xrun.limits import MAX_FILE_BYTES, shown
 from xrun.specs import AppDef
 
 BUILTIN_PACKAGE = "xrun.components"

@@ -12,7 +12,7 @@ import datetime
 from typing import Any
 
 from xrun.errors import UsageError
-from xrun.limits import shown
+from xrun.limits import MAX_FILE_BYTES, shown
 
 # The most values (scalars, lists and mappings, each counted where it appears) a file's data
 # may hold. YAML aliases make a 1 KiB file a tree of billions of nodes (the "billion laughs"):
@@ -20,7 +20,6 @@ from xrun.limits import shown
 MAX_NODES = 100_000
 # The largest file xrun reads as a spec or a sweep file (a /dev/zero or a huge log named by
 # mistake must not be read whole into memory).
-MAX_FILE_BYTES = 16 * 1024 * 1024
 
 # What YAML may make of a plain word: `args: [1, true, 2024-01-01]` are the strings of them.
 _SCALARS = (str, int, float, bool, datetime.date)

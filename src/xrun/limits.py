@@ -21,6 +21,10 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 # Plain ASCII digits: str.isdigit() and \d accept '１' and '٣', which int() then reads.
 _DIGITS_RE = re.compile(r"[0-9]+", re.ASCII)
 
+# Input files read whole (saved AppDefs, sweep files, component files, .xrunconfig): a file
+# past this is refused before it is read (a wrong path to a dataset must not fill memory).
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
 
 def shown(value: object, width: int = 40) -> str:
     """``repr(value)``, cut to about ``width`` characters: an error message names the bad value

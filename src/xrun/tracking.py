@@ -27,10 +27,10 @@ import os
 from typing import TYPE_CHECKING
 
 from xrun.config import TRACKER_PREFIX, TRACKERS, Config
-from xrun.tracker.resolve import Tracker
 
 if TYPE_CHECKING:
     from xrun.specs import AppDef
+    from xrun.tracker.resolve import Tracker
 
 JOB_ID_ENV = "TORCHX_JOB_ID"
 PARENT_RUN_ID_ENV = "TORCHX_PARENT_RUN_ID"
@@ -54,6 +54,9 @@ def configured(config: Config) -> list[Tracker] | None:
         name_sources = {n: section[n][1] for n in names}
     else:
         return None
+    # benchmark 5: a dry run with no tracker configured never loads the tracker package
+    from xrun.tracker.resolve import Tracker
+
     out = []
     for name in names:
         env_name = tracker_config_env(name)

@@ -12,7 +12,6 @@ A handle names a sweep when this user's sweep records hold its id (one ``stat``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xrun.errors import UsageError
@@ -29,15 +28,21 @@ FORMS = (
 )
 
 
-@dataclass(frozen=True)
 class Target:
     """What a handle names. ``handle``: the app's or the sweep's own handle; ``trial``: the
-    trial's index (a trial) or None; ``rest``: what follows (a log target's role, replicas)."""
+    trial's index (a trial) or None; ``rest``: what follows (a log target's role, replicas).
+    A plain class, not a dataclass: every command resolves one (benchmark 5 counts it)."""
 
-    handle: AppHandle
-    is_sweep: bool = False
-    trial: int | None = None
-    rest: tuple[str, ...] = ()
+    __slots__ = ("handle", "is_sweep", "rest", "trial")
+
+    def __init__(
+        self,
+        handle: AppHandle,
+        is_sweep: bool = False,
+        trial: int | None = None,
+        rest: tuple[str, ...] = (),
+    ) -> None:
+        self.handle, self.is_sweep, self.trial, self.rest = handle, is_sweep, trial, rest
 
     @property
     def kind(self) -> str:
