@@ -109,7 +109,6 @@ class StoreServer:
         self._loop: Loop = Loop()
         self._data = KeySpace(self._loop, seed)
         self._sessions: set[Session] = set()
-        guard.prepare()  # the socket tables, read for every torch client (see guard.py)
         self._loop.serve(sock, self._open_session)
         # Load torch's protocol soon, off the agent's start-up path (its modules take a few ms)
         # but before the workers connect: loading them needs file descriptors, and a store
@@ -157,6 +156,7 @@ class StoreServer:
         from . import torch_data, torch_handler  # benchmark 1: in the loop thread, after start-up
 
         del torch_data, torch_handler
+        guard.prepare()  # the socket tables and what reads them (see guard.py), likewise
 
     def workers(self) -> TorchService:
         """The workers' key space (and its barriers) of the current generation (loop thread)."""
