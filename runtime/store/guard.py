@@ -107,6 +107,14 @@ def peer_uid(family: int, peer: tuple[object, ...], local: tuple[object, ...]) -
     ``/proc/net/tcp{,6}``: local address = the peer's, remote = ours); None when not found.
     Both tables: an IPv6 client (torch's is) reaches an IPv4 listener as ``::ffff:a.b.c.d``."""
     ends = [(str(peer[0]), int(str(peer[1]))), (str(local[0]), int(str(local[1])))]
+    for _ in range(2):  # once more before "not found": the table changes while it is read
+        uid = _find_uid(ends)
+        if uid is not None:
+            return uid
+    return None
+
+
+def _find_uid(ends: list[tuple[str, int]]) -> int | None:
     for fam, table in _TABLES.items():
         try:
             want = tuple(_proc_addr(fam, addr, port) for addr, port in ends)
@@ -153,7 +161,10 @@ def _read_table(table: str) -> str:
     chunks: list[bytes] = []
     offset = 0
     while True:
-        chunk = os.pread(fd, 1 << 16, offset)
+        # One large read where it can be: the kernel makes the text a record at a time, and a
+        # table read in pieces can skip a row when sockets close between the pieces (a busy
+        # host has thousands of TIME_WAIT rows).
+        chunk = os.pread(fd, 1 << 22, offset)
         if not chunk:
             return b"".join(chunks).decode("ascii", "replace")
         chunks.append(chunk)
