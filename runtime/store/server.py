@@ -153,9 +153,11 @@ class StoreServer:
 
     @staticmethod
     def _warm_up() -> None:
-        from . import torch_data, torch_handler  # benchmark 1: in the loop thread, after start-up
+        # benchmark 1: in the loop thread, after start-up; every module a torch client's first
+        # bytes need (a store out of descriptors cannot import one then)
+        from . import quota, torch_data, torch_handler
 
-        del torch_data, torch_handler
+        del quota, torch_data, torch_handler
         guard.prepare()  # the socket tables and what reads them (see guard.py), likewise
 
     def workers(self) -> TorchService:
