@@ -1,11 +1,14 @@
-"""Measure 15 (issue #24): a hang's autopsy, and what the diagnostics cost.
+"""Measure 16 (issue #24): a hang's autopsy, and what the diagnostics cost.
 
-* Hang autopsy: TRIALS runs of a 2x2 gloo job on local_cwd (``xrun run -s local_cwd dist.ddp
-  -j 2x2 --stall_timeout S``, workers/hang.py) with the hang at a random rank k. In each trial
+* Hang autopsy: TRIALS runs of a 2x2 job with the hang at a random rank k, on local_cwd (20
+  trials, ``xrun run -s local_cwd dist.ddp -j 2x2 --stall_timeout S``, a gloo job:
+  workers/hang.py) and on the suite's real backends: slurm (5 trials, the same gloo job on two
+  nodes of the test cluster) and docker (5 trials, two containers; the xrun-python image has no
+  torch, so workers/park.py parks the ranks where a hung collective would). In each trial
   ``xrun stacks`` is asked while the job hangs (its odd group must be rank k alone, in
-  ``stuck_here``), then the watchdog must end the job within S + 10 s of the hang with a root
-  cause naming rank k and its frame. torchrun runs the same script once, stopped at a cap: how
-  long it stays hung and what it printed.
+  ``stuck_here``), then the watchdog must end the job within S + 10 s of the hang, and ``xrun
+  status`` must name rank k and its frame as the root cause. torchrun runs the gloo script once,
+  stopped at a cap: how long it stays hung and what it printed.
 * Cost: ``xrun stacks`` of a 1xN job (N = 64) on this machine; the watchdog's effect on a 1x4
   do-nothing job (measure 1's job, the agent alone) and on the agent's peak RSS (measure 4's).
 """
@@ -16,17 +19,21 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 
 from benchmarks import contenders as c
-from benchmarks.harness import Row, RunFailed, Stats, at_most, interleave
+from benchmarks.harness import Row, RunFailed, Stats, Unavailable, at_most, interleave
 from benchmarks.rss import peak_rss_mib
 
 HANG = str(c.WORKERS / "hang.py")
+PARK = str(c.WORKERS / "park.py")
 SLEEP = str(c.WORKERS / "sleep.py")
+BACKENDS = ("local_cwd", "docker", "slurm")
 
 
 def _xrun(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -40,14 +47,15 @@ def _xrun(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 class _Job:
-    """``xrun run --wait`` of a local_cwd job, its streamed log lines timestamped as they come."""
+    """``xrun run --wait --log`` of a job, its streamed log lines timestamped as they come."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], scheduler: str = "local_cwd", cwd: str | None = None):
         self.proc = subprocess.Popen(
-            [c.tool("xrun"), "run", "--wait", "-s", "local_cwd", *argv],
+            [c.tool("xrun"), "run", "--wait", "--log", "-s", scheduler, *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            cwd=cwd,
             env={**os.environ, **c.BASE_ENV, "XDG_STATE_HOME": c._state_dir()},
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
@@ -83,35 +91,72 @@ class _Job:
         return time.monotonic()
 
 
-def _trial(k: int, stall: int) -> dict[str, object]:
+def _job_argv(backend: str, k: int, stall: int) -> list[str]:
+    """The 2x2 dist.ddp job with the hang at rank k, as ``backend`` runs it (from a dir holding
+    its script: docker's workspace, slurm's shared job dir)."""
+    argv = ["dist.ddp", "-j", "2x2", "--stall_timeout", str(stall)]
+    if backend == "docker":  # no torch in the image: park.py, the torch-free hang
+        return [*argv, "--image", "xrun-python:latest", "--script", "park.py", "--", str(k)]
+    if backend == "slurm":  # the test cluster's nodes are small
+        argv += ["--cpu", "1", "--memMB", "512"]
+    return [*argv, "--rdzv_port", str(c.free_port()), "--script", "hang.py", "--", str(k)]
+
+
+def _check_backend(backend: str) -> None:
+    """Unavailable unless ``backend`` answers here (the suite's scripts start them)."""
+    if backend == "slurm":
+        if (
+            shutil.which("squeue") is None
+            or subprocess.run(["squeue", "-h"], capture_output=True, timeout=60).returncode
+        ):
+            raise Unavailable("no Slurm cluster answers (scripts/slurm-cluster.sh up)")
+    elif backend == "docker":
+        probe = ["docker", "image", "inspect", "xrun-python:latest"]
+        if (
+            shutil.which("docker") is None
+            or subprocess.run(probe, capture_output=True, timeout=60).returncode
+        ):
+            raise Unavailable("no Docker Engine with xrun-python (scripts/docker-engine.sh image)")
+
+
+def _trial(backend: str, k: int, stall: int) -> dict[str, object]:
     """One hung 2x2 job: did `xrun stacks` single out rank k, when did the job end after the
-    hang, and does its root cause name rank k and its frame."""
-    job = _Job(
-        ["dist.ddp", "-j", "2x2", "--rdzv_port", str(c.free_port())]
-        + ["--stall_timeout", str(stall), "--script", HANG, "--", str(k)]
-    )
-    try:
-        hung = job.when(f"hanging rank {k}", 120)
-        time.sleep(1.0)  # the other ranks reach the all_reduce rank k never joins
-        t0 = time.monotonic()
-        st = _xrun("stacks", job.handle)
-        stacks_s = time.monotonic() - t0
-        first = st.stdout.splitlines()[0] if st.stdout else st.stderr.strip()
-        odd = re.match(rf"4 ranks, 2 group\(s\): rank {k} in stuck_here \(hang\.py:\d+\); ", first)
-        ended = job.end(stall + 60)
-    except BaseException:
-        _xrun("cancel", job.handle)
-        raise
-    cause = next((ln for _, ln in job.lines if f"stalled {stall} s: " in ln), "")
+    hang, and does `xrun status` name rank k and its frame as the root cause."""
+    with tempfile.TemporaryDirectory(prefix="xrun-bench-hang-") as cwd:
+        for script in (HANG, PARK):
+            shutil.copy(script, cwd)
+        job = _Job(_job_argv(backend, k, stall), backend, cwd)
+        try:
+            hung = job.when(f"hanging rank {k}", 180)
+            time.sleep(1.0)  # the other ranks reach the all_reduce rank k never joins
+            t0 = time.monotonic()
+            st = _xrun("stacks", job.handle)
+            stacks_s = time.monotonic() - t0
+            first = st.stdout.splitlines()[0] if st.stdout else st.stderr.strip()
+            odd = re.match(
+                rf"4 ranks, 2 group\(s\): rank {k} in stuck_here \(\w+\.py:\d+\); ", first
+            )
+            ended = job.end(stall + 60)
+        except BaseException:
+            _xrun("cancel", job.handle)
+            raise
+        status = _xrun("status", job.handle).stdout  # slurm reads it from the job dir, cwd
+    cause = next((ln for ln in status.splitlines() if ln.startswith("Error: ")), "")
     return {
         "k": k,
         "stacks_odd_ok": bool(odd),
         "stacks_line": first,
         "stacks_s": stacks_s,
         "end_after_hang_s": ended - hung,
-        "cause_ok": f"rank {k} in stuck_here (hang.py:" in cause,
-        "cause": cause[cause.find("stalled") :],
+        "cause_ok": re.search(rf"stalled {stall} s: rank {k} in stuck_here \(\w+\.py:", cause)
+        is not None,
+        "cause": cause.removeprefix("Error: ") or status[-300:],
     }
+
+
+def _trials(backend: str, trials: int, stall: int, rng: random.Random) -> list[dict[str, object]]:
+    _check_backend(backend)
+    return [_trial(backend, rng.randrange(4), stall) for _ in range(trials)]
 
 
 def _torchrun_hang(cap: float) -> tuple[float, str]:
@@ -158,41 +203,65 @@ def _torchrun_hang(cap: float) -> tuple[float, str]:
     return stopped - hung, (" | ".join(after[-3:]) or "nothing")
 
 
-def _autopsy(trials: int, stall: int, cap: float) -> list[Row]:
+def _autopsy(trials: Mapping[str, int], stall: int, cap: float) -> list[Row]:
+    """Rows per question, a contender per backend ("xrun local_cwd", ...)."""
     rng = random.Random(24)
-    results = [_trial(rng.randrange(4), stall) for _ in range(trials)]
-    misses = sum(not r["stacks_odd_ok"] for r in results)
-    cause_misses = sum(not r["cause_ok"] for r in results)
-    ends = [float(str(r["end_after_hang_s"])) for r in results]
-    bad = [r for r in results if not (r["stacks_odd_ok"] and r["cause_ok"])]
+    runs: dict[str, list[dict[str, object]] | str] = {}
+    for backend, n in trials.items():
+        try:
+            runs[backend] = _trials(backend, n, stall, rng)
+        except Unavailable as e:
+            runs[backend] = f"unavailable: {e}"
+        except Exception as e:  # noqa: BLE001 - a broken backend is a result, not a crash
+            runs[backend] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+
+    def per_backend(
+        value: Callable[[list[dict[str, object]]], list[float]],
+    ) -> dict[str, Stats | str]:
+        return {f"xrun {b}": r if isinstance(r, str) else Stats(value(r)) for b, r in runs.items()}
+
+    def all_zero(res: Mapping[str, Stats | str]) -> bool | None:
+        got = [v for v in res.values() if isinstance(v, Stats)]
+        return None if not got else len(got) == len(res) and all(v.median == 0 for v in got)
+
+    done = [r for rs in runs.values() if not isinstance(rs, str) for r in rs]
+    bad = [r for r in done if not (r["stacks_odd_ok"] and r["cause_ok"])]
+    where = ", ".join(f"{n} on {b}" for b, n in trials.items())
     rows = [
         Row(
-            f"hang autopsy, {trials} trials of a 2x2 gloo job (hang at a random rank k): "
-            "trials where `xrun stacks` did not show rank k alone in the odd group",
+            f"hang autopsy, 2x2 jobs with the hang at a random rank k ({where}): trials where "
+            "`xrun stacks` did not show rank k alone in the odd group",
             "jobs",
-            "0",
-            results={"xrun": Stats([float(misses)])},
-            check=lambda res: isinstance(res.get("xrun"), Stats) and res["xrun"].median == 0,
+            "0 on every backend",
+            results=per_backend(lambda rs: [float(sum(not r["stacks_odd_ok"] for r in rs))]),
+            check=all_zero,
             note="; ".join(str(r["stacks_line"]) for r in bad[:2]),
         ),
         Row(
-            f"... with --stall_timeout {stall}: trials whose root cause did not name rank k and "
-            "its frame",
+            f"... with --stall_timeout {stall}: trials whose `xrun status` root cause did not "
+            "name rank k and its frame",
             "jobs",
-            "0",
-            results={"xrun": Stats([float(cause_misses)])},
-            check=lambda res: isinstance(res.get("xrun"), Stats) and res["xrun"].median == 0,
-            note=str(results[0]["cause"]) if results else "",
+            "0 on every backend",
+            results=per_backend(lambda rs: [float(sum(not r["cause_ok"] for r in rs))]),
+            check=all_zero,
+            note=str(done[0]["cause"]) if done else "",
         ),
     ]
     tr_s, tr_said = _torchrun_hang(cap)
+    ends = per_backend(lambda rs: [float(str(r["end_after_hang_s"])) for r in rs])
     end_row = Row(
         f"... seconds from the hang to the job's end (torchrun: stopped at the {cap:g} s cap)",
         "s",
         f"xrun every trial <= {stall + 10} s",
-        results={"xrun": Stats(ends), "torchrun": Stats([tr_s])},
+        results={**ends, "torchrun": Stats([tr_s])},
         check=lambda res: (
-            isinstance(res.get("xrun"), Stats) and max(res["xrun"].samples) <= stall + 10
+            None
+            if not any(isinstance(v, Stats) for k, v in res.items() if k != "torchrun")
+            else all(
+                isinstance(v, Stats) and max(v.samples) <= stall + 10
+                for k, v in res.items()
+                if k != "torchrun"
+            )
         ),
         note=f"torchrun printed after the hang: {tr_said}",
     )
@@ -271,6 +340,8 @@ def _watchdog_cost(reps: int, smoke: bool) -> list[Row]:
 
 def measure_16(reps: int, smoke: bool) -> list[Row]:
     trials, stall, cap, nproc = (1, 5, 10.0, 8) if smoke else (20, 20, 60.0, 64)
-    rows = _autopsy(trials, stall, cap)
+    # 5 trials on each of the suite's real backends (1 in the smoke run, so they keep working)
+    per = {"local_cwd": trials, "docker": min(trials, 5), "slurm": min(trials, 5)}
+    rows = _autopsy(per, stall, cap)
     rows.append(_stacks_cost(nproc, max(1, min(reps, 5))))
     return rows + _watchdog_cost(reps, smoke)

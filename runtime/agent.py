@@ -410,7 +410,9 @@ class Agent:
         if self._events is not None:
             self._events.started(pc.pids(), self._restart_count)
         kv = handler.kv if cfg.max_nodes > 1 else None
-        self._diag.attach(pc, info, self._logs.run_dir, kv)
+        timer = self._timer
+        beats = (lambda: timer.requests) if timer is not None else None
+        self._diag.attach(pc, info, self._logs.run_dir, kv, beats)
         return pc
 
     def _logs_for_attempt(self, n: int) -> tuple[dict[str, Any], Callable[[int], str]]:

@@ -7,6 +7,10 @@
 - The real Slurm cluster and Docker Engine fixtures live in their own modules.
 - SIGINT is at its default in the suite's processes, whatever the suite was started from (see
   below).
+- Property tests (hypothesis) draw the same examples on every run: a CI verdict, pass or fail,
+  is the code's, not the draw's (a fresh-clone CI run once failed on a draw no earlier run had
+  made). ``XRUN_HYPOTHESIS=hunt`` draws fresh random ones: a bug hunt, whose every find becomes
+  an ``@example`` of its test.
 """
 
 from __future__ import annotations
@@ -18,12 +22,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 # The real backends: session fixtures that start them (idempotent scripts under scripts/).
 from tests.helpers.docker import docker_engine, no_watcher  # noqa: F401
 from tests.helpers.etcd import etcd  # noqa: F401
 from tests.helpers.paths import REPO
 from tests.helpers.slurm import slurm_cluster  # noqa: F401
+
+settings.register_profile("suite", derandomize=True, database=None)
+settings.register_profile("hunt", derandomize=False)
+settings.load_profile("hunt" if os.environ.get("XRUN_HYPOTHESIS") == "hunt" else "suite")
 
 _STATE = tempfile.mkdtemp(prefix="xrun-test-state-")
 os.environ["XDG_STATE_HOME"] = _STATE

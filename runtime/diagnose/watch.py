@@ -7,7 +7,8 @@ survivors' stacks a failure report shows.
   the scheduler. Not when ``--signals-to-handle`` lists SIGUSR1 (then it is the user's).
 * **Stall watchdog** (``--stall-timeout S``, off by default): progress is a worker's log file
   growing (a line of output; or the agent's own stdout/stderr when those are files and the
-  workers write there) or its beat file touched (``beat.beat()``). The agent looks every
+  workers write there), its beat file touched (``beat.beat()``), or a request to the agent's
+  file timer (torch's ``FileTimerClient``, ``TORCHELASTIC_ENABLE_FILE_TIMER=1``). The agent looks every
   ``S/4`` seconds (at most 1 s): a few ``stat`` calls per worker, nothing when off. On several
   nodes the agents share progress through a counter in the rendezvous store, so a node whose
   workers print nothing does not stall while another node's do. After ``S`` seconds without
@@ -83,6 +84,7 @@ class Diagnostics:
         self._offset = 0
         self._run_dir = ""
         self._kv: Callable[[], KeyValue] | None = None
+        self._beats: Callable[[], int] | None = None
         self._files: list[str] = []
         self._fds: list[int] = []
         self._seen: tuple[Any, ...] = ()
@@ -121,9 +123,12 @@ class Diagnostics:
         info: RendezvousInfo,
         run_dir: str,
         kv: Callable[[], KeyValue] | None = None,
+        beats: Callable[[], int] | None = None,
     ) -> None:
-        """A new worker group started (``kv``: the store's keys, for a job of several nodes)."""
+        """A new worker group started (``kv``: the store's keys, for a job of several nodes;
+        ``beats``: a count that grows with the workers' progress, the file timer's requests)."""
         self._pc, self._offset, self._run_dir, self._kv = pc, info.rank_offset, run_dir, kv
+        self._beats = beats
         self._round, self._node, self._nodes = info.round, info.group_rank, info.group_world_size
         self._survivors = ""
         pc.before_stop = self._read_survivors
@@ -175,7 +180,7 @@ class Diagnostics:
         return self._stalled()
 
     def _signature(self) -> tuple[Any, ...]:
-        out: list[Any] = []
+        out: list[Any] = [self._beats() if self._beats is not None else 0]
         for fd in self._fds:
             try:
                 st = os.fstat(fd)

@@ -99,6 +99,9 @@ class FileTimerServer:
         self._timers: dict[tuple[int, str], tuple[float, int]] = {}  # -> (expiry, signal)
         self._pids: dict[int, int] = {}  # the workers it may kill -> local rank
         self._expired: dict[int, Expired] = {}
+        # Requests served so far: a worker arming or clearing a timer is progress to the stall
+        # watchdog (an int read without the lock: a torn read cannot happen in CPython).
+        self.requests = 0
         self._buf = b""
         self._thread = threading.Thread(target=self._loop, name="xrun-file-timer", daemon=True)
         self._thread.start()
@@ -184,6 +187,7 @@ class FileTimerServer:
             _log(f"ignored a malformed request ({type(e).__name__}: {line[:200]!r})")
             return
         with self._lock:
+            self.requests += 1
             if expiry < 0:
                 self._timers.pop((pid, scope), None)
             else:

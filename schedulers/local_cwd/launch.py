@@ -19,6 +19,7 @@ from xrun.errors import SchedulerError, UsageError
 
 from ..logs import POLL_S
 from . import statedir
+from .procs import killpg
 from .request import LocalRequest
 from .supervisor import write_json_atomic
 
@@ -217,10 +218,3 @@ def _exec_supervisor(paths: statedir.AppPaths, cwd: str, ready_fd: int) -> Child
     finally:
         os.close(log_fd)
     return Child(proc.pid, proc)
-
-
-def killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

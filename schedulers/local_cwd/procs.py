@@ -114,3 +114,11 @@ def group_alive(pgid: int | None, start: int | None) -> bool:
         return True
     now = proc_start_time(pgid)
     return now is None or start is None or now == start
+
+
+def killpg(pgid: int, sig: int) -> None:
+    """Signal a process group that may be gone already, or no longer ours."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

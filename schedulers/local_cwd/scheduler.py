@@ -66,7 +66,6 @@ from ..api import (
 )
 from ..logs import POLL_S, iter_log_lines
 from . import procs, statedir
-from .launch import Child, launch
 from .options import LocalOptions
 from .request import (
     LocalRequest,
@@ -81,6 +80,7 @@ from .supervisor import TERMINAL, is_alive
 
 if TYPE_CHECKING:
     from ..stacks import NodeStacks
+    from .launch import Child
 
 # States in which an app may still change (UNKNOWN: its supervisor died, replicas run on).
 _LIVE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING, AppState.UNKNOWN)
@@ -106,6 +106,9 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
     def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
         check_scripts_exist(dryrun_info.request)
         check_ports_free(dryrun_info.request)
+        # benchmark 5: a dry run builds the request and starts nothing (launch: subprocess)
+        from .launch import launch
+
         req = with_rdzv_env(dryrun_info.request)
         self._children[req.app_id] = launch(req)
         return req.app_id

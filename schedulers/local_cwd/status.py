@@ -18,8 +18,7 @@ from xrun.specs import AppState, ReplicaStatus, Role, RoleStatus, appdef_from_di
 from ..api import DescribeAppResponse
 from ..logs import root_cause_in
 from . import statedir
-from .launch import killpg
-from .procs import group_alive
+from .procs import group_alive, killpg
 from .supervisor import TERMINAL, grace_of, is_alive, write_json_atomic
 
 _REPLICA_STATES = {
@@ -48,6 +47,11 @@ def describe_app(app_id: str, paths: statedir.AppPaths) -> DescribeAppResponse |
     resp.state = AppState[st["state"]]
     resp.msg = st.get("msg", "")
     reps = st["replicas"]
+    for i, r in enumerate(reps):  # _role_statuses files each replica under its role
+        if r["role"] not in {role.name for role in roles}:
+            raise statedir.DamagedRecord(
+                paths.state, f"replicas[{i}].role {r['role']!r:.40} is no role of the app"
+            )
     states = [_REPLICA_STATES.get(r["state"], AppState.UNKNOWN) for r in reps]
     codes = [r["exit_code"] for r in reps]
     sup = st["supervisor"]

@@ -227,10 +227,10 @@ class Runner:
         """What ``handle`` names (see :mod:`xrun.sweeps.handles`)."""
         return resolve(handle, max_rest)
 
-    def status(self, app_handle: str) -> AppStatus | SweepStatus | None:
+    def status(self, app_handle: str | Target) -> AppStatus | SweepStatus | None:
         """The app's (or trial's) status; a sweep's: every trial's (a
         :class:`~xrun.sweeps.status.SweepStatus`). None when unknown."""
-        t = resolve(app_handle)
+        t = _resolved(app_handle)
         if t.is_sweep:
             backend, sweep_id = self._sweep(t)
             if t.trial is None:
@@ -239,13 +239,13 @@ class Runner:
         return _app_status(self._scheduler_of(t).describe(t.handle.app_id))
 
     def wait(
-        self, app_handle: str, wait_interval: float = 10, *, timeout: float | None = None
+        self, app_handle: str | Target, wait_interval: float = 10, *, timeout: float | None = None
     ) -> AppStatus | SweepStatus | None:
         """Block until the app, trial or sweep ends (or ``timeout`` seconds pass); None when
         unknown. ``wait_interval``: the longest time between two looks at a trial (TorchX's
         poll interval); an app's scheduler is told when the app ends (local_cwd: a pidfd on
         its supervisor) or polls faster, so an app's end is seen sooner."""
-        t = resolve(app_handle)
+        t = _resolved(app_handle)
         if not t.is_sweep:
             return _app_status(self._scheduler_of(t).wait(t.handle.app_id, timeout))
         backend, sweep_id = self._sweep(t)
@@ -261,11 +261,11 @@ class Runner:
                 return st
             time.sleep(poll)
 
-    def describe(self, app_handle: str) -> AppDef | None:
+    def describe(self, app_handle: str | Target) -> AppDef | None:
         """The app as the scheduler knows it (name = app id); a trial's AppDef; a sweep's
         template AppDef (``{{NAME}}`` placeholders; trial 0's when each trial differs). None
         when unknown."""
-        t = resolve(app_handle)
+        t = _resolved(app_handle)
         if t.is_sweep:
             backend, sweep_id = self._sweep(t)
             if backend.status(sweep_id) is None:
@@ -295,9 +295,9 @@ class Runner:
         query = LogQuery(role_name, k, regex, _epoch(since), _epoch(until), should_tail, streams)
         return self.logs(app_handle, query)
 
-    def logs(self, handle: str, query: LogQuery) -> Iterable[str]:
+    def logs(self, handle: str | Target, query: LogQuery) -> Iterable[str]:
         """:meth:`log_lines` with the query as one value."""
-        t = resolve(handle)
+        t = _resolved(handle)
         if t.is_sweep and t.trial is None:
             raise UsageError(
                 f"{handle} is a sweep: its logs are its trials', name one as {handle}/TRIAL "
@@ -308,21 +308,21 @@ class Runner:
             return backend.logs(sweep_id, t.trial, query)
         return self._scheduler_of(t).logs(t.handle.app_id, query)
 
-    def roles(self, handle: str) -> dict[str, int] | None:
+    def roles(self, handle: str | Target) -> dict[str, int] | None:
         """The app's or trial's roles and their replica counts (``xrun log`` targets); None
         when unknown."""
-        t = resolve(handle)
+        t = _resolved(handle)
         if t.trial is not None:
             backend, sweep_id = self._sweep(t)
             return backend.roles(sweep_id, t.trial)
-        app = self.describe(handle)
+        app = self.describe(t)
         return None if app is None else {r.name: r.num_replicas for r in app.roles}
 
-    def cancel(self, app_handle: str, *, missing_ok: bool = True) -> None:
+    def cancel(self, app_handle: str | Target, *, missing_ok: bool = True) -> None:
         """Stop the app, the trial, or every trial of the sweep (they end CANCELLED). An
         unknown handle does nothing, as in TorchX; ``missing_ok=False`` raises
         AppNotFoundError instead (``xrun cancel``: exit 1)."""
-        t = resolve(app_handle)
+        t = _resolved(app_handle)
         try:
             if t.is_sweep:
                 backend, sweep_id = self._sweep(t)
@@ -342,12 +342,12 @@ class Runner:
         )
         self.cancel(app_handle)
 
-    def stacks(self, handle: str, timeout: float = 10.0) -> AppStacks:
+    def stacks(self, handle: str | Target, timeout: float = 10.0) -> AppStacks:
         """Every rank's Python stack (all threads) of a running app (or trial), read by each
         node's agent (py-spy); ``xrun stacks`` prints them grouped."""
         from xrun.schedulers.stacks import AppStacks  # benchmark 5: a dry run reads no stacks
 
-        t = resolve(handle)
+        t = _resolved(handle)
         if t.is_sweep and t.trial is None:
             raise UsageError(
                 f"{handle} is a sweep: name one of its trials, {handle}/TRIAL "
@@ -355,11 +355,10 @@ class Runner:
             )
         if t.trial is not None:  # the trial's own app (Slurm: its array task)
             backend, sweep_id = self._sweep(t)
-            st = backend.status(sweep_id)
-            if st is None:
+            row = backend.trial(sweep_id, t.trial)
+            if row is None:
                 raise AppNotFoundError(f"sweep {t.handle} not found")
-            check_trial(sweep_id, t.trial, len(st.trials))
-            app_id = st.trials[t.trial].app_id
+            app_id = row.app_id
             if not app_id:
                 raise UsageError(f"trial {t.trial} of {t.handle} has not started; no stacks yet")
             sched = backend.sched
@@ -476,6 +475,12 @@ class Runner:
     ) -> Literal[False]:
         self.close()
         return False
+
+
+def _resolved(handle: str | Target) -> Target:
+    """A CLI command resolves its handle once (:meth:`Runner.target`) and hands the verbs the
+    Target; an API caller hands them the handle's text."""
+    return handle if isinstance(handle, Target) else resolve(handle)
 
 
 def _app_status(resp: DescribeAppResponse | None) -> AppStatus | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import signal
 import tempfile
@@ -49,10 +50,11 @@ PER_REPLICA_CPU_S = 0.001
 PER_REPLICA_WALL_S = 0.003
 PER_REPLICA_MEMORY = 16 * 2**10
 GUARD = settings(
-    max_examples=60,
+    # A hunt: XRUN_HYPOTHESIS=hunt XRUN_GUARD_EXAMPLES=1000 (fresh random examples; see
+    # tests/conftest.py). The suite draws the same 60 each run, so CI's verdict is the code's.
+    max_examples=int(os.environ.get("XRUN_GUARD_EXAMPLES", "60")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    derandomize=False,
 )
 _TMP = Path(tempfile.mkdtemp(prefix="xrun-guard-"))
 (_TMP / "s.py").write_text("print('hi')\n")

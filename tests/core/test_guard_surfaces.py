@@ -227,6 +227,8 @@ RECORD_KEYS = st.sampled_from(
 
 @GUARD
 @given(st.integers(0, 4), RECORD_KEYS, values, st.booleans())
+@example(1, "role", "", False)  # a replica of no role: KeyError in status (fresh-clone CI)
+@example(2, "state", None, True)  # sweep.json holding null: FileNotFoundError traceback
 def test_any_saved_record(
     ended: dict[str, object], which: int, key: str, value: object, whole: bool
 ) -> None:

@@ -21,7 +21,9 @@ from tests.helpers.slurm import SlurmCluster
 
 
 @pytest.mark.timeout(420)
-def test_smoke_run_emits_every_measure(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:
+def test_smoke_run_emits_every_measure(
+    tmp_path: Path, slurm_cluster: SlurmCluster, docker_engine: str
+) -> None:
     out = tmp_path / "latest.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
@@ -65,12 +67,18 @@ def test_smoke_run_emits_every_measure(tmp_path: Path, slurm_cluster: SlurmClust
             assert "median" in row["contenders"][name], (key, row)
     for i in range(1, 17):
         assert f"\n## {i}. " in proc.stdout
-    # Issue #24's hang autopsy: xrun stacks and the watchdog both named the hung rank.
-    for row in doc["measures"]["16"]["rows"][:2]:
-        assert row["contenders"]["xrun"]["median"] == 0, row
+    _check_hang_autopsy(doc["measures"]["16"])
     # Issue #14's reliability smoke: no job failed, no worker aborted, under a port thief.
     for row in doc["measures"]["14"]["rows"]:
         assert row["contenders"]["xrun"]["median"] == 0, row
     # Issue #24's diagnosis smoke: xrun's first screens named the rank and cause every time.
     for row in doc["measures"]["15"]["rows"]:
         assert row["verdict"] == "met", row
+
+
+def _check_hang_autopsy(measure: dict) -> None:
+    """Issue #24's hang autopsy: xrun stacks and the watchdog's root cause in `xrun status`
+    both named the hung rank, on local_cwd and on the suite's real docker and slurm."""
+    for row in measure["rows"][:2]:
+        for backend in ("local_cwd", "docker", "slurm"):
+            assert row["contenders"][f"xrun {backend}"]["median"] == 0, row

@@ -31,7 +31,7 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def main(ns: argparse.Namespace) -> int:
     with Runner() as runner:
         target = runner.target(ns.handle)
-        before = runner.status(ns.handle)
+        before = runner.status(target)
         if before is None:
             raise not_found(str(target))
         # UNKNOWN is not "ended": its replicas may still run (`cancel` stops them).
@@ -41,8 +41,8 @@ def main(ns: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return ALREADY_ENDED
-        runner.cancel(ns.handle, missing_ok=False)
-        after = runner.status(ns.handle)
+        runner.cancel(target, missing_ok=False)
+        after = runner.status(target)
     if after is not None and after.is_terminal() and not _cancelled(before, after):
         # It ended by itself between the look and the cancel (a sweep: every live trial
         # did): the cancel stopped nothing, and saying "cancelled" would be the old lie.

@@ -22,8 +22,8 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def main(ns: argparse.Namespace) -> int:
     with Runner() as runner:
         target = runner.target(ns.handle)
-        app = runner.describe(ns.handle)
-        status = runner.status(ns.handle)
+        app = runner.describe(target)
+        status = runner.status(target)
         if app is None or status is None:
             raise not_found(str(target))
         sys.stdout.write(appdef_to_yaml(app))

@@ -70,7 +70,7 @@ def _targets(runner: Runner, target: Target, text: str, follow: bool) -> list[Lo
     handle = str(target)
     role = target.rest[0] if target.rest and target.rest[0] else None
     replicas = _replica_ids(text, target.rest[1]) if len(target.rest) > 1 else None
-    roles = runner.roles(handle)
+    roles = runner.roles(target)
     if roles is None:
         raise not_found(handle)
     what = f"trial {handle}" if target.kind == "trial" else f"app {handle}"
@@ -101,11 +101,9 @@ def _sweep_targets(runner: Runner, target: Target, follow: bool) -> list[LogTarg
 
 def _say_if_not_run(runner: Runner, target: Target) -> None:
     backend = runner.sweep_backend(target.handle.scheduler, target.handle.session)
-    st = backend.status(target.handle.app_id)
-    if st is None or target.trial is None or target.trial >= len(st.trials):
-        return
-    t = st.trials[target.trial]
-    if t.started is None:
+    assert target.trial is not None  # a trial's target
+    t = backend.trial(target.handle.app_id, target.trial)
+    if t is not None and t.started is None:
         how = "; -f waits for it" if t.state in LIVE else ""
         progress(f"trial {target.trial} of {target.handle} has not run ({t.state.name}){how}")
 

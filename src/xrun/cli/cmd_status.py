@@ -27,7 +27,7 @@ def main(ns: argparse.Namespace) -> int:
         target = runner.target(ns.handle)
         if (ns.sort or ns.desc) and target.kind != "sweep":
             raise UsageError(f"--sort/--desc order a sweep's trials; {ns.handle} is no sweep")
-        status = runner.status(ns.handle)
+        status = runner.status(target)
         if status is None:
             raise not_found(str(target))
         if isinstance(status, SweepStatus):

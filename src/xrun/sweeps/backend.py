@@ -24,7 +24,7 @@ from xrun.specs import AppStatus, make_app_handle
 from xrun.sweeps import records
 from xrun.sweeps.plan import SweepPlan
 from xrun.sweeps.records import check_trial
-from xrun.sweeps.status import SweepStatus
+from xrun.sweeps.status import SweepStatus, TrialStatus
 
 if TYPE_CHECKING:  # types only: a backend is handed its scheduler, it never looks one up
     from xrun.schedulers.api import LogQuery, Scheduler
@@ -78,15 +78,20 @@ class SweepBackend(abc.ABC):
         """Trial ``trial``'s lines that ``query`` asks for (following: until the trial ends;
         a trial that has not started yet is waited for)."""
 
-    def trial_status(self, sweep_id: str, trial: int) -> AppStatus | None:
-        """Trial ``trial`` as an app: its status (``xrun status SWEEP/TRIAL``); None when this
-        user has no such sweep. This default tells what the sweep's table tells."""
+    def trial(self, sweep_id: str, trial: int) -> TrialStatus | None:
+        """Trial ``trial``'s row of the sweep's table (state, its app's id once it has one);
+        None when this user has no such sweep; UsageError for a trial the sweep lacks."""
         st = self.status(sweep_id)
         if st is None:
             return None
         check_trial(sweep_id, trial, len(st.trials))
-        t = st.trials[trial]
-        return AppStatus(state=t.state, msg=t.msg)
+        return st.trials[trial]
+
+    def trial_status(self, sweep_id: str, trial: int) -> AppStatus | None:
+        """Trial ``trial`` as an app: its status (``xrun status SWEEP/TRIAL``); None when this
+        user has no such sweep. This default tells what the sweep's table tells."""
+        t = self.trial(sweep_id, trial)
+        return None if t is None else AppStatus(state=t.state, msg=t.msg)
 
     def wait(
         self,

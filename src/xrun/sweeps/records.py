@@ -164,6 +164,8 @@ def load_spec(path: str) -> dict[str, Any]:
     file = os.path.join(path, SPEC_FILE)
     spec: Any = _load(file)
     if spec is None:
+        if os.path.lexists(file):  # there, but unreadable, not JSON, or JSON's null
+            raise DamagedRecord(file, "it holds no JSON object")
         raise FileNotFoundError(file)
     spec = check_fields(file, "", spec, {"plan": (dict,)})
     plan = check_fields(file, "plan.", spec["plan"], {"name": (str,), "params": (list,)})

@@ -210,11 +210,9 @@ class TrialsBackend(SweepBackend):
     def trial_status(self, sweep_id: str, trial: int) -> AppStatus | None:
         """The trial's own app's status once it has one (every replica, restarts, errors);
         before that, what the sweep's table says."""
-        st = self.status(sweep_id)
-        if st is None:
+        t = self.trial(sweep_id, trial)
+        if t is None:
             return None
-        check_trial(sweep_id, trial, len(st.trials))
-        t = st.trials[trial]
         resp = self.sched.describe(t.app_id) if t.app_id else None
         return resp.app_status() if resp is not None else AppStatus(state=t.state, msg=t.msg)
 

@@ -17,34 +17,6 @@ this package imports neither fsspec nor mlflow: a backend is built on the first
 
 from __future__ import annotations
 
-from xrun.tracker.api import (
-    ENV_TORCHX_JOB_ID,
-    ENV_TORCHX_PARENT_RUN_ID,
-    ENV_TORCHX_TRACKERS,
-    AppRun,
-    AppRunTrackableSource,
-    Lineage,
-    TrackerArtifact,
-    TrackerBase,
-    TrackerSource,
-    app_run_from_env,
-    build_trackers,
-    tracker_config_env_var_name,
-    trackers_from_environ,
-)
-
-__all__ = [
-    "ENV_TORCHX_JOB_ID",
-    "ENV_TORCHX_PARENT_RUN_ID",
-    "ENV_TORCHX_TRACKERS",
-    "AppRun",
-    "AppRunTrackableSource",
-    "Lineage",
-    "TrackerArtifact",
-    "TrackerBase",
-    "TrackerSource",
-    "app_run_from_env",
-    "build_trackers",
-    "tracker_config_env_var_name",
-    "trackers_from_environ",
-]
+# the API's names, listed once (in api.py's __all__)
+from xrun.tracker.api import *  # noqa: F403
+from xrun.tracker.api import __all__ as __all__

@@ -5,8 +5,10 @@ stacks in a failure report, and an agent's answer to a stack request."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -116,6 +118,65 @@ def test_output_and_beats_are_progress(tmp_path: Path, mode: str, tee: str, stal
         assert p.returncode == 1
         line = next(ln for ln in p.stderr.splitlines() if "stalled" in ln)
         assert line == "xrun-agent: stalled 2 s: ranks 0,1 in quiet_here (pace.py:11)"
+
+
+# A silent worker whose only sign of life is torch's FileTimerClient: after importing torch it
+# says "ready" (output: progress), then for SECONDS enters and leaves expires() blocks in silence.
+TIMED = """
+import os, sys, time
+from torch.distributed.elastic.timer import FileTimerClient, configure, expires
+
+configure(FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
+print("ready", flush=True)
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    with expires(after=60):
+        time.sleep(0.5)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("timer", [True, False])
+def test_file_timer_requests_are_progress(tmp_path: Path, timer: bool) -> None:
+    """With TORCHELASTIC_ENABLE_FILE_TIMER=1 a worker's expires() blocks keep the watchdog
+    quiet; when the requests go to a FIFO the test drains instead of the agent's timer, the
+    same silent worker stalls."""
+    script = tmp_path / "timed.py"
+    script.write_text(TIMED)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    drained, done = threading.Event(), threading.Event()
+    if timer:
+        env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1"
+    else:
+        fifo = tmp_path / "elsewhere.fifo"
+        os.mkfifo(fifo)
+        env["TORCHELASTIC_TIMER_FILE"] = str(fifo)
+        # read and write end in one: the FIFO never reads as EOF between the client's opens
+        fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+
+        def drain() -> None:
+            while not done.wait(0.1):
+                try:
+                    if os.read(fd, 4096):
+                        drained.set()
+                except BlockingIOError:
+                    pass
+            os.close(fd)
+
+        threading.Thread(target=drain, daemon=True).start()
+    logs = ("--log-dir", str(tmp_path / "logs"), "--tee", "3")
+    cmd = agent("--nproc-per-node", "1", "--stall-timeout", "3", *logs, str(script), "8")
+    try:
+        p = run(cmd, env=env, timeout=110)
+    finally:
+        done.set()
+    assert drained.is_set() != timer  # the worker really sent its requests there
+    if timer:
+        assert p.returncode == 0, p.stderr
+        assert "stalled" not in p.stderr
+    else:
+        assert p.returncode == 1, p.stderr
+        assert "xrun-agent: stalled 3 s: rank 0 in " in p.stderr, p.stderr
 
 
 @pytest.mark.timeout(90)
