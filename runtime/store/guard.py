@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = LazyLogger(__name__)
 _TABLES: dict[int, str] = {socket.AF_INET: "/proc/net/tcp", socket.AF_INET6: "/proc/net/tcp6"}
 _warned_no_proc = False
+_TIME_WAIT = "06"  # the kernel's TCP_TIME_WAIT, as /proc/net/tcp prints a row's state
 
 
 def refused(transport: Transport, sessions: Iterable[object]) -> bool:
@@ -126,7 +127,9 @@ def _find_uid(ends: list[tuple[str, int]]) -> int | None:
             continue
         for line in text.splitlines()[1:]:  # after the header
             fields = line.split()
-            if len(fields) > 7 and (fields[1], fields[2]) == want:
+            # a TIME_WAIT row (st 06) is an earlier connection's ghost on the same ports,
+            # owned by no one (uid 0): never the live client's socket
+            if len(fields) > 7 and (fields[1], fields[2]) == want and fields[3] != _TIME_WAIT:
                 return int(fields[7])
     return None
 

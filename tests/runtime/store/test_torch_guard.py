@@ -83,3 +83,21 @@ def test_another_host_is_admitted_only_where_an_authenticated_agent_connects_fro
     assert "no node of this job" in str(guard.refusal(stranger, []))  # type: ignore[arg-type]
     assert "no node of this job" in str(guard.refusal(stranger, ["10.0.0.7"]))  # type: ignore[arg-type]
     assert guard.refusal(stranger, ["10.0.0.7", "::ffff:10.0.0.9"]) is None  # type: ignore[arg-type]
+
+
+def test_a_time_wait_ghost_on_the_same_ports_is_not_the_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An earlier connection's TIME_WAIT row (uid 0) on the client's very ports is listed
+    before the live one: the owner is the live row's uid (a real table cannot be made to hold
+    both on demand)."""
+    ends = [("127.0.0.1", 40000), ("127.0.0.1", 29500)]
+    local, remote = (guard._proc_addr(socket.AF_INET, a, p) for a, p in ends)
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
+    rows = [
+        f"   0: {local} {remote} 06 00000000:00000000 03:00000AAA 00000000     0        0 0",
+        f"   1: {local} {remote} 01 00000000:00000000 00:00000000 00000000  1000        0 77",
+    ]
+    tables = {"/proc/net/tcp": header + "\n".join(rows) + "\n", "/proc/net/tcp6": header}
+    monkeypatch.setattr(guard, "_read_table", tables.__getitem__)
+    assert guard._find_uid(ends) == 1000
