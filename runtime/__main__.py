@@ -61,10 +61,10 @@ def _main(argv: Sequence[str] | None) -> int:
             line = (f.message.splitlines() or [""])[-1 if f.has_error_file() else 0][:300]
             at = f" (rank {rank})" if f.has_error_file() else ""  # ours name it already
             print(f"{PROG}: root cause: {line}{at}", file=sys.stderr, flush=True)
-        elif result.message:
-            # No worker failed: the agent ended the attempt (a stall, a peer closing the job,
-            # a rendezvous that timed out). Its first line is the cause, and the last line is
-            # where docker's and slurm's status look for it.
+        elif "\n" in result.message:
+            # No worker failed: the agent ended the attempt, and a report follows its cause (a
+            # stall: the ranks' stacks). The cause again, last, where docker's and slurm's
+            # status look for it; a one-line message is its own last line.
             line = result.message.splitlines()[0][:300]
             print(f"{PROG}: root cause: {line}", file=sys.stderr, flush=True)
         # The scheduler above us reads this file (torchrun's @record on its main does the same);
