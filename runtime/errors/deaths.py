@@ -48,7 +48,8 @@ def _oom_kill_count(path: str) -> int | None:
     """The ``oom_kill N`` line of a cgroup file (``memory.events``, ``memory.oom_control``) or of
     ``/proc/vmstat``; None when the file or the line is missing."""
     try:
-        with open(path, encoding="ascii", errors="replace") as f:
+        # utf-8: the codec every interpreter has loaded (ascii would be imported for this)
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
