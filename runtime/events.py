@@ -42,13 +42,20 @@ class JobClosed:
     failed: bool
 
 
-@dataclass(frozen=True)
 class Stalled:
     """No worker made progress for ``--stall-timeout`` seconds (``diagnose.watch``): ``reason``
-    is the root cause line, ``report`` the local ranks' grouped stacks."""
+    is the root cause line, ``report`` the local ranks' grouped stacks. A plain class (a
+    dataclass costs every agent's start-up, benchmark 1, a few hundred microseconds to make;
+    this event is rare)."""
 
-    reason: str
-    report: str
+    __slots__ = ("reason", "report")
+    __match_args__ = ("reason", "report")
+
+    def __init__(self, reason: str, report: str) -> None:
+        self.reason, self.report = reason, report
+
+    def __repr__(self) -> str:
+        return f"Stalled(reason={self.reason!r}, report={self.report!r})"
 
 
 AgentEvent = WorkersDone | Signalled | RendezvousChanged | JobClosed | Stalled

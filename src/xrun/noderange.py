@@ -11,25 +11,43 @@ only: both the dry run and the agent's start-up import it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from xrun.contract import MAX_NODES
 from xrun.limits import capped_int, is_digits
 
 __all__ = ["NodeRange", "parse_node_range"]
 
 
-class NodeRange(NamedTuple):
-    """Between ``min`` and ``max`` nodes (equal: a fixed count). A NamedTuple (immutable,
-    compared by value), not a dataclass: benchmarks 1 and 5 both import it, and a dataclass
-    costs a few hundred microseconds to make."""
+class NodeRange:
+    """Between ``min`` and ``max`` nodes (equal: a fixed count), compared by value. A plain
+    class: benchmarks 1 and 5 both import it, and making a NamedTuple class costs about a
+    millisecond (a dataclass a few hundred microseconds), a plain one a few microseconds."""
+
+    __slots__ = ("max", "min")
 
     min: int
     max: int
 
+    def __init__(self, min: int, max: int) -> None:  # noqa: A002 - the grammar's own words
+        object.__setattr__(self, "min", min)
+        object.__setattr__(self, "max", max)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a NodeRange is a value: {name} cannot change")
+
     @property
     def elastic(self) -> bool:
         return self.min != self.max
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NodeRange):
+            return NotImplemented
+        return (self.min, self.max) == (other.min, other.max)
+
+    def __hash__(self) -> int:
+        return hash((self.min, self.max))
+
+    def __repr__(self) -> str:
+        return f"NodeRange(min={self.min}, max={self.max})"
 
     def __str__(self) -> str:
         return str(self.max) if not self.elastic else f"{self.min}:{self.max}"
