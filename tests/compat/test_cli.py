@@ -47,7 +47,12 @@ def test_failure_summary_lists_the_stopped_siblings(tmp_path):
 
 @pytest.mark.timeout(180)
 def test_log_dir_devnull_runs(tmp_path):
-    worker = script(tmp_path, "w.py", "import os; print('rank', os.environ['RANK'], 'ran')\n")
+    # /dev/null: no log files and no tee, the workers write straight to the agent's console,
+    # as under torchrun. One write per line: under PYTHONUNBUFFERED=1, print()'s pieces are
+    # separate writes, and two ranks' pieces interleave on the shared pipe (a stress run did).
+    worker = script(
+        tmp_path, "w.py", "import os\nos.write(1, f\"rank {os.environ['RANK']} ran\\n\".encode())\n"
+    )
     proc = _cli("--nproc-per-node=2", "--no-python", "--log-dir=/dev/null", "--tee=3", worker)
     assert proc.returncode == 0, proc.stderr
     assert "rank 0 ran" in proc.stdout and "rank 1 ran" in proc.stdout
