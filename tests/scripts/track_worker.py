@@ -35,5 +35,8 @@ while sum(os.path.exists(os.path.join(out, f"ready.{r}.{attempt}")) for r in ran
 if attempt < fail_until:
     sys.exit(1)
 if rank == "0":
+    # what this agent counted (the tracker records it as the attempt's restart_count)
+    with open(os.path.join(out, "restart_count"), "w") as f:
+        f.write(os.environ.get("TORCHELASTIC_RESTART_COUNT", ""))
     run.add_metadata(done=True, loss=0.125)
     run.add_artifact("result", os.path.join(out, "result.txt"), {"attempt": attempt})

@@ -41,9 +41,11 @@ def test_2x2_with_3_restarts_is_one_run(tmp_path: Path, monkeypatch: pytest.Monk
     assert sorted(k for k in rows if k.startswith("attempt.")) == [
         f"attempt.0.{a}" for a in range(4)
     ]
-    # rank 0's agent's own failure count: 3, or less where it restarted for a peer's failure
-    # first (a membership restart, which torchrun does not count)
-    assert 1 <= int(rows["restart_count"]) <= 3 and rows["done"] == "True"
+    # rank 0's agent's own failure count, as its worker saw it: 3, or less where it restarted
+    # for a peer's failure first (a membership restart, which torchrun does not count; under
+    # load all three can be: a stress run saw 0)
+    seen = (out / "restart_count").read_text()
+    assert rows["restart_count"] == seen and 0 <= int(seen) <= 3 and rows["done"] == "True"
     arts = xrun("tracker", "list", "artifacts", handle, cwd=tmp_path, env=env)
     assert arts.stdout.splitlines()[2].split()[:2] == ["result", str(out / "result.txt")]
 
