@@ -12,7 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.helpers.net import free_port
-from tests.runtime.rendezvous.helpers import Factory, rendezvous_all, spawn_node, wait_event
+from tests.runtime.rendezvous.helpers import (
+    FAST,
+    Factory,
+    rendezvous_all,
+    spawn_node,
+    wait_event,
+)
 from xrun.errors import UsageError
 from xrun.runtime.rendezvous import (
     RendezvousClosedError,
@@ -64,11 +70,15 @@ def test_a_full_round_keeps_running_and_the_extra_node_stands_by(make: Factory) 
 def _three_with_a_subprocess(
     make: Factory,
 ) -> tuple[RendezvousHandler, RendezvousHandler, subprocess.Popen[str]]:
-    a = make(nodes="2:3", addr="a")
-    b = make(a.endpoint, nodes="2:3", addr="b")
-    victim = spawn_node(a.endpoint, "job", "2:3", "c", "--linger")
-    # Let the victim arrive first (python start-up is slower than the 0.3 s last call), so
-    # that a and b complete the round to MAX at once.
+    # A last call of 2 s, not FAST's 0.3 s: the round must reach MAX (3) even when the third
+    # join comes late on a loaded host (a stress run closed it at 2 and left b waiting for the
+    # next round); reaching MAX completes it at once, so the test takes no longer.
+    slow = {"last_call_timeout": "2"}
+    a = make(nodes="2:3", addr="a", **slow)
+    b = make(a.endpoint, nodes="2:3", addr="b", **slow)
+    victim = spawn_node(a.endpoint, "job", "2:3", "c", "--linger", conf={**FAST, **slow})
+    # Let the victim arrive first (python start-up is slower than a last call), so that a and
+    # b complete the round to MAX at once.
     watcher = StoreClient(a.endpoint.host, a.endpoint.port)
     assert watcher.wait(["job/rdzv/0/node/1"], timeout=20) is not None
     watcher.close()
