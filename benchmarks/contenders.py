@@ -78,6 +78,14 @@ def tool(name: str) -> str:
     return str(path)
 
 
+def require_slurm() -> None:
+    """Unavailable unless a Slurm cluster answers here (the suite's script starts one)."""
+    if shutil.which("sbatch") is None or shutil.which("squeue") is None:
+        raise Unavailable("no Slurm here (scripts/slurm-cluster.sh up starts a test cluster)")
+    if subprocess.run(["squeue", "-h"], capture_output=True, timeout=60).returncode != 0:
+        raise Unavailable("squeue does not answer (scripts/slurm-cluster.sh up)")
+
+
 def free_port() -> int:
     # Bind port 0 and release it: a small race with other programs, acceptable for benchmarks.
     with socket.socket() as s:

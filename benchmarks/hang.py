@@ -105,11 +105,7 @@ def _job_argv(backend: str, k: int, stall: int) -> list[str]:
 def _check_backend(backend: str) -> None:
     """Unavailable unless ``backend`` answers here (the suite's scripts start them)."""
     if backend == "slurm":
-        if (
-            shutil.which("squeue") is None
-            or subprocess.run(["squeue", "-h"], capture_output=True, timeout=60).returncode
-        ):
-            raise Unavailable("no Slurm cluster answers (scripts/slurm-cluster.sh up)")
+        c.require_slurm()
     elif backend == "docker":
         probe = ["docker", "image", "inspect", "xrun-python:latest"]
         if (

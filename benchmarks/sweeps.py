@@ -92,10 +92,7 @@ class SlurmSweep:
     squeue."""
 
     def __init__(self, tmp: str, trials: int) -> None:
-        if shutil.which("sbatch") is None or shutil.which("squeue") is None:
-            raise Unavailable("no Slurm here (scripts/slurm-cluster.sh up starts a test cluster)")
-        if subprocess.run(["squeue", "-h"], capture_output=True).returncode != 0:
-            raise Unavailable("squeue does not answer (scripts/slurm-cluster.sh up)")
+        c.require_slurm()
         self.tmp = Path(tmp)
         self.trials = trials
         self.calls = self.tmp / "squeue.calls"

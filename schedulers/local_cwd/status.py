@@ -47,8 +47,9 @@ def describe_app(app_id: str, paths: statedir.AppPaths) -> DescribeAppResponse |
     resp.state = AppState[st["state"]]
     resp.msg = st.get("msg", "")
     reps = st["replicas"]
+    names = {role.name for role in roles}
     for i, r in enumerate(reps):  # _role_statuses files each replica under its role
-        if r["role"] not in {role.name for role in roles}:
+        if r["role"] not in names:
             raise statedir.DamagedRecord(
                 paths.state, f"replicas[{i}].role {r['role']!r:.40} is no role of the app"
             )

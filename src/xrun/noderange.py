@@ -13,41 +13,27 @@ from __future__ import annotations
 
 from xrun.contract import MAX_NODES
 from xrun.limits import capped_int, is_digits
+from xrun.record import Value
 
 __all__ = ["NodeRange", "parse_node_range"]
 
 
-class NodeRange:
-    """Between ``min`` and ``max`` nodes (equal: a fixed count), compared by value. A plain
-    class: benchmarks 1 and 5 both import it, and making a NamedTuple class costs about a
-    millisecond (a dataclass a few hundred microseconds), a plain one a few microseconds."""
+class NodeRange(Value):
+    """Between ``min`` and ``max`` nodes (equal: a fixed count). A value
+    (:class:`xrun.record.Value`): benchmarks 1 and 5 both import it, and making a NamedTuple
+    class costs about a millisecond (a dataclass a few hundred microseconds)."""
 
     __slots__ = ("max", "min")
-
+    _fields = ("min", "max")
     min: int
     max: int
 
     def __init__(self, min: int, max: int) -> None:  # noqa: A002 - the grammar's own words
-        object.__setattr__(self, "min", min)
-        object.__setattr__(self, "max", max)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"a NodeRange is a value: {name} cannot change")
+        super().__init__(min, max)
 
     @property
     def elastic(self) -> bool:
         return self.min != self.max
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, NodeRange):
-            return NotImplemented
-        return (self.min, self.max) == (other.min, other.max)
-
-    def __hash__(self) -> int:
-        return hash((self.min, self.max))
-
-    def __repr__(self) -> str:
-        return f"NodeRange(min={self.min}, max={self.max})"
 
     def __str__(self) -> str:
         return str(self.max) if not self.elastic else f"{self.min}:{self.max}"

@@ -11,28 +11,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 
+from xrun.record import Record
+
 ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
 ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
 ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
 UNDEFINED = "<UNDEFINED>"  # TorchX's job id for a process no launcher started
-
-
-class Record:
-    """Equality and repr by the fields named in ``_fields`` (what a dataclass would give)."""
-
-    _fields: tuple[str, ...] = ()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(
-            getattr(self, f) == getattr(other, f) for f in self._fields
-        )
-
-    def __hash__(self) -> int:
-        return hash(tuple(repr(getattr(self, f)) for f in self._fields))
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
-        return f"{type(self).__name__}({inner})"
 
 
 class TrackerSource(Record):
