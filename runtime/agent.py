@@ -53,10 +53,11 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from xrun.errors import UsageError
+from xrun.record import Record
 
 from .config import (
     LaunchConfig,
@@ -91,14 +92,25 @@ if TYPE_CHECKING:
     from .timer import FileTimerServer
 
 
-@dataclass
-class RunResult:
-    """What ``Agent.run`` ended with. ``exitcode`` is the agent's: 0, 1 or 128+signal."""
+class RunResult(Record):
+    """What ``Agent.run`` ended with. ``exitcode`` is the agent's: 0, 1 or 128+signal. A plain
+    record: a dataclass costs every agent's start-up (benchmark 1) ~0.5 ms to make."""
 
-    exitcode: int
-    return_values: dict[int, Any] = field(default_factory=dict)  # by global rank
-    failures: dict[int, ProcessFailure] = field(default_factory=dict)  # by global rank
-    message: str = ""  # the failure summary / reason ("" on success)
+    __slots__ = _fields = ("exitcode", "return_values", "failures", "message")
+
+    def __init__(
+        self,
+        exitcode: int,
+        return_values: dict[int, Any] | None = None,
+        failures: dict[int, ProcessFailure] | None = None,
+        message: str = "",
+    ) -> None:
+        self.exitcode = exitcode
+        self.return_values: dict[int, Any] = {} if return_values is None else return_values
+        self.failures: dict[int, ProcessFailure] = (
+            {} if failures is None else failures
+        )  # by global rank
+        self.message = message  # the failure summary / reason ("" on success)
 
     def error(self, name: str) -> AgentFailedError | None:
         if self.exitcode == 0:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from xrun.record import Value
 
 if TYPE_CHECKING:
     from .endpoint import Endpoint
@@ -38,8 +39,25 @@ class RendezvousClosedError(RendezvousError):
         self.failed = failed
 
 
-@dataclass(frozen=True)
-class RendezvousParams:
+class RendezvousParams(Value):
+    """What the agent hands its rendezvous backend. ``private_store``: True when this handler
+    is its store's only user (a standalone agent: port 0, a port nobody else learns): with no
+    secret configured, make up a random one, so that the store is never open to other users of
+    the host. A plain value class, as are the others here: a dataclass costs every agent's
+    start-up (benchmark 1) ~1.6 ms to make."""
+
+    __slots__ = _fields = (
+        "backend",
+        "endpoint",
+        "run_id",
+        "min_nodes",
+        "max_nodes",
+        "local_world_size",
+        "conf",
+        "node_rank",
+        "local_addr",
+        "private_store",
+    )
     backend: str
     endpoint: Endpoint  # parsed where it entered (Endpoint.parse), never re-read from text
     run_id: str
@@ -47,12 +65,36 @@ class RendezvousParams:
     max_nodes: int
     local_world_size: int
     conf: Mapping[str, str]
-    node_rank: int = -1
-    local_addr: str | None = None
-    # True when this handler is its store's only user (a standalone agent: port 0, a port
-    # nobody else learns): with no secret configured, make up a random one, so that the store
-    # is never open to other users of the host.
-    private_store: bool = False
+    node_rank: int
+    local_addr: str | None
+    private_store: bool
+
+    def __init__(  # noqa: PLR0913 (one argument per field, as a dataclass's)
+        self,
+        backend: str,
+        endpoint: Endpoint,
+        run_id: str,
+        min_nodes: int,
+        max_nodes: int,
+        local_world_size: int,
+        conf: Mapping[str, str],
+        node_rank: int = -1,
+        local_addr: str | None = None,
+        private_store: bool = False,
+    ) -> None:
+        Value.__init__(
+            self,
+            backend,
+            endpoint,
+            run_id,
+            min_nodes,
+            max_nodes,
+            local_world_size,
+            conf,
+            node_rank,
+            local_addr,
+            private_store,
+        )
 
 
 class Members:
@@ -70,19 +112,36 @@ class Members:
         return self._value
 
 
-@dataclass(frozen=True)
-class RendezvousInfo:
+_INFO_FIELDS = ("round", "group_rank", "group_world_size", "rank_offset", "world_size")
+
+
+class RendezvousInfo(Value):
     """What a formed round gives one node. The whole member list (``local_world_sizes``,
     ``addrs``) is read from the store only when asked for: a node needs its own place (its
     group rank, the global rank of its first worker, the sizes), and at 16,384 nodes a copy of
-    the whole list per node would make the rendezvous quadratic."""
+    the whole list per node would make the rendezvous quadratic. ``members`` is neither
+    compared nor printed."""
 
+    __slots__ = (*_INFO_FIELDS, "members")
+    _fields = _INFO_FIELDS
     round: int
     group_rank: int
     group_world_size: int
     rank_offset: int  # global rank of this node's local rank 0
     world_size: int  # workers in the world
-    members: Members = field(repr=False, compare=False)
+    members: Members
+
+    def __init__(
+        self,
+        round: int,
+        group_rank: int,
+        group_world_size: int,
+        rank_offset: int,
+        world_size: int,
+        members: Members,
+    ) -> None:
+        Value.__init__(self, round, group_rank, group_world_size, rank_offset, world_size)
+        object.__setattr__(self, "members", members)
 
     @property
     def local_world_sizes(self) -> tuple[int, ...]:

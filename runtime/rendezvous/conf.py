@@ -16,12 +16,12 @@ import select
 import stat
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from xrun.contract import MAX_DURATION_S, TOKEN_ENV, TOKEN_FILE_ENV
 from xrun.errors import UsageError
 from xrun.limits import to_float
+from xrun.record import Value
 
 # The most a token file may hold: a secret is tens of bytes (xrun writes 32 hex digits). Read
 # with this cap, so that a token file that is /dev/zero or a huge file is one line, not the
@@ -31,33 +31,80 @@ MAX_TOKEN_BYTES = 4096
 __all__ = ["CONF_KEYS", "RdzvConfig", "config_from_conf", "load_token", "parse_rdzv_conf"]
 
 
-@dataclass(frozen=True)
-class RdzvConfig:
-    """The typed form of ``--rdzv-conf`` (seconds for every timeout)."""
+DEFAULT_HEARTBEAT_INTERVAL = 5.0
 
-    # How long next_rendezvous waits for a world to form (also: for the store to come up).
-    join_timeout: float = 600.0
-    # With MIN..MAX nodes: how long after the latest arrival a round with >= MIN nodes waits
-    # for more before it forms.
-    last_call_timeout: float = 30.0
-    # How long the store's host keeps serving after close() so that peers read the verdict.
-    close_timeout: float = 30.0
-    # torchrun's exit barrier: how long the store's host, its own workers done, waits for the
-    # other nodes' workers to finish before it closes the job (as failed, naming the laggards)
-    # and stops serving. Long on purpose: nodes of one job may finish minutes apart (a slower
-    # GPU, a last checkpoint), and a shorter bound fails a job whose every worker succeeded.
-    exit_barrier_timeout: float = 300.0
-    # A node renews its lease every heartbeat_interval; one silent for heartbeat_timeout is
-    # dropped (a node whose agent died is dropped at once: its connection closes).
-    heartbeat_interval: float = 5.0
-    heartbeat_timeout: float = 15.0
-    # How long a store request may take beyond its own server-side wait.
-    read_timeout: float = 60.0
-    # A file holding the job's secret (see load_token).
-    token_file: str | None = None
-    # torchrun's key: force (true) or forbid (false) serving the store on this node.
-    is_host: bool | None = None
 
+class RdzvConfig(Value):
+    """The typed form of ``--rdzv-conf`` (seconds for every timeout). A plain value class: a
+    dataclass costs every agent's start-up (benchmark 1) ~1 ms to make.
+
+    - ``join_timeout``: how long next_rendezvous waits for a world to form (also: for the
+      store to come up).
+    - ``last_call_timeout``: with MIN..MAX nodes, how long after the latest arrival a round
+      with >= MIN nodes waits for more before it forms.
+    - ``close_timeout``: how long the store's host keeps serving after close() so that peers
+      read the verdict.
+    - ``exit_barrier_timeout``: torchrun's exit barrier: how long the store's host, its own
+      workers done, waits for the other nodes' workers to finish before it closes the job (as
+      failed, naming the laggards) and stops serving. Long on purpose: nodes of one job may
+      finish minutes apart (a slower GPU, a last checkpoint), and a shorter bound fails a job
+      whose every worker succeeded.
+    - ``heartbeat_interval``/``heartbeat_timeout``: a node renews its lease every interval; one
+      silent for the timeout is dropped (a node whose agent died is dropped at once: its
+      connection closes).
+    - ``read_timeout``: how long a store request may take beyond its own server-side wait.
+    - ``token_file``: a file holding the job's secret (see load_token).
+    - ``is_host``: torchrun's key: force (true) or forbid (false) serving the store on this node.
+    """
+
+    __slots__ = _fields = (
+        "join_timeout",
+        "last_call_timeout",
+        "close_timeout",
+        "exit_barrier_timeout",
+        "heartbeat_interval",
+        "heartbeat_timeout",
+        "read_timeout",
+        "token_file",
+        "is_host",
+    )
+    join_timeout: float
+    last_call_timeout: float
+    close_timeout: float
+    exit_barrier_timeout: float
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    read_timeout: float
+    token_file: str | None
+    is_host: bool | None
+
+    def __init__(  # noqa: PLR0913 (one argument per field, as a dataclass's)
+        self,
+        join_timeout: float = 600.0,
+        last_call_timeout: float = 30.0,
+        close_timeout: float = 30.0,
+        exit_barrier_timeout: float = 300.0,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        heartbeat_timeout: float = 15.0,
+        read_timeout: float = 60.0,
+        token_file: str | None = None,
+        is_host: bool | None = None,
+    ) -> None:
+        Value.__init__(
+            self,
+            join_timeout,
+            last_call_timeout,
+            close_timeout,
+            exit_barrier_timeout,
+            heartbeat_interval,
+            heartbeat_timeout,
+            read_timeout,
+            token_file,
+            is_host,
+        )
+
+
+_DEFAULTS = RdzvConfig()  # the example value in a refused timeout's message
 
 _SECONDS_KEYS = (
     "join_timeout",
@@ -160,7 +207,7 @@ def config_from_conf(conf: Mapping[str, str], strict: bool = False) -> RdzvConfi
     interval = values.pop("keep_alive_interval", None)
     attempts = values.pop("keep_alive_max_attempt", None)
     if interval is not None or attempts is not None:
-        values.setdefault("heartbeat_interval", interval or RdzvConfig.heartbeat_interval)
+        values.setdefault("heartbeat_interval", interval or DEFAULT_HEARTBEAT_INTERVAL)
         values.setdefault("heartbeat_timeout", values["heartbeat_interval"] * (attempts or 3))
     cfg = RdzvConfig(**values)
     if cfg.heartbeat_timeout > MAX_DURATION_S:
@@ -196,7 +243,7 @@ def _warn_unknown(key: str) -> None:
 
 def _seconds(key: str, raw: str) -> float:
     """A timeout: more than 0, at most a day (NaN and infinities refused)."""
-    example = int(getattr(RdzvConfig, key, 600))
+    example = int(getattr(_DEFAULTS, key, 600))
     return _in_range(
         key, raw, f"a number of seconds above 0 and up to {MAX_DURATION_S:g} (a day)", example
     )

@@ -7,7 +7,8 @@ Keys live under ``<run_id>/rdzv/``; round ``r`` counts up from 0.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+
+from xrun.record import Value
 
 from .api import RendezvousClosedError
 
@@ -52,17 +53,22 @@ def closed_error(raw: bytes) -> RendezvousClosedError:
         return RendezvousClosedError(raw.decode(errors="replace"), True)
 
 
-@dataclass(frozen=True)
-class Seat:
+class Seat(Value):
     """What one arrival of a formed round reads in ``<r>/seat/<i>`` (and ``<r>/world`` holds
     the same minus the rank): its group rank (-1: the round formed without it), the global
     rank of its local rank 0, the number of nodes and of workers. A few bytes, whatever the
-    size of the world: N nodes read N seats, not N copies of an N-node list."""
+    size of the world: N nodes read N seats, not N copies of an N-node list. Seat and World
+    are plain value classes: a dataclass costs every agent's start-up (benchmark 1) ~0.8 ms
+    to make."""
 
+    __slots__ = _fields = ("rank", "rank_offset", "nodes", "world_size")
     rank: int
     rank_offset: int
     nodes: int
     world_size: int
+
+    def __init__(self, rank: int, rank_offset: int, nodes: int, world_size: int) -> None:
+        Value.__init__(self, rank, rank_offset, nodes, world_size)
 
     def encode(self) -> bytes:
         return f"{self.rank}\t{self.rank_offset}\t{self.nodes}\t{self.world_size}".encode()
@@ -73,17 +79,26 @@ class Seat:
         return cls(int(rank), int(offset), int(nodes), int(world_size))
 
 
-@dataclass(frozen=True)
-class World:
+class World(Value):
     """A formed round's members as stored in ``<r>/members``: three sections separated by
     newlines:
     arrival indices in rank order ("3,1,2"), nprocs run-length encoded ("8*1024" or "8*2,4*1"),
     then one advertised address per line."""
 
+    __slots__ = _fields = ("round", "indices", "local_world_sizes", "addrs")
     round: int
     indices: tuple[str, ...]  # arrival index (decimal) of each group rank
     local_world_sizes: tuple[int, ...]
     addrs: tuple[str, ...]
+
+    def __init__(
+        self,
+        round: int,
+        indices: tuple[str, ...],
+        local_world_sizes: tuple[int, ...],
+        addrs: tuple[str, ...],
+    ) -> None:
+        Value.__init__(self, round, indices, local_world_sizes, addrs)
 
     @classmethod
     def parse(cls, rnd: int, blob: bytes) -> World:

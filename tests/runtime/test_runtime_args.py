@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -271,7 +270,7 @@ def test_worker_env_defaults_and_user_values() -> None:
     )
     assert env["OMP_NUM_THREADS"] == "8" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
     assert "OMP_NUM_THREADS" not in worker_env(
-        replace(group, local_world_size=1), 0, "/l/1/error.json", environ={}
+        group._replace(local_world_size=1), 0, "/l/1/error.json", environ={}
     )
 
 
