@@ -106,10 +106,9 @@ class RunResult(Record):
         message: str = "",
     ) -> None:
         self.exitcode = exitcode
+        # both by global rank
         self.return_values: dict[int, Any] = {} if return_values is None else return_values
-        self.failures: dict[int, ProcessFailure] = (
-            {} if failures is None else failures
-        )  # by global rank
+        self.failures: dict[int, ProcessFailure] = {} if failures is None else failures
         self.message = message  # the failure summary / reason ("" on success)
 
     def error(self, name: str) -> AgentFailedError | None:

@@ -32,6 +32,16 @@ __all__ = ["CONF_KEYS", "RdzvConfig", "config_from_conf", "load_token", "parse_r
 
 
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
+# The timeouts, in seconds: RdzvConfig's first fields and the --rdzv-conf keys that take them.
+_SECONDS_KEYS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "exit_barrier_timeout",
+    "heartbeat_interval",
+    "heartbeat_timeout",
+    "read_timeout",
+)
 
 
 class RdzvConfig(Value):
@@ -57,17 +67,7 @@ class RdzvConfig(Value):
     - ``is_host``: torchrun's key: force (true) or forbid (false) serving the store on this node.
     """
 
-    __slots__ = _fields = (
-        "join_timeout",
-        "last_call_timeout",
-        "close_timeout",
-        "exit_barrier_timeout",
-        "heartbeat_interval",
-        "heartbeat_timeout",
-        "read_timeout",
-        "token_file",
-        "is_host",
-    )
+    __slots__ = _fields = (*_SECONDS_KEYS, "token_file", "is_host")
     join_timeout: float
     last_call_timeout: float
     close_timeout: float
@@ -106,15 +106,6 @@ class RdzvConfig(Value):
 
 _DEFAULTS = RdzvConfig()  # the example value in a refused timeout's message
 
-_SECONDS_KEYS = (
-    "join_timeout",
-    "last_call_timeout",
-    "close_timeout",
-    "exit_barrier_timeout",
-    "heartbeat_interval",
-    "heartbeat_timeout",
-    "read_timeout",
-)
 CONF_KEYS = (*_SECONDS_KEYS, "timeout", "token_file", "is_host")
 # torchrun's heartbeat keys (c10d): a node is dropped after interval x max_attempt seconds.
 _KEEP_ALIVE_KEYS = ("keep_alive_interval", "keep_alive_max_attempt")
