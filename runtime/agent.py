@@ -173,7 +173,7 @@ class Agent:
                 "console", config.run_id, config.role, self.host, config.rdzv_backend,
                 entry_point_name(entrypoint),
             )  # fmt: skip
-        # xrun stacks (SIGUSR1), the stall watchdog, survivors' stacks: runtime/diagnose
+        # xrun stacks (its request FIFO), the stall watchdog, survivors' stacks: runtime/diagnose
         self._diag = Diagnostics(config.stall_timeout, config.shutdown_timeout, self.host)
 
     # -- public -------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ class Agent:
             private_store=endpoint.port == 0,
         )
         restore = self._signals.install()
-        undo_diag = self._diag.install(parse_signals(cfg.signals_to_handle))
+        undo_diag = self._diag.install()
         handler: RendezvousHandler | None = None
         result: RunResult | None = None
         try:
@@ -461,8 +461,7 @@ class Agent:
             event = handler.poll_event()
             if event is not None:
                 return _rendezvous_event(*event, failed=handler.closed_failed)
-            if self._signals.fd >= 0:
-                sel.register(self._signals.fd, selectors.EVENT_READ, "signal")
+            self._register_wakeups(sel)
             # Without an exit fd per worker fall back to polling every monitor_interval.
             timeout = self._diag.timeout(
                 None
@@ -498,6 +497,14 @@ class Agent:
                             return _rendezvous_event(*event, failed=handler.closed_failed)
         finally:
             sel.close()
+
+    def _register_wakeups(self, sel: selectors.BaseSelector) -> None:
+        """The watch's other wake-ups: a signal, and an `xrun stacks` request (read and answered
+        by the loop's ``self._diag.check()``)."""
+        if self._signals.fd >= 0:
+            sel.register(self._signals.fd, selectors.EVENT_READ, "signal")
+        if self._diag.request_fd >= 0:
+            sel.register(self._diag.request_fd, selectors.EVENT_READ, "stacks")
 
     # -- signals -------------------------------------------------------------------------------
 

@@ -1,42 +1,59 @@
 """``xrun stacks``: asking a running app's runtime agents for their workers' stacks.
 
-Each replica that runs xrun's agent answers a ``SIGUSR1`` (``xrun.runtime.diagnose.watch``)
-by reading its own workers' stacks and writing them to ``<its log dir>/<run_id>/stacks.json``.
-A scheduler sends the signal its own way (``os.kill``, ``docker kill --signal``, ``scancel
---signal``) to the replicas it can see, and :func:`gather` waits for the answers in the app's
-log dirs: no new channel between the CLI and the job, and every node collects its own ranks in
-parallel with the others.
+Each replica that runs xrun's agent holds a FIFO open, ``<its log dir>/<run_id>/stacks.request``
+(``xrun.runtime.diagnose.watch``): a byte written to it asks the agent to read its own workers'
+stacks and write them to ``stacks.json`` beside it. A scheduler reaches the agents' host its own
+way (here for local_cwd, ``docker exec``, ``srun --overlap`` into the job) and :func:`ask_here`
+or :func:`gather` writes the requests and waits for the answers: every node collects its own
+ranks in parallel with the others.
 
-Only a process that *is* an agent gets the signal (SIGUSR1 kills a process without a handler),
-and only once its run dir exists: the agent creates it after installing the handler.
+No signal is ever sent. A signal can end the job it was meant to inspect: SIGUSR1 ends any
+agent whose ``--signals-to-handle`` lists it (every Slurm job submitted with
+``-cfg signal=USR1@90``), and any signal kills an agent of an older xrun, or one whose handler is
+not in place yet. The FIFO is found in the agent's own open files (``/proc/PID/fd``), so the
+request reaches that agent and no other; an agent without one (still starting, or an older
+xrun) is not asked, and a FIFO nobody holds open any more refuses the write (ENXIO).
 """
 
 from __future__ import annotations
 
-import glob
+import errno
 import json
+import math
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
+
+from xrun.contract import MAX_DURATION_S
+from xrun.errors import UsageError
+from xrun.limits import shown
 
 __all__ = [
     "STACKS_FILE",
     "STACKS_TIMEOUT_S",
     "AppStacks",
     "NodeStacks",
+    "ask",
     "ask_here",
+    "check_timeout",
     "gather",
     "is_agent",
 ]
 
-# The agent's answer file (xrun.runtime.diagnose.watch.STACKS_FILE; not imported from there:
-# the CLI need not load the agent's modules).
+# The agent's request FIFO and answer file (xrun.runtime.diagnose.watch's REQUEST_FIFO and
+# STACKS_FILE; not imported from there: the CLI need not load the agent's modules).
+REQUEST_FIFO = "stacks.request"
 STACKS_FILE = "stacks.json"
 # How long the CLI waits for every agent: an agent answers within about 5 s (its own bound on
 # py-spy), plus the time to notice the signal.
 STACKS_TIMEOUT_S = 10.0
+# The shortest wait worth asking for: an agent notices the request at once, but py-spy needs a
+# few tenths of a second per node (0.38 s for 64 ranks) and srun a second to start its task.
+MIN_TIMEOUT_S = 1.0
 _POLL_S = 0.05
 
 
@@ -98,21 +115,78 @@ def is_agent(pid: int) -> bool:
     )
 
 
-def _answer(log_dir: str, since: float) -> dict[str, Any] | None:
-    for path in glob.glob(os.path.join(glob.escape(log_dir), "*", STACKS_FILE)):
+def check_timeout(value: float, given: object = None) -> float:
+    """``value`` seconds, or a UsageError naming ``given`` (the text it was read from, when
+    not ``value`` itself): from :data:`MIN_TIMEOUT_S` to a day."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and MIN_TIMEOUT_S <= value <= MAX_DURATION_S):
+        raise UsageError(
+            f"--timeout {shown(value if given is None else given)} is invalid: expected a "
+            f"number of seconds from {MIN_TIMEOUT_S:g} to {MAX_DURATION_S:g}, e.g. 10"
+        )
+    return value
+
+
+def request_fifo(pid: int) -> str:
+    """The stack-request FIFO that agent ``pid`` holds open ("" when it holds none: it is
+    still starting, keeps no log dir, or is an older xrun's)."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return ""
+    for name in names:
         try:
-            with open(path) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            continue  # being replaced: read it on the next turn
-        if isinstance(doc, dict) and float(doc.get("answered_at", 0)) >= since:
-            return doc
+            target = os.readlink(os.path.join(fd_dir, name))
+        except OSError:
+            continue  # closed meanwhile
+        # A removed FIFO reads "PATH (deleted)": not a name, and not ours to write to.
+        if os.path.basename(target) == REQUEST_FIFO:
+            return target
+    return ""
+
+
+def ask(fifo: str) -> None:
+    """Write one request to ``fifo``; RuntimeError when nobody reads it (the agent ended) or
+    the path is no FIFO. Never blocks: a full FIFO holds requests enough."""
+    try:
+        if not stat.S_ISFIFO(os.lstat(fifo).st_mode):
+            raise RuntimeError(f"{fifo} is not a FIFO")
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            raise RuntimeError("its agent has ended (nothing reads its request FIFO)") from None
+        raise RuntimeError(f"{fifo}: {e.strerror or e}") from None
+    try:
+        os.write(fd, b"?")
+    except BlockingIOError:
+        pass  # requests the agent has not read yet: it answers them all at once
+    finally:
+        os.close(fd)
+
+
+def target_of(pid: int) -> tuple[Callable[[], None], str] | str:
+    """How to ask agent ``pid`` (send the request, the dir of its answer), or why it cannot be
+    asked."""
+    fifo = request_fifo(pid)
+    if not fifo:
+        return (
+            "its agent takes no stack requests yet (its workers have not started), or it is an "
+            "older xrun's (not asked: the request it knew was SIGUSR1, which can stop a job)"
+        )
+    return partial(ask, fifo), os.path.dirname(fifo)
+
+
+def _answer(run_dir: str, since: float) -> dict[str, Any] | None:
+    """The agent's answer in ``run_dir`` if it is newer than ``since``."""
+    try:
+        with open(os.path.join(run_dir, STACKS_FILE)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None  # not there yet, or being replaced: read it on the next turn
+    if isinstance(doc, dict) and float(doc.get("answered_at", 0)) >= since:
+        return doc
     return None
-
-
-def started(log_dir: str) -> bool:
-    """The agent's run dir exists under ``log_dir``: it handles the request signal by now."""
-    return any(os.path.isdir(p) for p in glob.glob(os.path.join(glob.escape(log_dir), "*")))
 
 
 def gather(
@@ -120,8 +194,8 @@ def gather(
     timeout: float = STACKS_TIMEOUT_S,
     read: Callable[[str, float], dict[str, Any] | None] = _answer,
 ) -> list[NodeStacks]:
-    """Ask every target (replica -> (send the request, its agent's log dir)) and wait up to
-    ``timeout`` s for the answers; ``read`` reads one log dir's answer newer than a time."""
+    """Ask every target (replica -> (send the request, its agent's run dir)) and wait up to
+    ``timeout`` s for the answers; ``read`` reads one run dir's answer newer than a time."""
     # No slack: the answers are read on the agents' own host (here, or by ask_here there), and
     # an answer written before this request is an earlier request's.
     since = time.time()
@@ -148,26 +222,6 @@ def gather(
     return list(nodes.values())
 
 
-def _agent_log_dir(pid: int) -> str:
-    """Where agent ``pid`` keeps its run dir: its ``PET_LOG_DIR`` (the scheduler's), else the
-    temp dir it made (``<tmp>/xrun_*``)."""
-    from xrun.contract import AGENT_LOG_DIR_ENV
-
-    key = AGENT_LOG_DIR_ENV.encode() + b"="
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-    except OSError:
-        env = []
-    for kv in env:
-        if kv.startswith(key):
-            return kv[len(key) :].decode(errors="replace")
-    import tempfile
-
-    dirs = sorted(glob.glob(os.path.join(tempfile.gettempdir(), "xrun_*")), key=os.path.getmtime)
-    return dirs[-1] if dirs else ""
-
-
 def _environ(pid: int) -> dict[str, str]:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
@@ -181,12 +235,9 @@ def _environ(pid: int) -> dict[str, str]:
 def ask_here(timeout: float = STACKS_TIMEOUT_S, same: tuple[str, ...] = ()) -> None:
     """Ask every runtime agent on this host (inside a container, or a Slurm node) and print
     their answers as one JSON list: what ``docker exec`` / ``srun`` runs on a replica's host,
-    so that only agents get the signal and no shared file system is needed. ``same``: env vars
+    so that only agents are asked and no shared file system is needed. ``same``: env vars
     an agent must share with this process (a Slurm job id and node name: other jobs' agents,
     or other nodes' on a host that plays several, are not ours to ask)."""
-    import signal
-    from functools import partial
-
     mine = {k: os.environ.get(k) for k in same}
     targets: dict[str, tuple[Callable[[], None], str]] = {}
     hosts: dict[str, str] = {}
@@ -201,11 +252,11 @@ def ask_here(timeout: float = STACKS_TIMEOUT_S, same: tuple[str, ...] = ()) -> N
         replica = f"{env.get('XRUN_ROLE', 'pid')}/{env.get('XRUN_REPLICA_ID', pid)}"
         if env.get("SLURMD_NODENAME"):  # a node's name, where one host may play several
             hosts[replica] = env["SLURMD_NODENAME"]
-        log_dir = _agent_log_dir(pid)
-        if log_dir and started(log_dir):
-            targets[replica] = (partial(os.kill, pid, signal.SIGUSR1), log_dir)
+        how = target_of(pid)
+        if isinstance(how, str):
+            notes.append({"replica": replica, "note": how})
         else:
-            notes.append({"replica": replica, "note": "its agent is still starting"})
+            targets[replica] = how
     answers = []
     for n in gather(targets, timeout):
         if n.doc is not None and n.replica in hosts:

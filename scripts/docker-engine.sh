@@ -147,7 +147,7 @@ image_exists() {
     curl -fsS --max-time 10 --unix-socket "$SOCK" "http://localhost/images/$IMAGE/json" >/dev/null 2>&1
 }
 
-# py-spy (pyproject's `stacks` extra, same pin) for `xrun stacks` and the stall watchdog inside
+# py-spy (a dependency of xrun in pyproject.toml, same pin) for `xrun stacks` and the stall watchdog inside
 # containers: a static binary, added as a layer on top of the image (labelled with its version),
 # so an image built before keeps everything it had.
 PYSPY_VERSION=0.4.2

@@ -1,6 +1,7 @@
 """Every local worker's Python stack, all threads, read from outside the process by py-spy.
 
-py-spy (``pip install 'xrun[stacks]'``, a binary) reads a CPython process's memory through
+py-spy (a dependency of xrun, pinned: a binary wheel, its executable in the environment's
+scripts dir) reads a CPython process's memory through
 ptrace: the worker needs no cooperation code, and a worker stuck in C (a collective, a lock, a
 ``sleep``) answers as well as one running Python. It runs as an executable, never imported, so
 the agent stays standard library only. One py-spy per worker, all started at once: a dump takes
@@ -33,9 +34,9 @@ __all__ = ["PYSPY_ENV", "RankStacks", "collect", "find_pyspy", "missing_pyspy"]
 RankStacks = dict[str, Any]
 
 # An explicit py-spy executable (e.g. one outside PATH); otherwise next to the agent's Python,
+# then in its install schemes' scripts dirs (a venv's bin, ~/.local/bin of `pip install --user`),
 # then on PATH.
 PYSPY_ENV = "XRUN_PYSPY"
-_FIX = "pip install 'xrun[stacks]' (py-spy) or run bash scripts/setup.sh"
 
 
 def find_pyspy() -> str | None:
@@ -43,16 +44,34 @@ def find_pyspy() -> str | None:
     explicit = os.environ.get(PYSPY_ENV)
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
-    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if os.access(beside, os.X_OK):
-        return beside
+    for d in _scripts_dirs():
+        exe = os.path.join(d, "py-spy")
+        if os.access(exe, os.X_OK):
+            return exe
     return shutil.which("py-spy")
+
+
+def _scripts_dirs() -> list[str]:
+    import sysconfig  # only when stacks are read
+
+    dirs = [os.path.dirname(sys.executable)]
+    for scheme in (sysconfig.get_default_scheme(), f"{os.name}_user"):
+        try:
+            dirs.append(sysconfig.get_path("scripts", scheme))
+        except KeyError:  # no such scheme on this platform
+            continue
+    return list(dict.fromkeys(dirs))
 
 
 def missing_pyspy() -> str:
     """The one line saying py-spy is missing, with the fix."""
-    where = os.environ.get(PYSPY_ENV) or "PATH or next to " + sys.executable
-    return f"py-spy was not found ({where}): {_FIX}"
+    explicit = os.environ.get(PYSPY_ENV)
+    if explicit:
+        return f"py-spy was not found: {PYSPY_ENV}={explicit} is no executable file"
+    return (
+        f"py-spy was not found (in {', '.join(_scripts_dirs())} or on PATH): it is a dependency "
+        f"of xrun, so reinstall xrun (pip install xrun), or set {PYSPY_ENV}=/path/to/py-spy"
+    )
 
 
 def collect(workers: Mapping[int, tuple[int, int]], timeout: float = 5.0) -> dict[int, RankStacks]:

@@ -1,10 +1,13 @@
 """The agent's diagnostic hooks: answering ``xrun stacks``, the stall watchdog, and the
 survivors' stacks a failure report shows.
 
-* **Stacks on demand.** ``SIGUSR1`` to the agent asks for its workers' stacks: the handler only
-  notes the request (its wakeup byte wakes the agent's select loop), the loop collects them and
-  writes ``<log_dir>/<run_id>/stacks.json`` (``STACKS_FILE``), which the CLI gathers through
-  the scheduler. Not when ``--signals-to-handle`` lists SIGUSR1 (then it is the user's).
+* **Stacks on demand.** A byte written to the FIFO ``<log_dir>/<run_id>/stacks.request``
+  (``REQUEST_FIFO``, 0600, made when the first worker group starts) asks for the workers'
+  stacks: the agent's select loop wakes on it, collects them and writes
+  ``<log_dir>/<run_id>/stacks.json`` (``STACKS_FILE``), which the CLI gathers through the
+  scheduler. No signal: a signal can end a job (SIGUSR1 is a Slurm job's pre-emption notice
+  in ``--signals-to-handle``; any signal kills an agent before its handler is in place or
+  after it is gone), while a write to a FIFO nobody reads fails (ENXIO) and ends nothing.
 * **Stall watchdog** (``--stall-timeout S``, off by default): progress is a worker's log file
   growing (a line of output; or the agent's own stdout/stderr when those are files and the
   workers write there), its beat file touched (``beat.beat()``), or a request to the agent's
@@ -23,10 +26,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,9 +42,9 @@ if TYPE_CHECKING:
     from ..rendezvous.kv import KeyValue
     from ..workers.api import PContext
 
-__all__ = ["STACKS_FILE", "Diagnostics", "REQUEST_SIGNAL"]
+__all__ = ["REQUEST_FIFO", "STACKS_FILE", "Diagnostics"]
 
-REQUEST_SIGNAL = signal.SIGUSR1
+REQUEST_FIFO = "stacks.request"
 STACKS_FILE = "stacks.json"
 # A stack request's own bound: a py-spy that hangs must not hold the agent's loop long.
 _REQUEST_TIMEOUT_S = 5.0
@@ -79,7 +80,8 @@ class Diagnostics:
         self._shutdown_timeout = shutdown_timeout
         self._host = host
         self._period = min(1.0, stall_timeout / 4) if stall_timeout > 0 else 0.0
-        self.pending = False  # a stack request not answered yet
+        self.request_fd = -1  # the stack-request FIFO's, open for reading (see attach)
+        self._request_dir = ""  # where the FIFO and the answer are (the run dir)
         self._pc: PContext | None = None
         self._offset = 0
         self._run_dir = ""
@@ -97,19 +99,49 @@ class Diagnostics:
 
     # -- set-up ---------------------------------------------------------------------------------
 
-    def install(self, handled: tuple[signal.Signals, ...] = ()) -> Callable[[], None]:
-        """Answer SIGUSR1 with stacks (main thread only); returns the undo function."""
-        if REQUEST_SIGNAL in handled or threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        old = signal.signal(REQUEST_SIGNAL, self._on_request)
+    def install(self) -> Callable[[], None]:
+        """Returns the undo function: closes and removes the stack-request FIFO (made by
+        ``attach``) when the agent is done."""
 
-        def restore() -> None:
-            signal.signal(REQUEST_SIGNAL, old)
+        def close() -> None:
+            if self.request_fd >= 0:
+                os.close(self.request_fd)
+                self.request_fd = -1
+                try:
+                    os.unlink(os.path.join(self._request_dir, REQUEST_FIFO))
+                except OSError:
+                    pass
 
-        return restore
+        return close
 
-    def _on_request(self, signum: int, frame: object) -> None:
-        self.pending = True
+    def _open_requests(self, run_dir: str) -> None:
+        """Make the stack-request FIFO in ``run_dir`` and hold it open for reading and writing:
+        O_RDWR, so that it never reads as closed (EOF) between writers and a writer's open
+        succeeds exactly while this agent lives (the CLI finds it in ``/proc/PID/fd``)."""
+        path = os.path.join(run_dir, REQUEST_FIFO)
+        try:
+            os.mkfifo(path, 0o600)
+            self.request_fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:  # a file system without FIFOs: no stacks on demand, nothing else
+            print(
+                f"xrun-agent: `xrun stacks` cannot ask this agent: {path}: {e.strerror or e}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        self._request_dir = run_dir
+
+    def _requested(self) -> bool:
+        """Whether a stack request came in (its bytes are read: one answer for any number)."""
+        if self.request_fd < 0:
+            return False
+        got = False
+        try:
+            while os.read(self.request_fd, 512):
+                got = True
+        except BlockingIOError:
+            pass
+        return got
 
     def worker_env(self, error_file: str) -> dict[str, str]:
         """The beat file of the worker whose error file is ``error_file`` (stall watchdog on)."""
@@ -132,6 +164,8 @@ class Diagnostics:
         self._round, self._node, self._nodes = info.round, info.group_rank, info.group_world_size
         self._survivors = ""
         pc.before_stop = self._read_survivors
+        if run_dir and self.request_fd < 0:
+            self._open_requests(run_dir)
         if self.stall_timeout > 0:
             self._files = [
                 p
@@ -160,8 +194,7 @@ class Diagnostics:
 
     def check(self) -> Stalled | None:
         """Answer a pending stack request; ``Stalled`` once nothing progressed for the timeout."""
-        if self.pending:
-            self.pending = False
+        if self._requested():
             self.answer()
         if self._period <= 0 or self._pc is None:
             return None
@@ -260,8 +293,7 @@ class Diagnostics:
         return ranks
 
     def answer(self) -> None:
-        """Write this node's stacks to ``<run dir>/stacks.json`` for ``xrun stacks`` (to stderr
-        when the agent keeps no log dir)."""
+        """Write this node's stacks to ``<run dir>/stacks.json`` for ``xrun stacks``."""
         ranks = self._collect(self._workers(), _REQUEST_TIMEOUT_S)
         doc = {
             "host": self._host,
@@ -269,12 +301,7 @@ class Diagnostics:
             "answered_at": time.time(),
             "ranks": {str(r): v for r, v in ranks.items()},
         }
-        if not self._run_dir:
-            from .groups import format_groups  # benchmark 1: stacks only
-
-            print(format_groups(ranks) or "no workers running", file=sys.stderr, flush=True)
-            return
-        path = os.path.join(self._run_dir, STACKS_FILE)
+        path = os.path.join(self._request_dir, STACKS_FILE)
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
             with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:

@@ -1,7 +1,8 @@
 """``xrun stacks`` on docker: each of the app's running containers that runs xrun's agent is
-asked from inside (``docker exec``: ``schedulers.stacks.ask_here`` signals the agent there and
-prints its answer), all at once. The containers get ``CAP_SYS_PTRACE`` (see request.py), which
-py-spy needs to read the workers; the base image carries py-spy (scripts/docker-engine.sh)."""
+asked from inside (``docker exec``: ``schedulers.stacks.ask_here`` writes to the agent's request
+FIFO there, never a signal, and prints its answer), all at once. The containers get
+``CAP_SYS_PTRACE`` (see request.py), which py-spy needs to read the workers; the base image
+carries py-spy (scripts/docker-engine.sh)."""
 
 from __future__ import annotations
 

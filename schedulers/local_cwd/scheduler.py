@@ -234,11 +234,11 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     # ---- stacks
     def stacks(self, app_id: str, timeout: float = 10.0) -> Sequence[NodeStacks]:
-        """Ask each replica's agent (SIGUSR1) for its workers' stacks; see ``..stacks``."""
-        from ..stacks import NodeStacks, gather, is_agent, started
+        """Ask each replica's agent (its request FIFO) for its workers' stacks; see ``..stacks``."""
+        from ..stacks import NodeStacks, gather, is_agent, target_of
 
         paths = self._paths(app_id)
-        st = statedir.read_json(paths.state)
+        st = statedir.read_state(paths.state)  # a damaged record: one line, as for status
         if st is None or st["state"] in TERMINAL:
             state = "not started" if st is None else st["state"]
             raise UsageError(
@@ -249,15 +249,16 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         skipped = []
         for rep in st["replicas"]:
             name, pid = f"{rep['role']}/{rep['id']}", rep["pid"]
-            log_dir = os.path.join(paths.replica_dir(rep["role"], rep["id"]), "workers")
             if not (pid and is_alive(pid, rep["start"])):
                 skipped.append(NodeStacks(name, note="not running"))
             elif not is_agent(pid):
                 skipped.append(NodeStacks(name, note="not an xrun runtime agent (no stacks)"))
-            elif not started(log_dir):
-                skipped.append(NodeStacks(name, note="its agent is still starting"))
             else:
-                targets[name] = (lambda p=pid: os.kill(p, signal.SIGUSR1), log_dir)
+                how = target_of(pid)
+                if isinstance(how, str):
+                    skipped.append(NodeStacks(name, note=how))
+                else:
+                    targets[name] = how
         return skipped + gather(targets, timeout)
 
     # ---- cancel

@@ -1,8 +1,9 @@
 """``xrun stacks`` on Slurm: one task per node of the job, started inside its allocation
 (``srun --jobid J --overlap``), asks the job's agents on that node
-(``schedulers.stacks.ask_here``: only the job's own agents on the task's node get SIGUSR1) and
-writes their answers into the job's log dir; every node collects its own ranks, all at once.
-The host a rank is shown on is its Slurm node name."""
+(``schedulers.stacks.ask_here``: only the job's own agents on the task's node, through their
+request FIFOs; no signal, so a job submitted with ``-cfg signal=USR1@90`` runs on) and writes
+their answers into the job's log dir; every node collects its own ranks, all at once. The host
+a rank is shown on is its Slurm node name."""
 
 from __future__ import annotations
 

@@ -345,8 +345,9 @@ class Runner:
     def stacks(self, handle: str | Target, timeout: float = 10.0) -> AppStacks:
         """Every rank's Python stack (all threads) of a running app (or trial), read by each
         node's agent (py-spy); ``xrun stacks`` prints them grouped."""
-        from xrun.schedulers.stacks import AppStacks  # benchmark 5: a dry run reads no stacks
+        from xrun.schedulers.stacks import AppStacks, check_timeout  # benchmark 5: no dry run
 
+        check_timeout(timeout)
         t = _resolved(handle)
         if t.is_sweep and t.trial is None:
             raise UsageError(

@@ -11,11 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, Any
 
-from xrun.errors import UsageError
-from xrun.limits import check_duration
+from xrun.limits import to_float
 from xrun.runner import Runner
 from xrun.runtime.diagnose.groups import format_groups, group, headline
+
+if TYPE_CHECKING:
+    from xrun.schedulers.stacks import AppStacks
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,31 +33,44 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--timeout",
         default="10",
         metavar="SECONDS",
-        help="how long to wait for every node's answer (default 10)",
+        help="how long to wait for every node's answer (default 10, at least 1)",
     )
 
 
 def main(ns: argparse.Namespace) -> int:
-    try:
-        timeout = check_duration(float(str(ns.timeout)[:50]), "--timeout")
-    except ValueError:
-        raise UsageError(
-            f"--timeout {ns.timeout!r} is invalid: expected a number of seconds, e.g. 10"
-        ) from None
+    from xrun.schedulers.stacks import check_timeout
+
+    # ASCII only (to_float): float() reads other scripts' digits, which no xrun option takes.
+    timeout = check_timeout(to_float(str(ns.timeout)[:50]), given=ns.timeout)
     with Runner() as runner:
         stacks = runner.stacks(ns.handle, timeout)
     if ns.json:
         json.dump(stacks.to_json(), sys.stdout, indent=1)
         print()
-        return 0 if stacks.roles else 1
-    for role, ranks in stacks.roles.items():
-        groups = group(ranks)
-        title = f"role {role}: " if len(stacks.roles) > 1 else ""
-        print(f"{title}{len(ranks)} ranks, {len(groups)} group(s): {headline(groups)}")
-        print(format_groups(ranks, groups))
-    for note in stacks.notes:
-        print(f"note: {note}", file=sys.stderr)
-    if not stacks.roles:
-        print(f"xrun: no stacks from {ns.handle}", file=sys.stderr)
+    else:
+        for role, ranks in stacks.roles.items():
+            groups = group(ranks)
+            title = f"role {role}: " if len(stacks.roles) > 1 else ""
+            print(f"{title}{len(ranks)} ranks, {len(groups)} group(s): {headline(groups)}")
+            print(format_groups(ranks, groups))
+        for note in stacks.notes:
+            print(f"note: {note}", file=sys.stderr)
+    why = _none_read(stacks)
+    if why:
+        print(f"xrun: no stack read from {ns.handle}: {why}", file=sys.stderr)
         return 1
     return 0
+
+
+def _none_read(stacks: AppStacks) -> str:
+    """Why not a single rank's stack was read ("" when one was): the ranks' own reasons (py-spy
+    missing, not Python, ...), else the replicas' (no agent answered, ...)."""
+    ranks: list[dict[str, Any]] = [r for rs in stacks.roles.values() for r in rs.values()]
+    if any(r.get("threads") for r in ranks):
+        return ""
+    reasons = list(dict.fromkeys(str(r.get("error") or "no Python thread") for r in ranks))
+    reasons += [n for n in stacks.notes if not reasons]
+    if not reasons:
+        return "no replica answered"
+    more = f" (and {len(reasons) - 1} other reason(s) above)" if len(reasons) > 1 else ""
+    return reasons[0] + more

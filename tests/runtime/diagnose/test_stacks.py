@@ -95,9 +95,8 @@ def test_a_binary_worker_has_no_python_stack(spawn: list) -> None:
 def test_missing_pyspy_is_one_line_naming_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PYSPY_ENV, "/nonexistent/py-spy")
     r = collect({3: (0, 1)})[3]
-    assert r["error"] == (
-        "py-spy was not found (/nonexistent/py-spy): pip install 'xrun[stacks]' (py-spy) or "
-        "run bash scripts/setup.sh"
+    assert (
+        r["error"] == "py-spy was not found: XRUN_PYSPY=/nonexistent/py-spy is no executable file"
     )
 
 

@@ -18,6 +18,7 @@ from tests.helpers.net import free_port
 from tests.helpers.paths import SCRIPTS
 from tests.helpers.waiting import wait_for
 from tests.runtime.agent.helpers import FAST, agent, popen, run
+from xrun.schedulers.stacks import ask, request_fifo
 
 HANG = SCRIPTS / "hang.py"
 
@@ -238,13 +239,16 @@ def test_an_agent_answers_a_stack_request_for_a_binary_worker(tmp_path: Path, pr
     )
     wait_for(lambda: list(tmp_path.glob("*/attempt_0/1")), 20, "the workers' dirs")
     time.sleep(0.3)  # the workers exec sleep
-    a.send_signal(signal.SIGUSR1)
+    wait_for(lambda: request_fifo(a.pid), 20, "the agent's request FIFO")
+    fifo = request_fifo(a.pid)
+    assert fifo == str(next(tmp_path.glob("*/stacks.request")))
+    ask(fifo)
     answers = wait_for_file(tmp_path, 20)
     doc = json.loads(answers.read_text())
     assert sorted(doc["ranks"]) == ["0", "1"] and doc["agent_pid"] == a.pid
     for r in doc["ranks"].values():
         assert r["error"] == f"no Python stack: pid {r['pid']} runs sleep, not a Python interpreter"
-    assert a.poll() is None  # SIGUSR1 asked; it did not stop anything
+    assert a.poll() is None  # the request did not stop anything
     a.send_signal(signal.SIGTERM)
     assert a.wait(30) == 128 + signal.SIGTERM
 

@@ -66,3 +66,35 @@ def test_stacks_of_a_two_container_job(sched: DockerScheduler, tmp_path: Path) -
         assert caps == [["CAP_SYS_PTRACE"]] * 2 or caps == [["SYS_PTRACE"]] * 2, caps
     finally:
         sched.cancel(app_id)
+
+
+def test_stacks_never_stops_a_job_whose_agent_handles_sigusr1(
+    sched: DockerScheduler, tmp_path: Path
+) -> None:
+    """P3: the agent stops the job on every signal of PET_SIGNALS_TO_HANDLE; `xrun stacks`
+    reads the stacks (asked inside the container) and the container runs on."""
+    (tmp_path / "idle.py").write_text('import time\nprint("up", flush=True)\ntime.sleep(300)\n')
+    env = {"PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGUSR1"}
+    app = ddp(script="idle.py", j="1x1", name="idle", image="xrun-python:latest", env=env)
+    app_id = sched.submit(app, {}, str(tmp_path))
+    handle = f"docker://default/{app_id}"
+    try:
+        deadline = time.monotonic() + 120
+        doc: dict = {}
+        while time.monotonic() < deadline:  # until the worker runs its sleep
+            p = xrun("stacks", "--json", handle)
+            doc = json.loads(p.stdout) if p.stdout.strip() else {}
+            r0 = doc.get("roles", {}).get("idle", {}).get("0", {})
+            if p.returncode == 0 and r0.get("threads"):
+                break
+            assert [c.status for c in sched._containers(app_id)] == ["running"], p.stderr
+            time.sleep(0.5)
+        main = [t for t in r0["threads"] if t["main"]][0]
+        assert main["frames"][-1]["name"] == "<module>", doc
+        assert xrun("stacks", handle).returncode == 0
+        time.sleep(1)
+        assert [c.status for c in sched._containers(app_id)] == ["running"]
+        status = xrun("status", handle).stdout
+        assert "State: RUNNING" in status, status
+    finally:
+        sched.cancel(app_id)

@@ -69,3 +69,44 @@ def test_stacks_of_a_two_node_job(slurm_cluster: SlurmCluster, tmp_path: Path) -
         assert len(hosts) == 2, hosts
     finally:
         xrun("cancel", handle)
+
+
+IDLE = 'import time\nprint("up", flush=True)\ntime.sleep(300)\n'
+
+
+def test_stacks_never_stops_a_job_with_a_usr1_notice(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """P3: `-cfg signal=USR1@90` makes the agent stop the job on SIGUSR1 (its pre-emption
+    notice, PET_SIGNALS_TO_HANDLE); `xrun stacks` reads the stacks and the job runs on."""
+    (tmp_path / "idle.py").write_text(IDLE)
+    run = subprocess.run(
+        [XRUN, "run", "-s", "slurm", "-cfg", "signal=USR1@90", "dist.ddp", "-j", "1x1"]
+        + ["--cpu", "1", "--memMB", "512", "--rdzv_port", str(free_port())]
+        + ["--script", "idle.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    handle = run.stdout.strip().splitlines()[-1]
+    try:
+        deadline = time.monotonic() + 180
+        doc: dict = {}
+        while time.monotonic() < deadline:  # until the worker runs its sleep
+            p = xrun("stacks", "--json", handle, timeout=120)
+            doc = json.loads(p.stdout) if p.stdout.strip() else {}
+            r0 = doc.get("roles", {}).get("idle", {}).get("0", {})
+            if p.returncode == 0 and r0.get("threads"):
+                break
+            assert "FAILED" not in xrun("status", handle).stdout, p.stderr
+            time.sleep(1)
+        main = [t for t in r0["threads"] if t["main"]][0]
+        assert main["frames"][-1]["name"] == "<module>", doc
+        assert xrun("stacks", handle, timeout=120).returncode == 0
+        time.sleep(2)
+        status = xrun("status", handle).stdout
+        assert "State: RUNNING" in status and "exit_code" not in status, status
+    finally:
+        xrun("cancel", handle)
