@@ -148,3 +148,19 @@ def test_a_job_dir_copy_that_fills_the_disk_is_one_line_and_leaves_nothing(
         assert set(os.listdir(box)) <= {"state"}, os.listdir(box)  # no jobs/, no jd
         (ws / "big.bin").unlink()
         assert copy_workspace(str(ws), str(jd)) == ["train.py"]  # not refused for leftovers
+
+
+def test_a_workspace_changed_between_hash_and_send_is_one_error(tmp_path: Path) -> None:
+    """The streamed build context is read twice (its hash names the image, then it is sent):
+    a file changed in between must not give an image that its tag does not describe."""
+    from xrun.errors import UsageError
+    from xrun.schedulers.docker.workspace import build_context
+
+    (tmp_path / "a.py").write_text("v1\n")
+    ctx, _ = build_context(tmp_path)
+    (tmp_path / "a.py").write_text("v2\n")  # same size, other bytes
+    with pytest.raises(UsageError, match="changed while its image was built; run again"):
+        b"".join(ctx.chunks())
+    (tmp_path / "a.py").write_text("")  # shorter than the size the walk read
+    with pytest.raises(UsageError, match="'a.py' in .* got shorter"):
+        b"".join(ctx.chunks())
