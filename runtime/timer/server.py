@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 from xrun.errors import UsageError
 
+from ..throttle import Throttle
+
 __all__ = ["ENABLE_ENV", "FILE_ENV", "Expired", "FileTimerServer", "serve"]
 
 ENABLE_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
@@ -74,6 +76,10 @@ class Expired:
         """The scope, ``/job/train.py#57`` (torch's default: the caller) as ``train.py#57``."""
         path, sep, line = self.scope.rpartition("#")
         return f"{os.path.basename(path)}#{line}" if sep and line.isdigit() else self.scope
+
+
+# The malformed requests' log lines (one timer server per agent), rate-limited.
+_MALFORMED = Throttle("ignored {n} more malformed requests in the last {s} s")
 
 
 def _log(msg: str) -> None:
@@ -184,7 +190,12 @@ class FileTimerServer:
             pid, scope = int(req["pid"]), str(req["scope_id"])
             expiry, sig = float(req["expiration_time"]), int(req.get("signal", 0))
         except (ValueError, KeyError, TypeError) as e:
-            _log(f"ignored a malformed request ({type(e).__name__}: {line[:200]!r})")
+            # A buggy worker may send thousands: the first few, then a count (throttle.py).
+            said = _MALFORMED.line(
+                f"ignored a malformed request ({type(e).__name__}: {line[:200]!r})"
+            )
+            if said is not None:
+                _log(said)
             return
         with self._lock:
             self.requests += 1
