@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -130,6 +131,7 @@ def test_a_hang_is_still_caught_within_the_timeout_and_10_s(tmp_path: Path) -> N
     """Rank 1 sleeps in stuck_here, rank 0 waits in gloo's all_reduce (no CPU, no I/O): the
     stall is found within 3 + 10 s of the hang, with both frames, output to a pipe."""
     seen: dict[str, float] = {}
+    err: list[str] = []
     proc = subprocess.Popen(
         agent("--nproc-per-node", "2", "--stall-timeout", "3", str(HANG), "1000")
         + ["--hang-rank", "1", "--hang-step", "2"],
@@ -139,29 +141,37 @@ def test_a_hang_is_still_caught_within_the_timeout_and_10_s(tmp_path: Path) -> N
         text=True,
     )
 
-    def lines() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
+    def lines(stream: IO[str], keep: list[str] | None = None) -> None:
+        for line in stream:
             seen.setdefault(line.strip(), time.monotonic())
+            if keep is not None:
+                keep.append(line)
 
-    reader = threading.Thread(target=lines, daemon=True)
-    reader.start()
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [
+        threading.Thread(target=lines, args=(proc.stdout,), daemon=True),
+        threading.Thread(target=lines, args=(proc.stderr, err), daemon=True),
+    ]
+    for r in readers:
+        r.start()
     try:
-        _, err = proc.communicate(timeout=140)
+        proc.wait(140)
     finally:
         if proc.poll() is None:
             proc.kill()
-    ended = time.monotonic()
-    reader.join(10)
-    assert proc.returncode == 1, err
+    for r in readers:
+        r.join(10)
+    stderr = "".join(err)
+    assert proc.returncode == 1, stderr
     hang = seen["step 2"]  # both ranks print it; rank 1 then hangs
-    assert ended - hang <= 3 + 10, (ended - hang, err)
+    found = next(t for ln, t in seen.items() if ln.startswith("xrun-agent: stalled 3 s: "))
+    assert found - hang <= 3 + 10, (found - hang, stderr)
     sleep_line = _line_of("time.sleep(3600)")
     reduce_line = _line_of("dist.all_reduce(t)")
     assert (
         f"xrun-agent: stalled 3 s: rank 1 in stuck_here (hang.py:{sleep_line}); "
         f"rank 0 in all_reduce (hang.py:{reduce_line})"
-    ) in err
+    ) in stderr
 
 
 def _line_of(text: str) -> int:
