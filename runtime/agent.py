@@ -174,7 +174,9 @@ class Agent:
                 entry_point_name(entrypoint),
             )  # fmt: skip
         # xrun stacks (its request FIFO), the stall watchdog, survivors' stacks: runtime/diagnose
-        self._diag = Diagnostics(config.stall_timeout, config.shutdown_timeout, self.host)
+        self._diag = Diagnostics(
+            config.stall_timeout, config.shutdown_timeout, self.host, config.stall_silent_timeout
+        )
 
     # -- public -------------------------------------------------------------------------------
 
