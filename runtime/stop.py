@@ -22,6 +22,10 @@ ahead and reads it by step s + 1; + 2 also keeps the store alive until every ran
 (the store's node leaves only after its own ranks stopped). Ranks that do not run in lockstep
 still stop, each at ``max(stop step, its step)``.
 
+A SIGTERM sent to the worker itself (at a preemption Slurm signals every process of the job
+step) counts as the flag: from the first call of ``requested`` on, a SIGTERM handler that only
+notes the request is installed, unless the program has its own.
+
 Outside an xrun agent (no ``XRUN_STOP_DIR``) ``requested`` is always False. Only the standard
 library is imported here; torch's ``TCPStore`` is imported once a stop has been requested.
 """
@@ -57,6 +61,24 @@ class _State:
                 os.close(os.open(os.path.join(path, f"watch-{lr}"), os.O_CREAT | os.O_WRONLY))
             except OSError:
                 pass
+            _note_signals(self)
+
+
+def _note_signals(st: _State) -> None:
+    """A SIGTERM sent to the worker itself (Slurm signals every process of a step at a
+    preemption, not only the agent) is a stop request too: the handler only notes it, the
+    loop saves at the agreed step. A handler the program installed itself is left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def note(signum: int, frame: object) -> None:
+        st.seen = True
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, note)
 
 
 _state: _State | None = None
