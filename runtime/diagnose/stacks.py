@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -129,6 +130,7 @@ def collect(
             continue
         running[rank] = (proc, so, se)
     deadline = time.monotonic() + timeout
+    _wait_exits([proc for proc, _, _ in running.values()], deadline)
     for rank, (proc, so, se) in running.items():
         lr, pid = workers[rank]
         try:
@@ -154,6 +156,41 @@ def collect(
             _last_traceback(r, (stderrs or {}).get(rank, ""))
         out[rank] = r
     return dict(sorted(out.items()))
+
+
+def _wait_exits(procs: list[subprocess.Popen[bytes]], deadline: float) -> None:
+    """Block until every one of ``procs`` has exited or ``deadline`` (monotonic) has passed,
+    woken by each exit (a pidfd per process; the caller then reaps them without waiting).
+
+    Not ``Popen.wait(timeout)``: it polls, sleeping 1, 2, 4 ... 32, then 50 ms between looks,
+    so a dump that ends just after a look is seen up to 50 ms late. A dump takes tens of ms,
+    right where those looks fall, so a few ms more or less of py-spy's own time moved a failed
+    attempt's restart by 32 or 50 ms (benchmark 7, 2 nodes: +45 ms at the median between two
+    commits that only moved timings; docs/benchmark-runs/2026-11-27-restart-wait.txt).
+    Without pidfds (Linux < 5.3) this returns at once and the caller's ``Popen.wait`` polls."""
+    fds: list[int] = []
+    try:
+        for p in procs:
+            fds.append(os.pidfd_open(p.pid))
+    except (AttributeError, OSError):
+        for fd in fds:
+            os.close(fd)
+        return
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        left = len(fds)
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for fd, _ in poller.poll(remaining * 1000):
+                poller.unregister(fd)  # a pidfd stays readable once its process has exited
+                left -= 1
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _parse(code: int, stdout: bytes, stderr: bytes, pid: int) -> RankStacks:
