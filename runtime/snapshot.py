@@ -343,22 +343,23 @@ class Snapshotter:
         import torch
 
         with open(self.rank_dir / SLOTS[slot], "rb") as f:
-            mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            # Copy-on-write: writable for torch.frombuffer, and never written back.
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         try:
             meta = mm[h.meta_off : h.meta_off + h.meta_len]
             if zlib.crc32(meta) != h.meta_crc:  # nobody writes between gather and load
                 raise RuntimeError(f"{self.rank_dir / SLOTS[slot]} changed while restoring")
             skeleton, table = pickle.loads(meta)
-            buf = bytearray(mm[HEADER_BYTES : HEADER_BYTES + h.data_len])  # one copy, then own
+            u8 = torch.frombuffer(mm, dtype=torch.uint8)
+            tensors = []
+            for dtype, shape, at, device in table:
+                dt = getattr(torch, dtype)
+                n = _numel(shape) * torch.empty(0, dtype=dt).element_size()
+                t = u8[at : at + n].view(dt).view(shape).clone()  # owned: the map goes below
+                tensors.append(t if device == "cpu" else t.to(device))
+            del u8  # the export must go before the map can close
         finally:
             mm.close()
-        u8 = torch.frombuffer(buf, dtype=torch.uint8) if buf else torch.empty(0, dtype=torch.uint8)
-        tensors = []
-        for dtype, shape, at, device in table:
-            dt = getattr(torch, dtype)
-            n = _numel(shape) * torch.empty(0, dtype=dt).element_size()
-            t = u8[at - HEADER_BYTES : at - HEADER_BYTES + n].view(dt).view(shape).clone()
-            tensors.append(t if device == "cpu" else t.to(device))
         return _unflatten(skeleton, tensors)
 
     # ------------------------------------------------------------------ cleanup
