@@ -43,8 +43,8 @@ it per job and remove it when the job ends); else ``/dev/shm/xrun-snapshots-<uid
 rank-<RANK>``, the run id being ``XRUN_RUN_ID`` or ``TORCHELASTIC_RUN_ID``. With neither (a plain
 ``python train.py``), or when ``TORCHELASTIC_MAX_RESTARTS`` says no restart can follow this
 attempt, commits are no-ops: nothing could ever restore them. Files are removed: by
-``close(remove=True)`` when training ends; by the last allowed attempt, right after its
-``restore`` (it commits nothing); at a job's first start (restart count 0: whatever is there is
+``close(remove=True)`` when training ends (the job's whole dir on the node); by the last allowed
+attempt, right after its ``restore`` (each rank its own; it commits nothing); at a job's first start (restart count 0: whatever is there is
 stale); and, for the default root, any job directory that no live process holds (a shared
 ``flock``) and that no attempt entered for ``GC_IDLE_S`` is deleted when a Snapshotter starts.
 Memory: two slots per rank, each the size of the state (``posix_fallocate``d up front, so a full
@@ -190,7 +190,8 @@ class Snapshotter:
     def _enter(self) -> None:
         """Create the dirs (private to this user), hold the job's lock, collect abandoned jobs."""
         assert self.job_dir is not None
-        self.job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.job_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.job_dir.mkdir(mode=0o700, exist_ok=True)
         if self.job_dir.stat().st_uid != os.getuid():
             raise PermissionError(f"{self.job_dir} belongs to another user: not using it")
         lock = self.job_dir / "lock"
@@ -313,7 +314,7 @@ class Snapshotter:
     def _after_restore(self) -> None:
         if self.last_attempt and self.job_dir is not None:
             # No restart can follow: nothing will read a snapshot again.
-            self.close(remove=True)
+            self._remove_mine()
 
     def _candidates(self) -> dict[tuple[bytes, int], tuple[int, _Header]]:
         """(lineage, step) -> (slot, header) of this rank's valid slots for this world."""
@@ -364,19 +365,30 @@ class Snapshotter:
 
     # ------------------------------------------------------------------ cleanup
     def close(self, remove: bool = False) -> None:
-        """Unmap the slots; with ``remove``, delete this rank's snapshots (and the job's dir
-        once no rank dir is left)."""
+        """Unmap the slots. ``remove=True`` once training is over (after the last collective,
+        every rank done): delete the job's snapshots on this node, every rank's, including
+        those of ranks an elastic shrink took away."""
         for i in range(len(self._maps)):
             self._unmap(i)
         self._newest = -1
         if remove and self.job_dir is not None:
+            shutil.rmtree(self.job_dir, ignore_errors=True)
+            self._release()
+
+    def _remove_mine(self) -> None:
+        """This rank's snapshots only (its peers may still be loading theirs)."""
+        self.close()
+        if self.job_dir is not None:
             shutil.rmtree(self.rank_dir, ignore_errors=True)
             if not any(self.job_dir.glob("rank-*")):
                 shutil.rmtree(self.job_dir, ignore_errors=True)
-            if self._lock_fd >= 0:
-                os.close(self._lock_fd)
-                self._lock_fd = -1
-        self.enabled = self.enabled and not remove
+            self._release()
+
+    def _release(self) -> None:
+        self.enabled = False
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
 
 
 # ---------------------------------------------------------------------- helpers

@@ -260,11 +260,17 @@ def test_only_the_newest_lineage_is_restored(shm: Path, monkeypatch: pytest.Monk
 
 
 def test_cleanup(shm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "2")  # a rank an elastic shrink took away left its snapshots
+    gone = Snapshotter(dir=shm)
+    gone.restore()
+    gone.commit(1, extra=1)
+    monkeypatch.setenv("RANK", "0")
     snap = Snapshotter(dir=shm)
     snap.restore()
     snap.commit(1, extra=1)
-    snap.close(remove=True)  # training over
+    snap.close(remove=True)  # training over: the job's dir goes, every rank's snapshots
     assert not shm.exists()
+    gone.close()
     # The last allowed attempt restores, then removes: no restart could read a snapshot again.
     snap = Snapshotter(dir=shm)
     snap.restore()
