@@ -53,6 +53,8 @@ __all__ = [
 # that raised it. 64 KiB holds a few hundred frames.
 TAIL_BYTES = 64 * 1024
 _HEADER = "Traceback (most recent call last):"
+# torch's excepthook after init_process_group: "[rank3]: " before every line of a traceback
+_RANK = re.compile(r"\[rank\d+\]: ")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)')
 # faulthandler's dump after a fatal signal: "Fatal Python error: Segmentation fault" and then
 # frames as '  File "x.py", line 4 in f', innermost first.
@@ -86,13 +88,30 @@ def _where(frame_line: str) -> str:
     return f"{os.path.basename(m['file'])}:{m['line']}" if m else ""
 
 
+def _unprefixed(text: str) -> list[str]:
+    """The lines of the stream that the last traceback in it belongs to, without torch's rank
+    prefix.
+
+    A worker that called ``init_process_group`` prints an uncaught exception with every line
+    prefixed ``[rankN]: `` (torch's excepthook; blank lines stay bare). A stream may also carry
+    lines of other processes in between (a rank's own children, a native library's log), so the
+    traceback is read from the lines with the prefix its last header has, plus blank lines."""
+    lines = text.splitlines()
+    split = [(m[0], line[m.end() :]) if (m := _RANK.match(line)) else ("", line) for line in lines]
+    last = max((i for i, (_, body) in enumerate(split) if body.startswith(_HEADER)), default=-1)
+    if last < 0:
+        return []
+    own = split[last][0]
+    return [body for prefix, body in split if prefix == own or not body]
+
+
 def parse_traceback(text: str) -> Traceback | None:
     """The last complete traceback in ``text``; None when there is none.
 
     A chained exception prints the cause's traceback first and the final one last, so the last
     header starts the one that ended the process. Its exception line is the first line after
     the header that is not indented (frames, source lines and SyntaxError's carets are)."""
-    lines = text.splitlines()
+    lines = _unprefixed(text)
     start = max((i for i, line in enumerate(lines) if line.startswith(_HEADER)), default=-1)
     if start < 0:
         return None

@@ -103,3 +103,46 @@ def test_cgroup_v2_memory_events_are_read(tmp_path: Path) -> None:
     vmstat.write_text("oom_kill 10\n")
     rise = counter.rise(before)
     assert rise is not None and (rise.source, rise.before, rise.after) == (str(events), 1, 2)
+
+
+def test_torchs_rank_prefix_is_read_through() -> None:
+    # B12: torch's excepthook after init_process_group prefixes each line with "[rankN]: "
+    # (blank lines stay bare); the lines of another rank or process in between are not ours
+    text = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/job/train.py", line 40, in <module>\n'
+        "[rank0]: Traceback (most recent call last):\n"
+        "[rank1]:     main()\n"
+        "W1127 05:33:47 gloo: connection reset\n"
+        '[rank0]:   File "/job/train.py", line 41, in <module>\n'
+        '[rank1]:   File "/job/model.py", line 5, in forward\n'
+        '[rank1]:     raise ValueError("bad shape in batch 7")\n'
+        "[rank0]:     dist.barrier()\n"
+        "[rank1]: ValueError: bad shape in batch 7\n"
+        "[rank0]: RuntimeError: Connection closed by peer\n"
+    )
+    tb = parse_traceback(text)
+    assert tb is not None  # the last header is rank 0's: its own lines make its traceback
+    assert tb.exception == "RuntimeError: Connection closed by peer" and tb.where == "train.py:41"
+    tb = parse_traceback(text.replace("[rank0]: Traceback (most recent call last):\n", ""))
+    assert tb is not None
+    assert tb.exception == "ValueError: bad shape in batch 7" and tb.where == "model.py:5"
+    assert tb.text == "\n".join(TB.splitlines()[1:]) and "[rank" not in tb.text
+
+
+def test_a_rank_prefixed_chain_keeps_its_causes() -> None:
+    chain = (
+        "Traceback (most recent call last):\n"
+        '  File "/job/cfg.py", line 3, in get\n'
+        "KeyError: 'lr'\n"
+        "\n"
+        "The above exception was the direct cause of the following exception:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "/job/cfg.py", line 5, in get\n'
+        "RuntimeError: config has no learning rate\n"
+    )
+    text = "\n".join(f"[rank2]: {x}" if x else "" for x in chain.split("\n"))
+    tb = parse_traceback(text)
+    assert tb is not None and tb.text == chain.rstrip("\n")
+    assert tb.exception == "RuntimeError: config has no learning rate" and tb.where == "cfg.py:5"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import Env
-from tests.helpers.paths import REPO
+from tests.helpers.paths import REPO, SCRIPTS
 
 FAULTS = REPO / "benchmarks" / "workers" / "faults.py"
 
@@ -41,3 +41,18 @@ def test_run_and_status_name_the_rank_and_cause(tmp_path: Path, fault: str, caus
     # the replica's error and the app's, on the first screen of status
     assert any(x.strip().startswith(f"error: {cause}") for x in lines), status.stdout
     assert any(x.startswith(f"Error: {cause}") for x in lines), status.stdout
+
+
+def test_a_ddp_workers_rank_prefixed_traceback_names_its_frame(tmp_path: Path) -> None:
+    # B12: after init_process_group torch prints "[rank1]: " before every traceback line; the
+    # cause still names the exception and the frame that raised it, as for a plain script
+    env = Env(tmp_path)
+    shutil.copy(SCRIPTS / "valerr.py", env.cwd / "valerr.py")
+    run = env.run("run", "-s", "local_cwd", "dist.ddp", "-j", "1x2", "--script", "valerr.py")
+    assert run.returncode != 0
+    cause = "ValueError: bad shape in batch 3 (rank 1, valerr.py:12)"
+    assert f"xrun-agent: root cause: {cause}" in run.stderr, run.stderr
+    assert f" ended FAILED: {cause}" in run.stderr.rstrip().splitlines()[-1]
+    # the summary's traceback is the worker's, without the prefix
+    root = run.stderr.split("Root Cause (first observed failure):")[1]
+    assert 'valerr.py", line 12, in load' in root and "[rank1]" not in root.split("====")[0]
