@@ -146,3 +146,20 @@ def test_a_rank_prefixed_chain_keeps_its_causes() -> None:
     tb = parse_traceback(text)
     assert tb is not None and tb.text == chain.rstrip("\n")
     assert tb.exception == "RuntimeError: config has no learning rate" and tb.where == "cfg.py:5"
+
+
+def test_keyboard_interrupt_without_its_source_line_is_not_pinned(tmp_path: Path) -> None:
+    # M1: with no source line shown (the file is gone) a raise cannot be told from a SIGINT
+    log = tmp_path / "stderr.log"
+    log.write_text(
+        'Traceback (most recent call last):\n  File "/gone/t.py", line 3, in <module>\n'
+        "KeyboardInterrupt\n"
+    )
+    f = ProcessFailure.from_exit(0, 42, -signal.SIGINT, None, 1.0)
+    assert describe(f, 1, str(log)).headline == (
+        "KeyboardInterrupt in the worker (SIGINT from outside the agent, or raised by it) "
+        "(rank 1, t.py:3)"
+    )
+    # the agent's own SIGINT (its shutdown) stays the agent's
+    stopped = describe(f, 1, str(log), (signal.SIGINT,)).headline
+    assert stopped == "stopped by the agent with SIGINT (rank 1)"

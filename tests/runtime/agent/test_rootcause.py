@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,35 @@ def test_a_signal_from_outside_is_named(tmp_path: Path, sig: signal.Signals) -> 
     else:
         assert last == f"{PREFIX}killed by {sig.name} from outside the agent (rank 1)"
     assert "stopped by the agent with SIGTERM; rank 1 failed first" in err
+
+
+def test_a_raised_keyboard_interrupt_is_not_a_signal_from_outside(tmp_path: Path) -> None:
+    # M1: Python ends an uncaught KeyboardInterrupt by raising SIGINT on itself (exit -2), so
+    # the status alone reads like a Ctrl-C; the traceback says the code raised it
+    err, cause, _ = _fail(tmp_path, "interrupt")
+    assert cause == "KeyboardInterrupt raised in the worker (rank 1, faults.py:57)", err
+    assert "raise KeyboardInterrupt" in _root(err)
+
+
+def test_a_sigint_from_outside_names_where_it_hit(tmp_path: Path) -> None:
+    p = subprocess.Popen(
+        agent("--nproc-per-node", "2", "--tee", "3", FAULTS, "sleep", "1", str(tmp_path)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: (tmp_path / "pid.1").exists(), timeout=30)
+        time.sleep(1)  # past the pid file, into its sleep
+        os.kill(int((tmp_path / "pid.1").read_text()), signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    # the frame it hit (its sleep; on a slow machine perhaps the one before it)
+    want = "killed by SIGINT from outside the agent (KeyboardInterrupt) (rank 1, faults.py:"
+    assert err.rstrip().splitlines()[-1].startswith(PREFIX + want), err
 
 
 def test_the_agents_own_shutdown_timeout_kill_is_said(tmp_path: Path) -> None:
