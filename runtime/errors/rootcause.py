@@ -199,7 +199,7 @@ def describe(
     if interrupt is not None:
         return interrupt.cause(rank, f.pid)
     if f.exitcode < 0:
-        why = timer or signal_cause(-f.exitcode, sent_by_agent, oom, cgroup_read)
+        why = timer or signal_cause(-f.exitcode, sent_by_agent, oom, cgroup_read, f.pid)
         if after is not None and -f.exitcode in sent_by_agent:
             why += f"; rank {after} failed first"
         block, where = _fatal_error(tail)

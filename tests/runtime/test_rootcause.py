@@ -3,7 +3,10 @@ deaths.py), piece by piece; the agent's use of them is tests/runtime/agent/test_
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 from xrun.runtime.errors import ProcessFailure
@@ -163,3 +166,63 @@ def test_keyboard_interrupt_without_its_source_line_is_not_pinned(tmp_path: Path
     # the agent's own SIGINT (its shutdown) stays the agent's
     stopped = describe(f, 1, str(log), (signal.SIGINT,)).headline
     assert stopped == "stopped by the agent with SIGINT (rank 1)"
+
+
+def test_an_oom_count_is_only_a_fact_for_the_kernels_victim_or_a_cgroup_of_our_own(
+    tmp_path: Path,
+) -> None:
+    # P2: the counter is the cgroup's; /dev/kmsg names the victim where it can be read, and
+    # where it cannot (a file that is not there stands in: not root, dmesg_restrict) a cgroup
+    # holding processes besides this agent's makes it "probably"
+    group = tmp_path / "job"
+    group.mkdir()
+    counter = str(group / "memory.oom_control")
+    child = subprocess.Popen(["sleep", "60"])
+    others: list[int] = []
+    try:
+        (group / "cgroup.procs").write_text(f"{os.getpid()}\n{child.pid}\n")
+        gone = str(tmp_path / "no-kmsg")
+        alone = OomRise(counter, 0, 1, False, time.monotonic(), gone)
+        assert signal_cause(signal.SIGKILL, (), alone, True, child.pid).startswith(
+            "killed by the OOM killer: out of memory (SIGKILL; memory cgroup "
+        )
+        # what launched the agent is its own (alive, so not the victim)
+        (group / "cgroup.procs").write_text(f"{os.getpid()}\n{child.pid}\n{os.getppid()}\n")
+        mine = OomRise(counter, 0, 1, False, time.monotonic(), gone)
+        assert signal_cause(signal.SIGKILL, (), mine, True, child.pid).startswith(
+            "killed by the OOM"
+        )
+        # a process of someone else's (an orphan: its parent is gone) is not
+        orphan = subprocess.run(
+            ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True
+        )
+        others.append(int(orphan.stdout))
+        (group / "cgroup.procs").write_text(f"{os.getpid()}\n{child.pid}\n{others[0]}\n")
+        shared = OomRise(counter, 0, 1, False, time.monotonic(), gone)
+        assert signal_cause(signal.SIGKILL, (), shared, True, child.pid) == (
+            f"killed by SIGKILL, probably by the OOM killer (memory cgroup {group}: oom_kill "
+            "0 -> 1; the cgroup also holds processes other than this agent's)"
+        )
+        # the kernel's record decides, either way; records from before the attempt are old news
+        now = int(time.monotonic() * 1e6)
+        kmsg = tmp_path / "kmsg"
+        kmsg.write_text(
+            f"3,10,{now - 60_000_000},-;Memory cgroup out of memory: Killed process {child.pid} (x)\n"
+            f"6,11,{now},-;oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg={group}/sub,"
+            "task=python,pid=4242,uid=0\n"
+            f"3,12,{now},-;Memory cgroup out of memory: Killed process 4242 (python) total-vm:1kB\n"
+            " SUBSYSTEM=memory\n"
+            # another job's kill elsewhere on the host is none of this cgroup's count
+            f"6,13,{now},-;oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg={group}2,pid=5151\n"
+        )
+        told = OomRise(counter, 0, 1, False, time.monotonic(), str(kmsg))
+        assert signal_cause(signal.SIGKILL, (), told, True, child.pid) == (
+            "killed by SIGKILL from outside the agent (kill -9; the kernel's log names pid 4242 "
+            f"as the OOM killer's victim in memory cgroup {group}: oom_kill 0 -> 1)"
+        )
+        assert signal_cause(signal.SIGKILL, (), told, True, 4242).startswith("killed by the OOM")
+    finally:
+        child.kill()
+        child.wait()
+        for pid in others:
+            os.kill(pid, signal.SIGKILL)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cgroup import enter, memory_cgroup
-from tests.helpers.paths import REPO
+from tests.helpers.paths import PY, REPO
 from tests.helpers.waiting import wait_for
 
 from .helpers import agent, run
@@ -174,6 +174,30 @@ def test_oom_kill_under_a_memory_limit_is_decoded() -> None:
     last = p.stderr.rstrip().splitlines()[-1]
     assert last.startswith(f"{PREFIX}killed by the OOM killer: out of memory (SIGKILL; memory ")
     assert f"{cg.name}: oom_kill 0 -> 1)" in last and last.endswith("(rank 1)"), last
+
+
+def test_a_kill_9_is_not_pinned_on_another_processs_oom_kill(tmp_path: Path) -> None:
+    # P2: the agent shares its memory cgroup with another process (a second job, the user's
+    # shell) that the OOM killer kills; a kill -9 of the agent's worker afterwards is a kill -9
+    cmd = agent("--nproc-per-node", "1", "--tee", "3", FAULTS, "sleep", "0", str(tmp_path))
+    hog = [PY, "-c", "h = []\nwhile True: h.append(bytearray(b'x' * (64 << 20)))"]
+    with memory_cgroup() as cg:
+        p = subprocess.Popen(enter(cg, cmd), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: (tmp_path / "pid.0").exists(), timeout=30)
+            other = subprocess.Popen(enter(cg, hog))
+            assert other.wait(timeout=120) == -signal.SIGKILL  # the OOM killer's victim
+            os.kill(int((tmp_path / "pid.0").read_text()), signal.SIGKILL)
+            _, err = p.communicate(timeout=60)
+        finally:
+            p.kill()
+            p.wait()
+    last = err.decode().rstrip().splitlines()[-1]
+    assert last.startswith(
+        f"{PREFIX}killed by SIGKILL from outside the agent (kill -9; the kernel's log names pid "
+        f"{other.pid} as the OOM killer's victim in memory cgroup "
+    ), last
+    assert f"{cg.name}: oom_kill 0 -> 1) (rank 0)" in last, last
 
 
 def test_the_restart_message_names_the_cause(tmp_path: Path) -> None:
