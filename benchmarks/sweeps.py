@@ -42,7 +42,9 @@ def _dryrun(scheduler: str, sweep: bool, out: Path) -> Callable[[], float]:
         argv += ["dist.ddp", "-j", "2x2", "--script", "train.py", "--", "--a", "--b"]
         if sweep:
             argv[-2:] = ["--a", "{{a}}", "--b", "{{b}}"]
-        seconds = c.timed([(argv, {})], stdout=str(out), timeout=60)
+        # in a folder holding the script: slurm's dry run checks the job will find it
+        (out.parent / "train.py").write_text("")
+        seconds = c.timed([(argv, {})], cwd=str(out.parent), stdout=str(out), timeout=60)
         text = out.read_text()
         if sweep and not re.search(r"^#\s+9999\s+99\s+99$", text, flags=re.M):
             raise RunFailed(f"the {scheduler} dry run did not print the 10,000-trial table")

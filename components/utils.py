@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+from xrun.contract import SCRIPT
 from xrun.errors import UsageError
 from xrun.named_resources import get_named_resource
 from xrun.specs import AppDef, Resource, Role, parse_mounts
@@ -150,6 +151,8 @@ def python(
                 env=dict(env or {}),
                 num_replicas=num_replicas,
                 resource=_resource(h, cpu, gpu, memMB),
+                # the schedulers check it is where the job runs (xrun.contract.SCRIPT)
+                metadata={SCRIPT: value} if flag == "--script" else {},
             )
         ],
     )

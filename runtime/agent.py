@@ -84,6 +84,7 @@ from .rendezvous import (
     create_handler,
 )
 from .signals import AgentSignal, SignalWatch
+from .stopping import STOP_MARK, StopControl, stop_signal_of
 from .workers.api import PContext, RunProcsResult, start_processes
 from .workers.logs_specs import DefaultLogsSpecs
 
@@ -174,7 +175,11 @@ class Agent:
                 entry_point_name(entrypoint),
             )  # fmt: skip
         # xrun stacks (its request FIFO), the stall watchdog, survivors' stacks: runtime/diagnose
-        self._diag = Diagnostics(config.stall_timeout, config.shutdown_timeout, self.host)
+        self._diag = Diagnostics(
+            config.stall_timeout, config.shutdown_timeout, self.host, config.stall_silent_timeout
+        )
+        # graceful stops: workers that watch get a flag and the grace, not the signal
+        self._stop = StopControl(config.run_id, config.shutdown_timeout)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -217,6 +222,7 @@ class Agent:
                 handler.shutdown()
             if self._timer is not None:
                 self._timer.stop()
+            self._stop.remove()
             undo_diag()
             restore()
             # A failed worker's files stay: the failure report points at them.
@@ -261,6 +267,12 @@ class Agent:
     ) -> RunResult | None:
         """What ``event`` ends the run with; None: join the next round."""
         match event:
+            case Signalled(signum) if self._stop.handles(signum) and self._stop.watched():
+                return self._stop_gracefully(handler, pc, signum, "signal")
+            case RendezvousChanged(reason) if stop_signal_of(reason):
+                if not self._stop.watched():  # our workers do not watch: the signal, as before
+                    return self._on_signal_exit(handler, pc, stop_signal_of(reason))
+                return self._stop_gracefully(handler, pc, stop_signal_of(reason), "peer")
             case Signalled(signum):
                 return self._on_signal_exit(handler, pc, signum)
             case JobClosed(reason, failed):
@@ -367,6 +379,7 @@ class Agent:
         n = cfg.nproc_per_node
         t0 = time.monotonic()
         logs, error_file_of = self._logs_for_attempt(n)
+        stop_env = self._stop.prepare()
         group = WorkerGroup(
             role=cfg.role,
             run_id=cfg.run_id,
@@ -386,6 +399,7 @@ class Agent:
                 **worker_env(group, lr, error_file_of(lr)),
                 **launch_worker_env(cfg, lr),
                 **self._diag.worker_env(error_file_of(lr)),
+                **stop_env,
             }
             for lr in range(n)
         }
@@ -507,6 +521,23 @@ class Agent:
             sel.register(self._diag.request_fd, selectors.EVENT_READ, "stacks")
 
     # -- signals -------------------------------------------------------------------------------
+
+    def _stop_gracefully(
+        self, handler: RendezvousHandler, pc: PContext, signum: int, origin: str
+    ) -> RunResult:
+        """A stop request (runtime/stopping.py): the workers stop at an agreed step and save;
+        they get the whole grace for it."""
+        name = signal.Signals(signum).name
+        self._stop.request(signum, origin)
+        if origin == "signal":  # the peers' agents learn it through the store
+            self._request_restart(handler, f"{STOP_MARK}{name} on {self.host}")
+        grace = self._stop.grace()
+        _log(f"{name} ({origin}): stop requested; the workers have {grace:g}s to stop")
+        killed = self._stop.wait(pc, grace)
+        if killed:
+            _log(f"{killed} worker(s) still ran after the {grace:g}s grace: stopped")
+        self._close_quietly(handler, f"stopped on request ({name})")
+        return RunResult(128 + signum, message=f"stopped on request ({name})")
 
     def _on_signal_exit(
         self, handler: RendezvousHandler | None, pc: PContext | None, signum: int

@@ -120,6 +120,8 @@ def open_workspace(spec: str) -> Workspace:
     if not spec:
         raise UsageError(f"an empty workspace; pass {EXPECTED}")
     fs, root, url = _filesystem(spec)
+    if "://" not in spec:
+        check_local_dir(spec, root)
     try:
         is_dir = fs.isdir(root)
     except OSError as e:
@@ -187,7 +189,74 @@ def walk(ws: Workspace) -> Iterator[WorkspaceFile]:
     return iter(sorted(found, key=lambda f: f.rel))
 
 
-def read(ws: Workspace, f: WorkspaceFile) -> bytes:
-    with ws.fs.open(f.path, "rb") as src:
-        data: bytes = src.read()
-    return data
+# Files are copied in pieces of this size: memory stays bounded whatever the workspace holds
+# (a 10 GB checkpoint beside the code; issue #31 P14).
+CHUNK = 1 << 20
+
+
+def open_file(ws: Workspace, f: WorkspaceFile) -> Any:
+    """``f`` opened for reading in chunks (a binary file object of the workspace's fs)."""
+    return ws.fs.open(f.path, "rb")
+
+
+def check_local_dir(given: str, path: str) -> None:
+    """UsageError unless ``path`` (the workspace ``given``, as a local path) is a folder a job
+    can run in: an existing directory, not in the kernel's pseudo-filesystems (``/proc/self/fd``
+    names another folder on every node and process). No fsspec: a plain path's dry run stays
+    light."""
+    if not os.path.isdir(path):
+        raise UsageError(f"workspace {given!r} is not a directory; pass {EXPECTED}")
+    real = os.path.realpath(path)
+    if any(real == top or real.startswith(top + "/") for top in ("/proc", "/sys", "/dev")):
+        raise UsageError(
+            f"workspace {given!r} is in the kernel's {real.split('/')[1]} filesystem ({real}), "
+            f"no folder of code; pass {EXPECTED}"
+        )
+
+
+def script_rel(script: object) -> str | None:
+    """A role's ``--script`` as a path below the folder the job runs in, when xrun can check
+    it: None for a macro (known in the replica only), an absolute path (in the image, or on
+    the nodes) and a path that leaves the folder (``../x.py``)."""
+    if not isinstance(script, str) or not script or "$" in script or os.path.isabs(script):
+        return None
+    rel = posixpath.normpath(script.replace(os.sep, "/"))
+    return None if rel == ".." or rel.startswith("../") or rel == "." else rel
+
+
+def script_problem(ws: Workspace, rel: str) -> str | None:
+    """Why ``rel`` (see :func:`script_rel`) is not among the files a walk of ``ws`` gives (None
+    when it is): no such file, or a pattern of the ignore set leaves it (or a folder above it)
+    out."""
+    parts = rel.split("/")
+    for i in range(1, len(parts) + 1):
+        below = "/".join(parts[:i])
+        if is_ignored(below, i < len(parts), ws.patterns):
+            src = ws.ignore_file or "the always-skipped set"
+            return f"is left out of the workspace by {src} ({below!r} matches)"
+    try:
+        if ws.fs.isfile(posixpath.join(ws.root, rel)):
+            return None
+    except OSError as e:
+        return f"cannot be read in workspace {ws.url} ({e})"
+    return f"is no file in workspace {ws.url}"
+
+
+def check_scripts(app: Any, ws: Workspace, why: str, outside: str) -> None:
+    """UsageError naming the first role whose ``--script`` the job will not find in ``ws``
+    (the copy it runs in; ``why`` says that in the message), as local_cwd checks its cwd: a
+    missing script would otherwise only fail as the app, on the cluster (N11). ``outside``:
+    where an absolute path is looked for instead (not checked)."""
+    from xrun.contract import SCRIPT
+
+    for role in app.roles:
+        script = (role.metadata or {}).get(SCRIPT)
+        rel = script_rel(script)
+        if rel is None:
+            continue
+        problem = script_problem(ws, rel)
+        if problem is not None:
+            raise UsageError(
+                f"role {role.name!r}: --script {script!r} {problem} ({why}); give a script "
+                f"inside the workspace, or an absolute path for one that is already {outside}"
+            )

@@ -13,7 +13,9 @@ comes from, checked once, when its first bytes choose the protocol (``server.Sto
   (``/proc/net/tcp``, ``/proc/net/tcp6``: the peer socket's ``uid``). A socket that cannot be
   found there (another network namespace) is refused too: its owner is unknown.
 
-A refused connection is closed at once with one log line (the peer and the reason). Linux only:
+A refused connection is closed at once. The first few are logged one line each (the peer and the
+reason), then at most one line a minute counts the rest (``throttle.py``): any local user can
+open thousands of connections a second, and must not grow the job's log with them. Linux only:
 elsewhere (no ``/proc/net``) local peers are not checked (logged once).
 """
 
@@ -26,6 +28,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..lazylog import LazyLogger
+from ..throttle import Throttle
 from .handler import XrunHandler
 
 if TYPE_CHECKING:
@@ -35,6 +38,10 @@ log = LazyLogger(__name__)
 _TABLES: dict[int, str] = {socket.AF_INET: "/proc/net/tcp", socket.AF_INET6: "/proc/net/tcp6"}
 _warned_no_proc = False
 _TIME_WAIT = "06"  # the kernel's TCP_TIME_WAIT, as /proc/net/tcp prints a row's state
+# One per process (an agent runs one store): the refusals' log lines, rate-limited.
+REFUSALS = Throttle(
+    "store: refused {n} more torch clients (other users or hosts) in the last {s} s"
+)
 
 
 def refused(transport: Transport, sessions: Iterable[object]) -> bool:
@@ -56,8 +63,17 @@ def refused(transport: Transport, sessions: Iterable[object]) -> bool:
             peer = sock.getpeername()[:2]
         except OSError:
             peer = "?"
-        log.warning("store: refused a torch client from %s: %s", peer, why)
+        line = REFUSALS.line(f"store: refused a torch client from {peer}: {why}")
+        if line is not None:
+            log.warning("%s", line)
     return why is not None
+
+
+def flush() -> None:
+    """Log the count of refusals not logged yet (the store stops)."""
+    line = REFUSALS.flush()
+    if line is not None:
+        log.warning("%s", line)
 
 
 def refusal(sock: socket.socket, agent_peers: Iterable[str]) -> str | None:

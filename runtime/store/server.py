@@ -189,6 +189,7 @@ class StoreServer:
         def _stop() -> None:
             self._loop.close_listeners()
             self._data.clear_timers()
+            guard.flush()  # the refusals counted but not logged yet
             for s in list(self._sessions):
                 s.shutdown()  # sends what is buffered, then closes
             self._drain(time.monotonic() + 1.0)

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 from xrun.errors import UsageError
 
+from ..throttle import Throttle
+
 __all__ = ["ENABLE_ENV", "FILE_ENV", "Expired", "FileTimerServer", "serve"]
 
 ENABLE_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
@@ -74,6 +76,10 @@ class Expired:
         """The scope, ``/job/train.py#57`` (torch's default: the caller) as ``train.py#57``."""
         path, sep, line = self.scope.rpartition("#")
         return f"{os.path.basename(path)}#{line}" if sep and line.isdigit() else self.scope
+
+
+# The malformed requests' log lines (one timer server per agent), rate-limited.
+_MALFORMED = Throttle("ignored {n} more malformed requests in the last {s} s")
 
 
 def _log(msg: str) -> None:
@@ -117,11 +123,27 @@ class FileTimerServer:
                     f"{FILE_ENV}={self.path} exists and is not a FIFO: expected a path the "
                     "agent may create (a leftover FIFO is replaced); unset it for a fresh one"
                 )
+            self._refuse_if_read()
             os.unlink(self.path)
         try:
             os.mkfifo(self.path, 0o600)  # only the user's processes may ask for kills
         except OSError as e:
             raise UsageError(f"{FILE_ENV}={self.path}: cannot create the FIFO: {e}") from None
+
+    def _refuse_if_read(self) -> None:
+        """A FIFO that someone reads belongs to a live agent: replacing it would send that
+        job's timer requests here, and its agent would kill its healthy workers when their
+        armed timers ran out (P13). A non-blocking open for writing tells: ENXIO, no reader
+        (a leftover); success, a reader."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return  # ENXIO: a leftover (any other error shows again in mkfifo's)
+        os.close(fd)
+        raise UsageError(
+            f"{FILE_ENV}={self.path} is in use by another agent (a process reads that FIFO); "
+            f"unset {FILE_ENV} for a private one"
+        )
 
     # -- the agent's side ----------------------------------------------------------------------
 
@@ -184,7 +206,12 @@ class FileTimerServer:
             pid, scope = int(req["pid"]), str(req["scope_id"])
             expiry, sig = float(req["expiration_time"]), int(req.get("signal", 0))
         except (ValueError, KeyError, TypeError) as e:
-            _log(f"ignored a malformed request ({type(e).__name__}: {line[:200]!r})")
+            # A buggy worker may send thousands: the first few, then a count (throttle.py).
+            said = _MALFORMED.line(
+                f"ignored a malformed request ({type(e).__name__}: {line[:200]!r})"
+            )
+            if said is not None:
+                _log(said)
             return
         with self._lock:
             self.requests += 1

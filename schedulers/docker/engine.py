@@ -7,7 +7,6 @@ SDK is a one-line :class:`~xrun.errors.UsageError`, not an ImportError.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -18,7 +17,7 @@ from xrun.errors import SchedulerError, UsageError
 from xrun.specs import BindMount
 
 from .request import LABEL_STOP_TIMEOUT, DockerContainer, DockerJob
-from .workspace import IMAGE_REPO, image_tag
+from .workspace import IMAGE_REPO, BuildContext, image_tag
 
 _DEFAULT_HOST = "unix:///var/run/docker.sock"
 # Workspace images kept on the engine: every change of the workspace (or of xrun) makes a new
@@ -114,7 +113,7 @@ def ensure_images(client: Any, images: Iterable[str]) -> None:
 
 def build_image(  # noqa: PLR0913 - the build's parts and its two run options
     client: Any,
-    context: bytes,
+    context: BuildContext,
     dockerfile: str,
     base: str,
     workspace: str,
@@ -130,7 +129,7 @@ def build_image(  # noqa: PLR0913 - the build's parts and its two run options
     ensure_images(client, [base])
     # The base image's id, not its name: a base rebuilt under the same tag (the python3 image
     # that gained py-spy) must not reuse a workspace image built on the old one.
-    tag = image_tag(context, f"{base}@{client.images.get(base).id}", repo)
+    tag = image_tag(context.digest, f"{base}@{client.images.get(base).id}", repo)
     try:
         client.images.get(tag)
         return tag  # same workspace, same base: the image is already there
@@ -140,7 +139,8 @@ def build_image(  # noqa: PLR0913 - the build's parts and its two run options
     # The low-level build: its events arrive as the build runs (images.build returns them at
     # the end), so a long build shows its progress.
     events = client.api.build(
-        fileobj=io.BytesIO(context),
+        # A generator: sent in chunks as it is read (chunked transfer), never whole in memory.
+        fileobj=context.chunks(),
         custom_context=True,
         dockerfile=dockerfile,
         tag=tag,

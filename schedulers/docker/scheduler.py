@@ -77,7 +77,7 @@ from ..api import (
     Scheduler,
     runopts,
 )
-from ..workspace import open_workspace
+from ..workspace import Workspace, check_scripts, open_workspace, script_problem
 from .engine import (
     build_image,
     connect,
@@ -108,7 +108,7 @@ from .status import (
     role_statuses,
     split_lines,
 )
-from .workspace import build_context
+from .workspace import CUSTOM_DOCKERFILE, WORKDIR, build_context
 
 if TYPE_CHECKING:
     from ..stacks import NodeStacks
@@ -147,6 +147,15 @@ def stop_timeout(attrs: Mapping[str, Any]) -> int:
     """The stop timeout a container was created with (the app's ``stop_timeout`` run option)."""
     value = ((attrs.get("Config") or {}).get("Labels") or {}).get(LABEL_STOP_TIMEOUT, "")
     return int(value) if str(value).isdigit() else STOP_TIMEOUT
+
+
+def check_image_scripts(app: AppDef, ws: Workspace) -> None:
+    """Each role's ``--script`` is in the workspace the image is built from (N11: it would
+    otherwise only fail as the app), unless the workspace's own ``Dockerfile.xrun`` builds
+    the image: where that puts the files is its own business."""
+    if script_problem(ws, CUSTOM_DOCKERFILE) is None:
+        return
+    check_scripts(app, ws, f"the image runs a copy of it, in {WORKDIR}", "in the image")
 
 
 class DockerScheduler(Scheduler[DockerJob]):
@@ -198,6 +207,7 @@ class DockerScheduler(Scheduler[DockerJob]):
         the job runs the code as it is now); pass ``""`` to run the role images unchanged."""
         ws = self.resolve_workspace(workspace)
         if ws:
+            check_image_scripts(app, open_workspace(ws))  # before a build, which takes a while
             self.build_workspace(app, ws, cfg)
         return self.schedule(super().submit_dryrun(app, cfg))
 
@@ -210,6 +220,7 @@ class DockerScheduler(Scheduler[DockerJob]):
         ws = self.resolve_workspace(workspace)
         if ws:
             opened = open_workspace(ws)
+            check_image_scripts(app, opened)
             head = (
                 f"# workspace {opened.url} -> each image below, as xrun-workspace:<hash>\n"
                 f"#   {opened.describe_ignored()}\n"

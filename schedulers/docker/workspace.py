@@ -1,6 +1,7 @@
 """Build an image that holds the user's workspace and xrun itself, on top of a role's image.
 
-The build context is a tar made here (nothing is copied on disk) with two folders:
+The build context is a tar streamed from here to the engine (nothing is copied on disk, and
+the files are read a chunk at a time: memory stays bounded) with two folders:
 
 - ``workspace/``  the workspace's files: the one walk of ``schedulers/workspace.py`` (any
                   fsspec folder; ``.xrunignore`` or ``.gitignore``, gitignore semantics;
@@ -18,17 +19,21 @@ image without a build.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import io
 import os
+import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xrun.errors import UsageError
 
-from ..workspace import Workspace, open_workspace, read, walk
+from ..workspace import CHUNK, Workspace, WorkspaceFile, open_file, open_workspace, walk
 
 CUSTOM_DOCKERFILE = "Dockerfile.xrun"
 IMAGE_REPO = "xrun-workspace"
@@ -50,8 +55,9 @@ WORKDIR {WORKDIR}
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 
-# The context is built in memory and sent to the engine on every changed build: a workspace
-# this big is almost surely the wrong directory (a home dir, a dataset), not code.
+# The context is read twice (its hash names the image, then it is sent) and sent to the
+# engine on every changed build: a workspace this big is almost surely the wrong directory
+# (a home dir, a dataset), not code.
 MAX_CONTEXT_BYTES = 1 << 30
 
 _XRUN_PACKAGES = ("xrun", "xrun.components", "xrun.schedulers", "xrun.runtime")
@@ -85,10 +91,99 @@ def xrun_package_files() -> dict[str, Path]:
     return files
 
 
-def build_context(workspace: Workspace | Path | str) -> tuple[bytes, str]:
-    """The build context (an uncompressed tar) and the Dockerfile's path inside it."""
+@dataclass(frozen=True)
+class BuildContext:
+    """The build context, an uncompressed tar, as a stream: :meth:`chunks` reads the files
+    again each time, a chunk at a time, so memory stays bounded whatever the workspace holds
+    (issue #31 P14: it was one ``io.BytesIO``, about twice the workspace's size in RSS).
+    ``digest``, the tar's sha256 from a first pass, names the image; the pass that is sent
+    checks it again, so an image never carries other files than its tag says."""
+
+    ws: Workspace
+    files: tuple[WorkspaceFile, ...]
+    xrun: tuple[tuple[str, Path], ...]  # (name in the tar, path here) of xrun's own files
+    default_dockerfile: bool
+    digest: str = ""
+    size: int = 0
+
+    def chunks(self) -> Iterator[bytes]:
+        """The tar, piece by piece; UsageError (at the end, before the last piece) when the
+        workspace changed since ``digest`` was taken."""
+        h = hashlib.sha256()
+        pending = b""
+        for chunk in self._tar():
+            h.update(chunk)
+            if pending:
+                yield pending
+            pending = chunk
+        if self.digest and h.hexdigest() != self.digest:
+            raise UsageError(
+                f"workspace {self.ws.url!r} changed while its image was built; run again "
+                "(or build from a folder nothing writes to: --workspace DIR)"
+            )
+        yield pending
+
+    def _tar(self) -> Iterator[bytes]:
+        total = 0
+        for piece in self._members():
+            total += len(piece)
+            yield piece
+        # the end of the archive (two zero blocks), padded to whole records, as tarfile does
+        end = 2 * tarfile.BLOCKSIZE
+        yield bytes(end + -(total + end) % tarfile.RECORDSIZE)
+
+    def _members(self) -> Iterator[bytes]:
+        for f in self.files:
+            info = tarfile.TarInfo(f"workspace/{f.rel}")
+            info.size, info.mode = f.size, f.mode
+            with open_file(self.ws, f) as src:
+                yield from _member(info, src, self.ws.url, f.rel)
+        for arcname, path in self.xrun:
+            st = os.lstat(path)
+            info = tarfile.TarInfo(arcname)
+            info.mode = st.st_mode & 0o7777
+            if stat.S_ISLNK(st.st_mode):
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+                yield from _member(info, None, "xrun", arcname)
+            elif stat.S_ISREG(st.st_mode):
+                info.size = st.st_size
+                with open(path, "rb") as fh:
+                    yield from _member(info, fh, "xrun", arcname)
+        if self.default_dockerfile:
+            data = DEFAULT_DOCKERFILE.encode()
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(data)
+            yield from _member(info, io.BytesIO(data), "xrun", "Dockerfile")
+
+
+def _member(info: tarfile.TarInfo, src: Any, where: str, rel: str) -> Iterator[bytes]:
+    """One tar member: its header, then ``info.size`` bytes of ``src`` in chunks, padded to
+    the block size. Owner and mtime 0: the same files give the same bytes, hence the same tag.
+    A file that shrank since its size was read is a UsageError (a grown one gives the bytes
+    it had then, as ``tar`` does)."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    left = info.size
+    while left > 0:
+        piece = src.read(min(CHUNK, left))
+        if not piece:
+            raise UsageError(
+                f"{rel!r} in {where} got shorter while the image's build context was read; "
+                "run again (or leave files that change out: .xrunignore)"
+            )
+        left -= len(piece)
+        yield piece
+    if info.size % tarfile.BLOCKSIZE:
+        yield bytes(tarfile.BLOCKSIZE - info.size % tarfile.BLOCKSIZE)
+
+
+def build_context(workspace: Workspace | Path | str) -> tuple[BuildContext, str]:
+    """The build context (see :class:`BuildContext`: its digest taken, nothing kept in
+    memory) and the Dockerfile's path inside it."""
     ws = workspace if isinstance(workspace, Workspace) else open_workspace(str(workspace))
-    files = list(walk(ws))
+    files = tuple(walk(ws))
     total = 0
     for f in files:  # every size first: a huge workspace is refused before reading any of it
         total += f.size
@@ -99,38 +194,24 @@ def build_context(workspace: Workspace | Path | str) -> tuple[bytes, str]:
                 f"image, so pass --workspace DIR with just the code (data belongs in a mount: "
                 f"--mounts type=bind,src=...,dst=...), or list the data in .xrunignore"
             )
-    entries: dict[str, Path] = {}
-    entries.update(xrun_package_files())
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for f in files:
-            data = read(ws, f)
-            info = tarfile.TarInfo(f"workspace/{f.rel}")
-            info.size, info.mode = len(data), f.mode  # owner and mtime 0: see below
-            tar.addfile(info, io.BytesIO(data))
-        for arcname in sorted(entries):
-            path = entries[arcname]
-            info = tar.gettarinfo(str(path), arcname)
-            # Fixed owner/mtime: the same files give the same bytes, hence the same tag.
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mtime = 0
-            if info.isreg():
-                with open(path, "rb") as fh:
-                    tar.addfile(info, fh)
-            elif info.issym():
-                tar.addfile(info)
-        if any(f.rel == CUSTOM_DOCKERFILE for f in files):
-            dockerfile = f"workspace/{CUSTOM_DOCKERFILE}"
-        else:
-            dockerfile = "Dockerfile"
-            data = DEFAULT_DOCKERFILE.encode()
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue(), dockerfile
+    custom = has_custom_dockerfile(files)
+    ctx = BuildContext(
+        ws, files, tuple(sorted(xrun_package_files().items())), default_dockerfile=not custom
+    )
+    h, size = hashlib.sha256(), 0
+    for chunk in ctx.chunks():
+        h.update(chunk)
+        size += len(chunk)
+    ctx = dataclasses.replace(ctx, digest=h.hexdigest(), size=size)
+    return ctx, (f"workspace/{CUSTOM_DOCKERFILE}" if custom else "Dockerfile")
 
 
-def image_tag(context: bytes, base_image: str, repo: str = IMAGE_REPO) -> str:
-    digest = hashlib.sha256(base_image.encode() + b"\0" + context).hexdigest()[:16]
-    return f"{repo}:{digest}"
+def has_custom_dockerfile(files: Iterable[WorkspaceFile]) -> bool:
+    """Whether the workspace's own ``Dockerfile.xrun`` replaces the recipe."""
+    return any(f.rel == CUSTOM_DOCKERFILE for f in files)
+
+
+def image_tag(digest: str, base_image: str, repo: str = IMAGE_REPO) -> str:
+    """``REPO:<hash>`` of the context's ``digest`` (:class:`BuildContext`) and the base."""
+    tag = hashlib.sha256(base_image.encode() + b"\0" + digest.encode()).hexdigest()[:16]
+    return f"{repo}:{tag}"

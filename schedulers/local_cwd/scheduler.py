@@ -50,9 +50,10 @@ import os
 import select
 import signal
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from xrun.config import current_dir
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.procs import is_alive
 from xrun.specs import AppDef, AppState, make_app_handle
@@ -87,6 +88,22 @@ if TYPE_CHECKING:
 _LIVE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING, AppState.UNKNOWN)
 
 
+def check_no_workspace(workspace: str | None) -> None:
+    """local_cwd runs the job in the current directory: a ``--workspace`` elsewhere would be
+    ignored, and the user who expects the job to run there is told so at once (M11). The cwd
+    itself (or nothing) is accepted without a word."""
+    if not workspace:
+        return
+    cwd = current_dir()
+    path = workspace.removeprefix("file://") if workspace.startswith("file:///") else workspace
+    if "://" not in path and os.path.realpath(path) == os.path.realpath(cwd):
+        return
+    raise UsageError(
+        f"--workspace {workspace!r}: local_cwd runs the job in the current directory ({cwd}); "
+        "--workspace is for docker and slurm: cd to the folder instead, or drop --workspace"
+    )
+
+
 # --------------------------------------------------------------------------- the scheduler
 class LocalCwdScheduler(Scheduler[LocalRequest]):
     backend = "local_cwd"
@@ -98,6 +115,17 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
 
     def run_opts(self) -> runopts[LocalOptions]:
         return runopts(LocalOptions)
+
+    # ---- the workspace: none, the job runs here
+    def submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+    ) -> AppDryRunInfo[LocalRequest]:
+        check_no_workspace(workspace)
+        return super().submit_dryrun(app, cfg)
+
+    def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
+        check_no_workspace(workspace)
+        return self.schedule(super().submit_dryrun(app, cfg))
 
     # ---- dry run: build the value, no side effects
     def _submit_dryrun(self, app: AppDef, cfg: LocalOptions) -> AppDryRunInfo[LocalRequest]:

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 from xrun import xdg
 from xrun.config import current_dir
+from xrun.contract import SCRIPT
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.specs import (
     AppDef,
@@ -89,7 +90,7 @@ from ..api import (
     runopts,
 )
 from ..logs import iter_log_lines, root_cause_in
-from ..workspace import Workspace, open_workspace
+from ..workspace import Workspace, check_local_dir, check_scripts, open_workspace, script_rel
 from .commands import NOT_FOUND
 from .commands import run as _run
 from .options import SlurmOptions
@@ -133,6 +134,26 @@ def parse_version(text: str) -> tuple[int, int]:
     """``slurm 23.11.4`` / ``slurm-wlm 22.05.8`` -> (23, 11); unknown -> (0, 0)."""
     m = re.search(r"(\d+)\.(\d+)", text)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _check_scripts(app: AppDef, chdir: str, workspace: Workspace | None) -> None:
+    """Each role's ``--script`` is a file where the job will find it (N11: it would otherwise
+    only fail as the app, on the cluster): in the workspace that is copied to job_dir, or in
+    the folder the job runs in."""
+    if workspace is not None:
+        check_scripts(
+            app, workspace, f"the job runs in its copy in job_dir {chdir}", "on the nodes"
+        )
+        return
+    for role in app.roles:
+        script = (role.metadata or {}).get(SCRIPT)
+        rel = script_rel(script)
+        if rel is not None and not os.path.isfile(os.path.join(chdir, rel)):
+            raise UsageError(
+                f"role {role.name!r}: --script {script!r} is no file in {chdir} (without "
+                "-cfg job_dir the job runs in the workspace itself); give a script inside "
+                "it, or an absolute path"
+            )
 
 
 class SlurmScheduler(Scheduler[SlurmBatchRequest]):
@@ -189,6 +210,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
 
     def _submit_dryrun(self, app: AppDef, cfg: SlurmOptions) -> AppDryRunInfo[SlurmBatchRequest]:
         chdir, workspace = self._chdir_and_workspace(cfg)
+        _check_scripts(app, chdir, workspace)
         python_path = cfg.python_path
         if python_path is None:
             python_path = os.path.dirname(sys.executable)
@@ -222,6 +244,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
                     "copied there)"
                 )
             return local, None
+        if given:  # the job runs in it: a folder here (P8), as with job_dir and on docker
+            check_local_dir(given, os.path.abspath(given))
         return os.path.abspath(given or current_dir()), None
 
     # ------------------------------------------------------------------ sweeps

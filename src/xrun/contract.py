@@ -42,9 +42,10 @@ RANK0_HOST_ENV = "XRUN_RANK0_HOST"
 # again (that would make (N+1)^2 attempts); it only brings the job back after a preemption.
 # A role without it (utils.*, a torchrun command) is re-run by the scheduler, as in TorchX.
 RESTARTS_IN_PLACE = "xrun.restarts_in_place"
-# A role's metadata key set by the dist components to their ``--script`` (as given: relative
-# to the job's working dir). local_cwd runs the job in the submitting shell's cwd, so it checks
-# the file exists at submit instead of letting the app fail on it.
+# A role's metadata key set by the dist components and utils.python to their ``--script`` (as
+# given: relative to the job's working dir). Each scheduler checks at submit that the file is
+# where the job runs (local_cwd: the cwd; docker: the workspace built into the image; slurm:
+# the workspace or its job_dir copy) instead of letting the app fail on it.
 SCRIPT = "xrun.script"
 
 # The most restarts (``max_retries``, the agent's ``--max-restarts``) a role may ask for: far

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -192,11 +193,14 @@ def runner() -> Runner:
 
 @pytest.mark.parametrize("rid", sorted(RECORDS))
 def test_dryrun_matches_torchx_or_differs_on_purpose(
-    rid: str, runner: Runner, monkeypatch: pytest.MonkeyPatch
+    rid: str, runner: Runner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     for var in ("LOGLEVEL", "TORCHX_TRACKERS", "TORCHX_PARENT_RUN_ID"):
         monkeypatch.delenv(var, raising=False)
     rec = RECORDS[rid]
+    if "--script" in rec["args"]:  # Slurm's dry run checks that the job will find it (N11)
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / rec["args"][rec["args"].index("--script") + 1]).write_text("")
     theirs = _app_facts(rec["app"])
     if rec["scheduler"] == "slurm":
         theirs.update(_slurm_facts_torchx(rec))

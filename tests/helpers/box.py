@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -63,3 +64,28 @@ def boxed(
 
 def boxed_xrun(*args: str, box: Path, **kw: object) -> subprocess.CompletedProcess[str]:
     return boxed([XRUN, *args], box, **kw)  # type: ignore[arg-type]
+
+
+# ``ULIMIT_V + argv``: argv with its address space limited to about 1 GB (ulimit -v), so a bug
+# that holds an absurd input in memory fails instead of taking the machine's.
+ULIMIT_V = ["bash", "-c", 'ulimit -v 1000000; exec "$@"', "-"]
+
+# Runs a command and writes its peak RSS (KiB: the largest of its process tree's) to a file.
+_PEAK_RSS = (
+    "import resource, subprocess, sys\n"
+    "rc = subprocess.call(sys.argv[2:])\n"
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+    "sys.exit(rc)\n"
+)
+
+
+def boxed_peak_rss(
+    argv: Sequence[str], box: Path, **kw: object
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``boxed(argv)``, and the peak RSS of its process tree in KiB (its largest process)."""
+    out = box.parent / f"peak-rss-{os.getpid()}"
+    r = boxed([sys.executable, "-c", _PEAK_RSS, str(out), *argv], box, **kw)  # type: ignore[arg-type]
+    try:
+        return r, int(out.read_text() or 0)
+    finally:
+        out.unlink(missing_ok=True)

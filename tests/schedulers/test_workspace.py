@@ -86,7 +86,7 @@ def test_xrunignore_wins_over_gitignore_and_can_take_back_an_always_skipped(
 
 def test_docker_context_and_slurm_copy_hold_the_same_files(memory_ws: str, tmp_path: Path) -> None:
     context, _ = build_context(memory_ws)
-    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(context.chunks()))) as tar:
         in_image = sorted(
             n.removeprefix("workspace/") for n in tar.getnames() if n.startswith("workspace/")
         )

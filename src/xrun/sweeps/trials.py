@@ -100,7 +100,12 @@ class TrialsBackend(SweepBackend):
 
     def submit(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> str:
         k, why = self.parallel(plan)
-        self.sched.submit_dryrun(trial_app(plan, 0), cfg)  # bad input: before anything runs
+        # bad input, the workspace's included: before anything runs (or is built)
+        app0 = trial_app(plan, 0)
+        if workspace is None:  # a plugin's submit_dryrun may predate the workspace
+            self.sched.submit_dryrun(app0, cfg)
+        else:
+            self.sched.submit_dryrun(app0, cfg, workspace=workspace)
         resolve = getattr(self.sched, "resolve_workspace", None)
         ws = resolve(workspace) if resolve is not None else workspace
         if ws:

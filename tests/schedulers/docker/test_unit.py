@@ -35,7 +35,12 @@ from xrun.schedulers.docker.status import (
     role_statuses,
     split_lines,
 )
-from xrun.schedulers.docker.workspace import DEFAULT_DOCKERFILE, build_context, image_tag
+from xrun.schedulers.docker.workspace import (
+    DEFAULT_DOCKERFILE,
+    BuildContext,
+    build_context,
+    image_tag,
+)
 from xrun.specs import AppDef, AppState, BindMount, DeviceMount, Resource, Role, VolumeMount
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -138,7 +143,7 @@ def test_roles_that_collide_after_sanitizing_are_rejected() -> None:
         materialize(app, "x-1", DockerOptions())
 
 
-def test_dryrun_prints_docker_run_lines_without_sdk_or_engine() -> None:
+def test_dryrun_prints_docker_run_lines_without_sdk_or_engine(tmp_path: Path) -> None:
     """--dryrun needs neither the docker SDK nor an engine (the SDK import is lazy)."""
     code = textwrap.dedent(
         """
@@ -151,8 +156,14 @@ def test_dryrun_prints_docker_run_lines_without_sdk_or_engine() -> None:
         """
     )
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    (tmp_path / "t.py").write_text("")  # the workspace (the cwd) holds the script (N11)
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=tmp_path,
     ).stdout
     assert out.count("docker run --detach --init") == 2
     assert "--env XRUN_RANK0_HOST=t-" in out and "--label xrun.session=s1" in out
@@ -307,8 +318,8 @@ def test_lines_reassembles_chunks_cut_anywhere() -> None:
 
 
 # ----------------------------------------------------------------------------- workspace
-def _names(context: bytes) -> set[str]:
-    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+def _names(context: BuildContext) -> set[str]:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(context.chunks()))) as tar:
         return set(tar.getnames())
 
 
@@ -342,11 +353,11 @@ def test_build_context_has_workspace_and_xrun_but_no_caches(tmp_path: Path) -> N
 
 def test_image_tag_follows_content_and_base(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("1")
-    ctx1, _ = build_context(tmp_path)
-    assert image_tag(ctx1, "b:1") == image_tag(build_context(tmp_path)[0], "b:1")
+    ctx1 = build_context(tmp_path)[0].digest
+    assert image_tag(ctx1, "b:1") == image_tag(build_context(tmp_path)[0].digest, "b:1")
     assert image_tag(ctx1, "b:1") != image_tag(ctx1, "b:2")
     (tmp_path / "a.py").write_text("2")
-    assert image_tag(build_context(tmp_path)[0], "b:1") != image_tag(ctx1, "b:1")
+    assert image_tag(build_context(tmp_path)[0].digest, "b:1") != image_tag(ctx1, "b:1")
 
 
 def test_dockerfile_xrun_replaces_the_recipe(tmp_path: Path) -> None:
@@ -421,7 +432,11 @@ def test_job_record_rebuilt_from_containers() -> None:
     }
 
 
-def test_stop_timeout_run_option_is_in_the_request_and_validated() -> None:
+def test_stop_timeout_run_option_is_in_the_request_and_validated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")  # the workspace (the cwd) holds the script (N11)
     app = ddp(script="t.py", j="1x1", image="img")
     sched = DockerScheduler("s")
     job = sched.submit_dryrun(app, {"stop_timeout": "45"}).request

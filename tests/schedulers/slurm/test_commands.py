@@ -46,6 +46,7 @@ def stuck(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(commands, "TIMEOUT_S", 0.5)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     monkeypatch.chdir(tmp_path)  # a submission makes ./slurm-logs before it calls sbatch
+    (tmp_path / "train.py").write_text("")  # the dry run checks the job will find it
     (tmp_path / "bin").mkdir()
     return tmp_path / "bin"
 

@@ -315,6 +315,8 @@ def test_shell_word_keeps_any_text_literal(text: str) -> None:
 # --------------------------------------------------------------------------- no Slurm here
 def test_missing_sbatch_is_a_usage_error_but_dryrun_works(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("PATH", str(tmp_path))  # a real shell with no Slurm commands on PATH
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")  # the dry run checks the job will find it
     sched = get_scheduler("slurm", "t")
     assert isinstance(sched, SlurmScheduler)
     info = sched.submit_dryrun(ddp_app(), {})
