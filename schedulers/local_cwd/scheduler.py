@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from xrun.config import current_dir
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
+from xrun.procs import is_alive
 from xrun.specs import AppDef, AppState, make_app_handle
 
 from ..api import (
@@ -77,7 +78,7 @@ from .request import (
     with_rdzv_env,
 )
 from .status import describe_app, request_grace, stop_orphans, supervisor_pidfd
-from .supervisor import TERMINAL, is_alive
+from .supervisor import TERMINAL
 
 if TYPE_CHECKING:
     from ..stacks import NodeStacks

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from xrun.errors import XrunError
+from xrun.procs import proc_start_time
 from xrun.schedulers.api import DescribeAppResponse, Scheduler, get_scheduler
-from xrun.schedulers.local_cwd.supervisor import proc_start_time
 from xrun.specs import AppDef, AppState, is_terminal
 from xrun.sweeps import records
 from xrun.sweeps.plan import SweepPlan

@@ -25,9 +25,8 @@ import time
 from collections.abc import Iterable, Mapping
 
 from xrun.config import current_dir
+from xrun.procs import is_alive, proc_start_time, visible_gpus
 from xrun.schedulers.api import LogQuery
-from xrun.schedulers.local_cwd.request import visible_gpus
-from xrun.schedulers.local_cwd.supervisor import is_alive, proc_start_time
 from xrun.specs import AppDef, AppState, AppStatus, Role
 from xrun.sweeps import records
 from xrun.sweeps.backend import SweepBackend, describe_parallel, make_sweep_id
