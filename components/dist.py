@@ -93,7 +93,7 @@ def ddp(
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly] (several: repeat type=)
         debug: set torch/NCCL debug environment variables
         tee: which worker streams also go to the console: 0 none, 1 stdout, 2 stderr, 3 both
-        stall_timeout: seconds without a line of output or a beat from any worker before the attempt ends with every rank's stack as its root cause (the agent's --stall-timeout, docs/diagnose.md); 0: off
+        stall_timeout: seconds in which no worker works (CPU, I/O) nor shows a sign of life (a line, a write, a beat) before the attempt ends with every rank's stack as its root cause; a silent start-up or busy phase has max(10x, 600 s) (the agent's --stall-timeout, docs/diagnose.md); 0: off
     """
     size = parse_j(j)
     resource = get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
@@ -153,7 +153,7 @@ def spmd(
         rdzv_port: the rendezvous port on the first replica (multi-node only; left at the default, local_cwd picks a free one per app)
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly]
         debug: set torch/NCCL debug environment variables
-        stall_timeout: seconds without output or a beat from any worker before the attempt ends with every rank's stack as its root cause (see dist.ddp); 0: off
+        stall_timeout: seconds in which no worker works nor shows a sign of life before the attempt ends with every rank's stack as its root cause (see dist.ddp); 0: off
     """
     resource = get_named_resource(h)
     if "x" in j:  # NPROC given: as TorchX, it wins over the GPU count

@@ -84,6 +84,7 @@ from .rendezvous import (
     create_handler,
 )
 from .signals import AgentSignal, SignalWatch
+from .stopping import STOP_MARK, StopControl, stop_signal_of
 from .workers.api import PContext, RunProcsResult, start_processes
 from .workers.logs_specs import DefaultLogsSpecs
 
@@ -96,7 +97,8 @@ class RunResult(Record):
     """What ``Agent.run`` ended with. ``exitcode`` is the agent's: 0, 1 or 128+signal. A plain
     record: a dataclass costs every agent's start-up (benchmark 1) ~0.5 ms to make."""
 
-    __slots__ = _fields = ("exitcode", "return_values", "failures", "message")
+    _fields = ("exitcode", "return_values", "failures", "message")
+    __slots__ = (*_fields, "by_peer")
 
     def __init__(
         self,
@@ -104,12 +106,15 @@ class RunResult(Record):
         return_values: dict[int, Any] | None = None,
         failures: dict[int, ProcessFailure] | None = None,
         message: str = "",
+        by_peer: bool = False,
     ) -> None:
         self.exitcode = exitcode
         # both by global rank
         self.return_values: dict[int, Any] = {} if return_values is None else return_values
         self.failures: dict[int, ProcessFailure] = {} if failures is None else failures
         self.message = message  # the failure summary / reason ("" on success)
+        # failed because another node did: the root cause is a peer's (its exit record says so)
+        self.by_peer = by_peer
 
     def error(self, name: str) -> AgentFailedError | None:
         if self.exitcode == 0:
@@ -174,7 +179,11 @@ class Agent:
                 entry_point_name(entrypoint),
             )  # fmt: skip
         # xrun stacks (its request FIFO), the stall watchdog, survivors' stacks: runtime/diagnose
-        self._diag = Diagnostics(config.stall_timeout, config.shutdown_timeout, self.host)
+        self._diag = Diagnostics(
+            config.stall_timeout, config.shutdown_timeout, self.host, config.stall_silent_timeout
+        )
+        # graceful stops: workers that watch get a flag and the grace, not the signal
+        self._stop = StopControl(config.run_id, config.shutdown_timeout)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -217,6 +226,7 @@ class Agent:
                 handler.shutdown()
             if self._timer is not None:
                 self._timer.stop()
+            self._stop.remove()
             undo_diag()
             restore()
             # A failed worker's files stay: the failure report points at them.
@@ -239,7 +249,7 @@ class Agent:
                 reason = getattr(e, "reason", "") or str(e)
                 if not failed:
                     return RunResult(0, message=reason)
-                return RunResult(1, message=f"the job was closed by a peer: {reason}")
+                return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             except RendezvousError as e:
                 return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")
             if self._events is not None:
@@ -261,6 +271,12 @@ class Agent:
     ) -> RunResult | None:
         """What ``event`` ends the run with; None: join the next round."""
         match event:
+            case Signalled(signum) if self._stop.handles(signum) and self._stop.watched():
+                return self._stop_gracefully(handler, pc, signum, "signal")
+            case RendezvousChanged(reason) if stop_signal_of(reason):
+                if not self._stop.watched():  # our workers do not watch: the signal, as before
+                    return self._on_signal_exit(handler, pc, stop_signal_of(reason))
+                return self._stop_gracefully(handler, pc, stop_signal_of(reason), "peer")
             case Signalled(signum):
                 return self._on_signal_exit(handler, pc, signum)
             case JobClosed(reason, failed):
@@ -268,7 +284,9 @@ class Agent:
                 if not failed:  # finished without this node (nothing of ours failed)
                     _log(f"the job was closed as finished ({reason}): workers stopped")
                     return RunResult(0, message=reason)
-                return RunResult(1, message=f"the job was closed by a peer: {reason}")
+                if getattr(handler, "lost", False):  # this node lost the rendezvous itself
+                    return RunResult(1, message=reason)
+                return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             case RendezvousChanged(reason):
                 pc.close(signal.SIGTERM, self.config.shutdown_timeout)
                 _log(f"membership changed ({reason}): restarting the workers")
@@ -355,10 +373,12 @@ class Agent:
                 )
         except RendezvousClosedError as e:
             if getattr(e, "failed", False):
-                return RunResult(1, values, message=f"a peer failed: {getattr(e, 'reason', e)}")
+                reason = getattr(e, "reason", e)
+                return RunResult(1, values, message=f"a peer failed: {reason}", by_peer=True)
         except RendezvousError as e:
-            # Our workers all succeeded; a peer that vanished while we waited is its own failure.
-            _log(f"while waiting for the other nodes to finish: {e}")
+            # Our workers all succeeded; a peer that vanished while we waited is its own
+            # failure, and a rendezvous server gone at the end (etcd) fails nothing of ours.
+            _log(f"warning: {e}")
         return RunResult(0, values)
 
     def _start(self, info: RendezvousInfo, handler: RendezvousHandler) -> PContext:
@@ -367,6 +387,7 @@ class Agent:
         n = cfg.nproc_per_node
         t0 = time.monotonic()
         logs, error_file_of = self._logs_for_attempt(n)
+        stop_env = self._stop.prepare()
         group = WorkerGroup(
             role=cfg.role,
             run_id=cfg.run_id,
@@ -386,6 +407,7 @@ class Agent:
                 **worker_env(group, lr, error_file_of(lr)),
                 **launch_worker_env(cfg, lr),
                 **self._diag.worker_env(error_file_of(lr)),
+                **stop_env,
             }
             for lr in range(n)
         }
@@ -507,6 +529,23 @@ class Agent:
             sel.register(self._diag.request_fd, selectors.EVENT_READ, "stacks")
 
     # -- signals -------------------------------------------------------------------------------
+
+    def _stop_gracefully(
+        self, handler: RendezvousHandler, pc: PContext, signum: int, origin: str
+    ) -> RunResult:
+        """A stop request (runtime/stopping.py): the workers stop at an agreed step and save;
+        they get the whole grace for it."""
+        name = signal.Signals(signum).name
+        self._stop.request(signum, origin)
+        if origin == "signal":  # the peers' agents learn it through the store
+            self._request_restart(handler, f"{STOP_MARK}{name} on {self.host}")
+        grace = self._stop.grace()
+        _log(f"{name} ({origin}): stop requested; the workers have {grace:g}s to stop")
+        killed = self._stop.wait(pc, grace)
+        if killed:
+            _log(f"{killed} worker(s) still ran after the {grace:g}s grace: stopped")
+        self._close_quietly(handler, f"stopped on request ({name})")
+        return RunResult(128 + signum, message=f"stopped on request ({name})")
 
     def _on_signal_exit(
         self, handler: RendezvousHandler | None, pc: PContext | None, signum: int

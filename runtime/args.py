@@ -151,9 +151,17 @@ def build_parser() -> argparse.ArgumentParser:
     opt(
         *both("stall-timeout"),
         default="0",
-        help="xrun: end an attempt when no worker printed a line or "
-        "beat (xrun.runtime.diagnose.beat) for this many seconds, with every rank's stack as "
-        "its root cause (needs py-spy); 0: off.",
+        help="xrun: end an attempt when no worker made progress (a line, a write, a beat, "
+        "a file timer request) nor did any work (CPU, reads) for this many seconds (1 or "
+        "more), with every rank's stack as its root cause (needs py-spy; docs/diagnose.md); "
+        "0: off.",
+    )
+    opt(
+        *both("stall-silent-timeout"),
+        default="0",
+        help="xrun: with --stall-timeout, how long the workers may stay silent (no line, "
+        "write, beat nor timer request) while busy or before their first sign of life "
+        "(default 0: max(10 x --stall-timeout, 600 s)).",
     )
     opt(
         *both("event-log-handler"),
@@ -202,6 +210,23 @@ def _int(flag: str, raw: str, lo: int = 0) -> int:
             f"{flag} {shown(raw)} is invalid: expected an integer from {lo} to {_MAX_INT_FLAG:,}"
         )
     return v
+
+
+def _stall(flag: str, raw: str) -> float:
+    """A watchdog's limit: 0 (off/default) or whole seconds' worth from 1 s to a day. A
+    sub-second one (``0.001``, a denormal ``5e-324`` whose period underflows to 0) would
+    kill healthy jobs or silently switch the watchdog off."""
+    value = 0.0
+    try:
+        value = _float(flag, raw)
+    except UsageError:
+        value = -1.0
+    if value == 0 or 1 <= value:
+        return value
+    raise UsageError(
+        f"{flag} {shown(raw)} is invalid: expected 0 (off) or a number of seconds from 1 to "
+        f"{MAX_DURATION_S:g} (one day)"
+    )
 
 
 def _float(flag: str, raw: str) -> float:
@@ -443,7 +468,8 @@ def parse(
         node_rank=node_rank,
         local_addr=ns.local_addr,
         shutdown_timeout=_float("--shutdown-timeout", ns.shutdown_timeout),
-        stall_timeout=_float("--stall-timeout", ns.stall_timeout),
+        stall_timeout=_stall("--stall-timeout", ns.stall_timeout),
+        stall_silent_timeout=_stall("--stall-silent-timeout", ns.stall_silent_timeout),
         signals_to_handle=ns.signals_to_handle,
         log_line_prefix_template=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
         logs_specs=load_logs_specs(ns.logs_specs, ns.log_dir, redirects, tee, ranks_filter, nproc),

@@ -73,8 +73,10 @@ class LaunchConfig:
     local_addr: str | None = None
     shutdown_timeout: float = 30.0
     # xrun's stall watchdog (runtime/diagnose): seconds without progress before the attempt
-    # ends with the ranks' stacks as its root cause; 0: off.
+    # ends with the ranks' stacks as its root cause; 0: off. ``stall_silent_timeout``: how long
+    # busy but silent workers (or ones not started yet) may go on; 0: max(10 x it, 600 s).
     stall_timeout: float = 0.0
+    stall_silent_timeout: float = 0.0
     signals_to_handle: str = DEFAULT_SIGNALS
     log_line_prefix_template: str | None = None
     # torch's LaunchConfig fields, same names and meaning. ``logs_specs`` (a LogsSpecs) replaces
@@ -166,7 +168,12 @@ def validate(cfg: LaunchConfig) -> None:
         )
     check_duration(cfg.shutdown_timeout, "shutdown_timeout")
     check_duration(cfg.monitor_interval, "monitor_interval")
-    check_duration(cfg.stall_timeout, "stall_timeout")
+    for name in ("stall_timeout", "stall_silent_timeout"):
+        value = check_duration(getattr(cfg, name), name)
+        if 0 < value < 1:  # a sub-second watchdog kills healthy jobs (or underflows to off)
+            raise UsageError(
+                f"{name}={value!r} is invalid: expected 0 (off) or a number of seconds from 1"
+            )
     if cfg.monitor_interval <= 0:
         raise UsageError(
             f"monitor_interval {cfg.monitor_interval} is invalid: expected a number of seconds > 0"

@@ -2,7 +2,11 @@
 # A real four-node Slurm cluster on this one machine, for xrun's Slurm tests and demos.
 #
 #   scripts/slurm-cluster.sh up             install what is missing, start munged, slurmctld and
-#                                           slurmd c1..c4, wait until every node answers
+#                                           slurmd c1..c4, wait until every node answers; on a
+#                                           running cluster whose config differs from the one
+#                                           this script writes, apply the new one (running jobs
+#                                           survive: `scontrol reconfigure`, or a slurmctld
+#                                           restart that keeps its saved state)
 #   scripts/slurm-cluster.sh down           stop the daemons this script started, undo /etc/hosts
 #   scripts/slurm-cluster.sh install        only install the packages (slurm, munge, shellcheck)
 #   scripts/slurm-cluster.sh status         exit 0 and print `sinfo` when the cluster answers
@@ -16,6 +20,11 @@
 # Clients find the config through /etc/slurm/slurm.conf, a symlink to the state dir's copy, so
 # sbatch/squeue work from any shell; if that path holds someone else's file, export SLURM_CONF.
 # Needs root (apt-get, /etc/hosts, daemons). No slurmdbd: jobs' end records go to jobcomp/filetxt.
+#
+# Partitions: `debug` (the default; never preempted), `low` (preemptible: REQUEUE, GraceTime=60)
+# and `high` (a higher PriorityTier: its jobs preempt `low`'s), all over every node.
+# XRUN_SLURM_PREEMPT_SIGNAL=1 at `up` adds SlurmctldParameters=preempt_send_user_signal (a job's
+# --signal warning is sent at preemption too); `up` without it takes it away again.
 set -euo pipefail
 
 STATE=${XRUN_SLURM_STATE:-/var/tmp/xrun-slurm}
@@ -67,11 +76,10 @@ start_munge() {
     return 1
 }
 
-write_conf() {
-    mkdir -p "$STATE/ctld" "$STATE/d" "$STATE/run" "$STATE/log"
+conf_text() {
     {
         cat <<EOF
-# Written by scripts/slurm-cluster.sh; rewritten on every \`up\`.
+# Written by scripts/slurm-cluster.sh; \`up\` applies it to a running cluster when it differs.
 ClusterName=xrun
 SlurmctldHost=localhost
 SlurmctldPort=$CTLD_PORT
@@ -104,14 +112,29 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$STATE/log/jobcomp.txt
 KillWait=5
+# Preemption by partition: a job in \`high\` requeues one in \`low\` after low's GraceTime (its
+# tasks get SIGTERM at once, the batch shell only when the grace has run out).
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 EOF
+        if [ "${XRUN_SLURM_PREEMPT_SIGNAL:-0}" = 1 ]; then
+            echo "SlurmctldParameters=preempt_send_user_signal"
+        fi
         local i=1
         for n in "${NODES[@]}"; do
             echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT_BASE + i)) CPUs=$CPUS_PER_NODE RealMemory=2048 State=UNKNOWN"
             i=$((i + 1))
         done
-        echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
-    } >"$CONF.tmp"
+        # debug: the suite's ordinary jobs; PreemptMode=OFF, so no job ever preempts them.
+        echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF"
+        echo "PartitionName=low Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=60"
+        echo "PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
+    }
+}
+
+write_conf() {
+    mkdir -p "$STATE/ctld" "$STATE/d" "$STATE/run" "$STATE/log"
+    conf_text >"$CONF.tmp"
     mv "$CONF.tmp" "$CONF"
     mkdir -p /etc/slurm
     if [ -L /etc/slurm/slurm.conf ] || [ ! -e /etc/slurm/slurm.conf ]; then
@@ -156,6 +179,7 @@ do_up() {
     install_packages
     mkdir -p "$STATE"
     if cluster_answers && wait_ready; then
+        conf_text | cmp -s - "$CONF" || apply_conf
         return 0
     fi
     local t0=$EPOCHREALTIME
@@ -170,6 +194,28 @@ do_up() {
     touch "$STATE/started"
     wait_ready
     log "up in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.2f", b - a}') s"
+}
+
+# The running cluster gets this script's config without losing a job: `scontrol reconfigure`
+# takes new partitions and SlurmctldParameters; a PreemptType change needs a slurmctld restart,
+# which without -c recovers every job from StateSaveLocation (slurmd keeps running the steps).
+apply_conf() {
+    local want have pid
+    write_conf
+    log "config changed: scontrol reconfigure"
+    scontrol reconfigure
+    want=$(awk -F= '$1 == "PreemptType" {print $2}' "$CONF")
+    # Not `scontrol ... | grep -q`: grep's early exit fails the pipe (pipefail).
+    have=$(scontrol show config | awk '$1 == "PreemptType" {print $3}')
+    if [ "$have" != "$want" ]; then
+        log "PreemptType needs a slurmctld restart (jobs are kept)"
+        pid=$(cat "$STATE/run/slurmctld.pid")
+        kill "$pid"
+        for _ in $(seq 100); do alive "$pid" || break; sleep 0.1; done
+        slurmctld -f "$CONF" 9>&-
+        for _ in $(seq 100); do cluster_answers && break; sleep 0.1; done
+    fi
+    wait_ready
 }
 
 # A zombie counts as gone: in some containers nothing reaps daemons that exit.

@@ -61,7 +61,9 @@ def group(ranks: Mapping[int, Mapping[str, Any]]) -> list[Group]:
             err = str(r.get("error") or "no main thread found")
             # one group per kind of error: "no Python stack: pid 12 runs sleep" differs per pid
             key: Any = ("error", re.sub(r"\bpid \d+", "pid N", err))
-            g = by_key.setdefault(key, Group([], err, error=err))
+            # an exiting rank's last traceback, when its stderr had one
+            tb = list(r.get("traceback") or ())
+            g = by_key.setdefault(key, Group([], err, main=tb, error=err))
         else:
             key = tuple((f.get("name"), f.get("file"), f.get("line")) for f in frames)
             g = by_key.setdefault(key, Group([], where(frames), main=frames))
@@ -93,11 +95,18 @@ def rank_list(ranks: Iterable[int]) -> str:
     return f"{'rank' if len(rs) == 1 else 'ranks'} {','.join(parts)}"
 
 
+def _said(ranks: list[int], error: str, more: str = "") -> str:
+    """``rank 0: py-spy failed …``, but ``rank 0 is stopped …`` / ``ranks 0,1 are stopped …``
+    (``more`` goes after the ranks)."""
+    if error.startswith("is "):
+        return f"{rank_list(ranks)}{more} {'is' if len(ranks) == 1 else 'are'} {error[3:]}"
+    return f"{rank_list(ranks)}{more}: {error}"
+
+
 def headline(groups: list[Group]) -> str:
     """One line: ``rank 1 in stuck_here (hang.py:14); ranks 0,2,3 in all_reduce (hang.py:26)``."""
     return "; ".join(
-        f"{rank_list(g.ranks)}: {g.error}" if g.error else f"{rank_list(g.ranks)} in {g.where}"
-        for g in groups
+        _said(g.ranks, g.error) if g.error else f"{rank_list(g.ranks)} in {g.where}" for g in groups
     )
 
 
@@ -115,7 +124,10 @@ def format_groups(ranks: Mapping[int, Mapping[str, Any]], groups: list[Group] | 
         hosts = sorted({str(ranks[r].get("host", "")) for r in g.ranks} - {""})
         on = f" on {', '.join(hosts)}" if hosts else ""
         if g.error:
-            lines.append(f"{rank_list(g.ranks)} ({len(g.ranks)}/{total}){on}: {g.error}")
+            lines.append(_said(g.ranks, g.error, f" ({len(g.ranks)}/{total}){on}"))
+            if g.main:
+                lines.append("  Its last traceback (stderr), innermost first:")
+                lines.extend(_frame_line(f) for f in g.main)
             continue
         lines.append(f"{rank_list(g.ranks)} ({len(g.ranks)}/{total}){on}: {g.where}")
         lines.append("  Thread MainThread:")

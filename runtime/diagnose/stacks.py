@@ -13,14 +13,25 @@ A rank's answer is a plain JSON-able dict (it crosses to the CLI in a file)::
     {"local_rank": 0, "pid": 123, "threads": [{"name": "MainThread", "main": true,
       "frames": [{"name": "stuck_here", "file": "/job/hang.py", "line": 14}, ...]}]}
     {"local_rank": 1, "pid": 124, "error": "no Python stack: pid 124 runs sleep ..."}
+    {"local_rank": 2, "pid": 125, "exiting": true, "error": "is exiting (interpreter shutdown;
+      no Python frames) after RuntimeError in barrier (train.py:9)", "traceback": [frames]}
 
-Frames are innermost first (py-spy's order).
+Frames are innermost first (py-spy's order). An ``error`` that starts with ``is`` reads after
+the rank: ``rank 2 is exiting (...)``, ``rank 0 is stopped (SIGSTOP/SIGTSTP)``.
+
+A Python worker past its last frame (its exception printed, or in interpreter shutdown: torch's
+finalizers, a gloo teardown) shows py-spy a main thread without frames, or cannot be read at
+all; it is *exiting*. A survivor of a failed rank is often one: its collective failed when the
+failed rank's sockets closed, before the agent could look. The last traceback in its stderr
+file (when the agent keeps one) then says where it was, e.g. in ``barrier``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import select
 import shutil
 import subprocess
 import sys
@@ -28,6 +39,8 @@ import tempfile
 import time
 from collections.abc import Mapping
 from typing import IO, Any
+
+from .activity import proc_state
 
 __all__ = ["PYSPY_ENV", "RankStacks", "collect", "find_pyspy", "missing_pyspy"]
 
@@ -74,10 +87,21 @@ def missing_pyspy() -> str:
     )
 
 
-def collect(workers: Mapping[int, tuple[int, int]], timeout: float = 5.0) -> dict[int, RankStacks]:
+EXITING = "is exiting (interpreter shutdown; no Python frames)"
+STOPPED = {"T": "is stopped (SIGSTOP/SIGTSTP)", "t": "is stopped by a debugger (ptrace)"}
+_TAIL_BYTES = 64 * 1024
+
+
+def collect(
+    workers: Mapping[int, tuple[int, int]],
+    timeout: float = 5.0,
+    stderrs: Mapping[int, str] | None = None,
+) -> dict[int, RankStacks]:
     """Stacks of ``workers`` (global rank -> (local rank, pid)), read in parallel; a rank that
     cannot be read gets an ``error`` line instead (py-spy missing, not Python, no permission,
-    gone, too slow). Never raises for a rank; returns within about ``timeout`` seconds."""
+    stopped, exiting, gone, too slow). ``stderrs``: global rank -> its stderr file, for the
+    last traceback of an exiting rank. Never raises for a rank; returns within about
+    ``timeout`` seconds."""
     exe = find_pyspy()
     out: dict[int, RankStacks] = {}
     if exe is None:
@@ -106,6 +130,7 @@ def collect(workers: Mapping[int, tuple[int, int]], timeout: float = 5.0) -> dic
             continue
         running[rank] = (proc, so, se)
     deadline = time.monotonic() + timeout
+    _wait_exits([proc for proc, _, _ in running.values()], deadline)
     for rank, (proc, so, se) in running.items():
         lr, pid = workers[rank]
         try:
@@ -126,8 +151,46 @@ def collect(workers: Mapping[int, tuple[int, int]], timeout: float = 5.0) -> dic
         stdout, stderr = so.read(), se.read()
         so.close()
         se.close()
-        out[rank] = {"local_rank": lr, "pid": pid, **_parse(proc.returncode, stdout, stderr, pid)}
+        r = {"local_rank": lr, "pid": pid, **_parse(proc.returncode, stdout, stderr, pid)}
+        if r.get("exiting"):
+            _last_traceback(r, (stderrs or {}).get(rank, ""))
+        out[rank] = r
     return dict(sorted(out.items()))
+
+
+def _wait_exits(procs: list[subprocess.Popen[bytes]], deadline: float) -> None:
+    """Block until every one of ``procs`` has exited or ``deadline`` (monotonic) has passed,
+    woken by each exit (a pidfd per process; the caller then reaps them without waiting).
+
+    Not ``Popen.wait(timeout)``: it polls, sleeping 1, 2, 4 ... 32, then 50 ms between looks,
+    so a dump that ends just after a look is seen up to 50 ms late. A dump takes tens of ms,
+    right where those looks fall, so a few ms more or less of py-spy's own time moved a failed
+    attempt's restart by 32 or 50 ms (benchmark 7, 2 nodes: +45 ms at the median between two
+    commits that only moved timings; docs/benchmark-runs/2026-11-27-restart-wait.txt).
+    Without pidfds (Linux < 5.3) this returns at once and the caller's ``Popen.wait`` polls."""
+    fds: list[int] = []
+    try:
+        for p in procs:
+            fds.append(os.pidfd_open(p.pid))
+    except (AttributeError, OSError):
+        for fd in fds:
+            os.close(fd)
+        return
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        left = len(fds)
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for fd, _ in poller.poll(remaining * 1000):
+                poller.unregister(fd)  # a pidfd stays readable once its process has exited
+                left -= 1
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _parse(code: int, stdout: bytes, stderr: bytes, pid: int) -> RankStacks:
@@ -136,8 +199,18 @@ def _parse(code: int, stdout: bytes, stderr: bytes, pid: int) -> RankStacks:
             threads = json.loads(stdout)
         except ValueError:
             return {"error": "py-spy printed no readable stack"}
-        return {"threads": [_thread(t, pid) for t in threads if isinstance(t, dict)]}
-    return {"error": _why(stderr.decode(errors="replace"), pid)}
+        ts = [_thread(t, pid) for t in threads if isinstance(t, dict)]
+        # no frame on any thread, the main one included: past its last frame (see the top)
+        if not any(t["frames"] for t in ts) and _is_python(pid):
+            return {"exiting": True, "error": EXITING}
+        return {"threads": ts}
+    state = proc_state(pid)
+    if state in STOPPED:  # py-spy cannot read a stopped process ("Failed to get stack traces")
+        return {"error": STOPPED[state]}
+    why = _why(stderr.decode(errors="replace"), pid)
+    if why.endswith("not a Python interpreter") and _is_python(pid):
+        return {"exiting": True, "error": EXITING}  # a finalizing interpreter confuses py-spy
+    return {"error": why}
 
 
 def _thread(t: dict[str, Any], pid: int) -> dict[str, Any]:
@@ -153,6 +226,52 @@ def _thread(t: dict[str, Any], pid: int) -> dict[str, Any]:
     name = t.get("thread_name") or f"thread {t.get('os_thread_id', '?')}"
     # The main thread's OS id is the process id (Linux); py-spy may not know a thread's name.
     return {"name": str(name), "main": t.get("os_thread_id") == pid, "frames": frames}
+
+
+def _is_python(pid: int) -> bool:
+    """The process runs a Python executable (``python3.11``, ``python``)."""
+    try:
+        return "python" in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return False
+
+
+_PREFIX = re.compile(r"^\[[^\]\s]*\]:\s?")  # torch's "[rank1]: ", "[default0]:"
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<name>.+)$')
+_HEADER = "Traceback (most recent call last):"
+
+
+def _last_traceback(r: RankStacks, path: str) -> None:
+    """Add where an exiting rank was, from the last traceback in its stderr file: its frames
+    (innermost first) and ``after EXC in FUNC (FILE:LINE)`` in its error line."""
+    if not path:
+        return
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - _TAIL_BYTES))
+            text = f.read(_TAIL_BYTES).decode(errors="replace")
+    except OSError:
+        return
+    lines = [_PREFIX.sub("", ln) for ln in text.splitlines()]
+    start = max((i for i, ln in enumerate(lines) if ln.startswith(_HEADER)), default=-1)
+    if start < 0:
+        return
+    frames: list[dict[str, Any]] = []
+    exc = ""
+    for ln in lines[start + 1 :]:
+        m = _FRAME.match(ln)
+        if m:
+            frames.append({"name": m["name"], "file": m["file"], "line": int(m["line"])})
+        elif ln and not ln[0].isspace():
+            exc = ln.split(":", 1)[0].strip()
+            break
+    if not frames or not exc:
+        return
+    frames.reverse()
+    from .groups import where  # a failure report only
+
+    r["traceback"] = frames
+    r["error"] = f"{EXITING} after {exc[:80]} in {where(frames)}"
 
 
 def _comm(pid: int) -> str:

@@ -8,14 +8,21 @@ survivors' stacks a failure report shows.
   scheduler. No signal: a signal can end a job (SIGUSR1 is a Slurm job's pre-emption notice
   in ``--signals-to-handle``; any signal kills an agent before its handler is in place or
   after it is gone), while a write to a FIFO nobody reads fails (ENXIO) and ends nothing.
-* **Stall watchdog** (``--stall-timeout S``, off by default): progress is a worker's log file
-  growing (a line of output; or the agent's own stdout/stderr when those are files and the
-  workers write there), its beat file touched (``beat.beat()``), or a request to the agent's
-  file timer (torch's ``FileTimerClient``, ``TORCHELASTIC_ENABLE_FILE_TIMER=1``). The agent looks every
-  ``S/4`` seconds (at most 1 s): a few ``stat`` calls per worker, nothing when off. On several
-  nodes the agents share progress through a counter in the rendezvous store, so a node whose
-  workers print nothing does not stall while another node's do. After ``S`` seconds without
-  progress anywhere: the local ranks' stacks, grouped, become the attempt's root cause.
+* **Stall watchdog** (``--stall-timeout S``, off by default). A *sign of life* is a worker's
+  log file growing (or the agent's own stdout/stderr when those are files), a write by a worker
+  (``/proc/PID/io`` ``wchar``: a line to a pipe, a terminal or docker's log driver, a
+  checkpoint), its beat file touched (``beat.beat()``) or a request to the agent's file timer
+  (torch's ``FileTimerClient``). *Work* is a sign of life, or a worker's process tree using
+  CPU, reading, or staying runnable (``activity``). The attempt has stalled when, after the
+  first sign of life, no worker worked for ``S`` seconds (a rank blocked in a collective or
+  asleep uses no CPU), or when no sign of life came for the silent limit ``L``
+  (``--stall-silent-timeout``, default ``max(10 S, 600 s)``): a silent start-up (imports, a
+  data load), a silent busy phase, a rank spinning in a hung collective. Workers found in
+  interpreter shutdown are not stalled: their teardown has the silent limit only. The agent
+  looks every ``S/4`` seconds (at most 1 s): a few ``stat`` and ``/proc`` reads per worker,
+  nothing when off. On several nodes the agents share signs of life and work through a counter
+  in the rendezvous store, so a node whose workers print nothing does not stall while another
+  node's do. On a stall the local ranks' stacks, grouped, become the attempt's root cause.
 * **Survivors.** When a rank fails, the still-running ranks' stacks are read (bounded: at most
   3 s and half of ``--shutdown-timeout``) before they are stopped, for the failure report.
 
@@ -36,6 +43,7 @@ from xrun.contract import BEAT_FILE_ENV
 
 from ..events import Stalled
 from ..rendezvous import RendezvousError
+from .activity import Activity
 
 if TYPE_CHECKING:
     from ..rendezvous.api import RendezvousInfo
@@ -50,6 +58,11 @@ STACKS_FILE = "stacks.json"
 _REQUEST_TIMEOUT_S = 5.0
 _SURVIVORS_MAX_S = 3.0
 _PROGRESS_KEY = "diagnose/progress"
+# What a node adds to that counter per check: 1 when its workers worked, _SAID when they also
+# showed a sign of life; the others' share of a change tells which of the two happened there
+# (a node adds at most _SAID + 1 a check, and reads the counter every check).
+_SAID = 1 << 20
+_SILENT_MIN_S = 600.0  # the silent limit's floor when --stall-silent-timeout is 0
 # How long a stalled agent waits for the other nodes' stacks: they find the same stall within
 # one check period (the shared progress counter) plus their own py-spy time.
 _SHARE_WAIT_S = 5.0
@@ -75,8 +88,14 @@ class Diagnostics:
     """One agent's hooks. ``attach`` each new worker group; ``check`` on every wake-up of the
     watch loop (a stack request to answer, a stall to report)."""
 
-    def __init__(self, stall_timeout: float, shutdown_timeout: float, host: str) -> None:
+    def __init__(
+        self, stall_timeout: float, shutdown_timeout: float, host: str, silent_timeout: float = 0
+    ) -> None:
         self.stall_timeout = stall_timeout
+        # never shorter than the stall timeout itself
+        self.silent_timeout = max(
+            silent_timeout or max(10 * stall_timeout, _SILENT_MIN_S), stall_timeout
+        )
         self._shutdown_timeout = shutdown_timeout
         self._host = host
         self._period = min(1.0, stall_timeout / 4) if stall_timeout > 0 else 0.0
@@ -91,7 +110,11 @@ class Diagnostics:
         self._fds: list[int] = []
         self._seen: tuple[Any, ...] = ()
         self._shared = -1  # the store's progress counter as last read
-        self._last = 0.0  # monotonic time of the last progress
+        self._activity = Activity()
+        self._said = 0.0  # monotonic time of the last sign of life
+        self._worked = 0.0  # … of the last work (a sign of life is work too)
+        self._started = False  # a sign of life came in this attempt
+        self._exiting = False  # the stall check found every worker in interpreter shutdown
         self._next_poll = 0.0
         self._survivors = ""
         self._round = self._node = 0
@@ -181,8 +204,10 @@ class Diagnostics:
             # files (a scheduler's replica log), their growth is progress too.
             self._fds = [fd for fd in (1, 2) if _is_file(fd)]
             self._seen = self._signature()
-            self._last = time.monotonic()
-            self._next_poll = self._last + self._period
+            self._activity.reset()
+            self._said = self._worked = time.monotonic()
+            self._started = self._exiting = False
+            self._next_poll = self._said + self._period
 
     def timeout(self, default: float | None) -> float | None:
         """The watch loop's select timeout: wake up for the stall checks when they are on."""
@@ -203,14 +228,20 @@ class Diagnostics:
             return None
         self._next_poll = now + self._period
         sig = self._signature()
-        local = sig != self._seen
+        wrote, working = self._activity.look(self._pc.pids().values(), now)
+        said = sig != self._seen or wrote
         self._seen = sig
-        if self._shared_progress(local) or local:
-            self._last = now
+        said_there, worked_there = self._shared_progress(said, said or working)
+        if said or said_there:
+            self._said = now
+            self._started, self._exiting = True, False
+        if said or working or said_there or worked_there:
+            self._worked = now
+        if now - self._said >= self.silent_timeout:
+            return self._stalled(silent=True)
+        if not self._started or self._exiting or now - self._worked < self.stall_timeout:
             return None
-        if now - self._last < self.stall_timeout:
-            return None
-        return self._stalled()
+        return self._stalled(silent=False)
 
     def _signature(self) -> tuple[Any, ...]:
         out: list[Any] = [self._beats() if self._beats is not None else 0]
@@ -228,27 +259,38 @@ class Diagnostics:
                 out.append(None)
         return tuple(out)
 
-    def _shared_progress(self, local: bool) -> bool:
-        """Several nodes: add our progress to the store's counter; True when another node's
-        progress moved it since we last looked."""
+    def _shared_progress(self, said: bool, worked: bool) -> tuple[bool, bool]:
+        """Several nodes: add ours to the store's counter; whether another node's workers
+        showed a sign of life, and whether they worked, since we last looked."""
         if self._kv is None:
-            return False
+            return False, False
+        mine = (_SAID if said else 0) + (1 if worked else 0)
         try:
-            value = self._kv().add(_PROGRESS_KEY, 1 if local else 0)
+            value = self._kv().add(_PROGRESS_KEY, mine)
         except RendezvousError:
-            return False  # the store is gone: the rendezvous watch reports that
-        moved = self._shared >= 0 and value != self._shared + (1 if local else 0)
+            return False, False  # the store is gone: the rendezvous watch reports that
+        theirs = value - self._shared - mine if self._shared >= 0 else 0
         self._shared = value
-        return moved
+        return theirs >= _SAID, theirs > 0
 
-    def _stalled(self) -> Stalled:
+    def _stalled(self, silent: bool) -> Stalled | None:
         from .groups import format_groups, group, headline  # benchmark 1: a stall only
 
         ranks = self._collect(self._workers(), _REQUEST_TIMEOUT_S)
+        if not silent and ranks and all(r.get("exiting") for r in ranks.values()):
+            # Past their last line and tearing down (torch's finalizers, a gloo teardown): a
+            # job that did its work is not killed for it; a teardown that hangs meets the
+            # silent limit.
+            self._exiting = True
+            return None
         if self._kv is not None and self._nodes > 1:
             ranks = self._every_nodes(ranks)
         groups = group(ranks)
-        reason = f"stalled {self.stall_timeout:g} s: {headline(groups)}"
+        if silent:
+            what = f"{self.silent_timeout:g} s without a line, write, beat or timer request"
+        else:
+            what = f"{self.stall_timeout:g} s"
+        reason = f"stalled {what}: {headline(groups)}"
         return Stalled(reason, format_groups(ranks, groups))
 
     def _every_nodes(self, ranks: dict[int, Any]) -> dict[int, Any]:
@@ -287,7 +329,10 @@ class Diagnostics:
     def _collect(self, workers: Mapping[int, tuple[int, int]], timeout: float) -> dict[int, Any]:
         from .stacks import collect  # benchmark 1: py-spy helpers, a stall or `xrun stacks` only
 
-        ranks = collect(workers, timeout)
+        # a worker found exiting: the last traceback in its stderr file says where it was
+        files = self._pc.stderrs if self._pc is not None else {}
+        stderrs = {r: files.get(lr, "") for r, (lr, _) in workers.items()}
+        ranks = collect(workers, timeout, stderrs)
         for r in ranks.values():
             r["host"] = self._host
         return ranks

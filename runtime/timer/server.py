@@ -123,11 +123,27 @@ class FileTimerServer:
                     f"{FILE_ENV}={self.path} exists and is not a FIFO: expected a path the "
                     "agent may create (a leftover FIFO is replaced); unset it for a fresh one"
                 )
+            self._refuse_if_read()
             os.unlink(self.path)
         try:
             os.mkfifo(self.path, 0o600)  # only the user's processes may ask for kills
         except OSError as e:
             raise UsageError(f"{FILE_ENV}={self.path}: cannot create the FIFO: {e}") from None
+
+    def _refuse_if_read(self) -> None:
+        """A FIFO that someone reads belongs to a live agent: replacing it would send that
+        job's timer requests here, and its agent would kill its healthy workers when their
+        armed timers ran out (P13). A non-blocking open for writing tells: ENXIO, no reader
+        (a leftover); success, a reader."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return  # ENXIO: a leftover (any other error shows again in mkfifo's)
+        os.close(fd)
+        raise UsageError(
+            f"{FILE_ENV}={self.path} is in use by another agent (a process reads that FIFO); "
+            f"unset {FILE_ENV} for a private one"
+        )
 
     # -- the agent's side ----------------------------------------------------------------------
 

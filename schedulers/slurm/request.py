@@ -8,6 +8,7 @@ Layout of a job (``<log_root>`` = ``<chdir>/slurm-logs``, ``<chdir>`` = job_dir 
     <log_root>/<jobid>/<role>/<i>.node       the node it ran on (written at start)
     <log_root>/<jobid>/<role>/<i>.exit       its exit code (written when it ends)
     <log_root>/<jobid>/preempted             one line per preemption signal received
+    <log_root>/<jobid>/stop-requests         this attempt's agents' stop requests (runtime/stopping.py)
     <log_root>/<jobid>/requeued              the attempt that asked for a requeue, until the
                                              next one starts (Slurm briefly shows it FAILED)
 
@@ -300,6 +301,14 @@ export XRUN_RDZV_TOKEN
 export PYTHONUNBUFFERED=1
 {path_line}mkdir -p {mkdirs}
 rm -f "$XRUN_LOG_DIR/requeued"  # this attempt has started (see the end of the script)
+# A graceful stop (xrun.runtime.stop): the agents note it here and give their workers the grace
+# to save: the partition's GraceTime at a preemption (the tasks get SIGTERM at once, this shell
+# nothing), else the warning's lead time.
+export XRUN_STOP_RECORD="$XRUN_LOG_DIR/stop-requests"
+rm -f "$XRUN_STOP_RECORD"
+XRUN_STOP_GRACE=$(scontrol show partition "${{SLURM_JOB_PARTITION%%,*}}" 2>/dev/null | tr ' ' '\n' | sed -n 's/^GraceTime=//p')
+[ "${{XRUN_STOP_GRACE:-0}}" -gt 0 ] 2>/dev/null || XRUN_STOP_GRACE={grace}
+export XRUN_STOP_GRACE
 
 # Runs one replica: logs and exit code beside each other under $XRUN_LOG_DIR/<role>/<replica>.
 # The command runs in the background so that this shell can pass signals on (srun forwards the
@@ -340,12 +349,24 @@ xrun_on_signal() {
 _EPILOGUE = """\
 XRUN_SRUN=$!
 XRUN_PREEMPTED=0
+# SIGTERM reaches this shell only when Slurm ends the job itself (scancel, the end of a
+# preemption's grace: Slurm's own REQUEUE then requeues it): never requeue on top of that.
+XRUN_ENDED_BY_SLURM=0
+trap 'XRUN_ENDED_BY_SLURM=1' TERM
 {batch_trap}wait "$XRUN_SRUN"
 XRUN_RC=$?
 while kill -0 "$XRUN_SRUN" 2>/dev/null; do
     wait "$XRUN_SRUN"
     XRUN_RC=$?
 done
+# The tasks got a stop request this shell did not (a preemption's SIGTERM inside its GraceTime):
+# the workers stopped at an agreed step and saved. Slurm counts a job that ends itself inside the
+# grace as done, so it is requeued here, once.
+if [ "$XRUN_PREEMPTED" -eq 0 ] && [ "$XRUN_ENDED_BY_SLURM" -eq 0 ] && [ -s "$XRUN_STOP_RECORD" ]; then
+    echo "xrun: the replicas stopped on request ($(head -n1 "$XRUN_STOP_RECORD"))" >&2
+    echo "$(date +%s) $(head -n1 "$XRUN_STOP_RECORD" | cut -d' ' -f2 | sed 's/^SIG//') restart=${{SLURM_RESTART_COUNT:-0}}" >>"$XRUN_LOG_DIR/preempted"
+    XRUN_PREEMPTED=1
+fi
 
 # Requeue while retries are left: after a preemption up to {max_retries} times (the roles'
 # smallest max_retries), after a failure up to {fail_retries} (0 when the runtime agents
@@ -357,7 +378,7 @@ elif [ "$XRUN_RC" -ne 0 ]; then
     XRUN_RETRIES={fail_retries}
 fi
 if [ "$XRUN_RETRIES" -gt 0 ]; then
-    if [ "${{SLURM_RESTART_COUNT:-0}}" -lt "$XRUN_RETRIES" ]; then
+    if [ "${{SLURM_RESTART_COUNT:-0}}" -lt "$XRUN_RETRIES" ] && [ "$XRUN_ENDED_BY_SLURM" -eq 0 ]; then
         echo "xrun: attempt ${{SLURM_RESTART_COUNT:-0}} ended with exit code $XRUN_RC; requeueing" >&2
         # Until Slurm shows it PENDING again, the job looks FAILED: this file says otherwise.
         echo "${{SLURM_RESTART_COUNT:-0}}" >"$XRUN_LOG_DIR/requeued"
@@ -431,6 +452,7 @@ def build_request(
             path_line=path_line,
             mkdirs=mkdirs,
             replica_trap=replica_trap,
+            grace=options.warning.seconds if options.warning else 0,
         )
     )
 

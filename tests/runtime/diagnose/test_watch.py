@@ -23,7 +23,8 @@ from xrun.schedulers.stacks import ask, request_fifo
 HANG = SCRIPTS / "hang.py"
 
 # A torch-free worker: "talk" prints a line every 0.5 s, "beat" calls xrun's beat() as often
-# and prints nothing, "quiet" prints nothing; each for SECONDS, then exits 0.
+# and prints nothing, "quiet" prints "start" (its sign of life: the stall clock runs from
+# there) and then nothing; each for SECONDS, then exits 0.
 PACE = """
 import os, sys, time
 from xrun.runtime.diagnose.beat import beat
@@ -38,6 +39,7 @@ def quiet_here(until):
 
 end = time.monotonic() + seconds
 if mode == "quiet":
+    print("start", flush=True)
     quiet_here(end)
 while time.monotonic() < end:
     if mode == "talk":
@@ -92,7 +94,9 @@ def test_stall_names_the_hung_rank_and_frame_then_restarts(tmp_path: Path) -> No
         "attempt_1",
     ]
     assert p.stdout.count("step 3") == 4  # both ranks reached step 3, twice
-    assert took < 2 * (6 + 15), took  # two stalls, each found within a few seconds
+    # two stalls, each found within 10 s (test_progress.py times one from the hang), plus two
+    # start-ups of torch in two workers, which take up to 20 s each on a 2-core host at load 20+
+    assert took < 2 * (6 + 10 + 20), took
 
 
 @pytest.mark.timeout(60)
@@ -140,8 +144,9 @@ while time.monotonic() < end:
 @pytest.mark.parametrize("timer", [True, False])
 def test_file_timer_requests_are_progress(tmp_path: Path, timer: bool) -> None:
     """With TORCHELASTIC_ENABLE_FILE_TIMER=1 a worker's expires() blocks keep the watchdog
-    quiet; when the requests go to a FIFO the test drains instead of the agent's timer, the
-    same silent worker stalls."""
+    quiet; requests that go to a FIFO the test drains instead of the agent's timer do too:
+    they are writes, and a worker that writes is not stalled (issue #31). With its 3 s
+    timeout, the old watchdog killed this job inside `import torch` on a busy host."""
     script = tmp_path / "timed.py"
     script.write_text(TIMED)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
@@ -172,12 +177,8 @@ def test_file_timer_requests_are_progress(tmp_path: Path, timer: bool) -> None:
     finally:
         done.set()
     assert drained.is_set() != timer  # the worker really sent its requests there
-    if timer:
-        assert p.returncode == 0, p.stderr
-        assert "stalled" not in p.stderr
-    else:
-        assert p.returncode == 1, p.stderr
-        assert "xrun-agent: stalled 3 s: rank 0 in " in p.stderr, p.stderr
+    assert p.returncode == 0, p.stderr
+    assert "stalled" not in p.stderr
 
 
 @pytest.mark.timeout(90)
@@ -262,8 +263,8 @@ def test_a_bad_stall_timeout_is_one_line(tmp_path: Path) -> None:
     p = run(agent("--stall-timeout", "soon", str(HANG), "1"))
     assert p.returncode == 2
     assert p.stderr == (
-        "xrun-agent: error: --stall-timeout 'soon' is invalid: expected a number of seconds "
-        "from 0 to 86400 (one day)\n"
+        "xrun-agent: error: --stall-timeout 'soon' is invalid: expected 0 (off) or a number of "
+        "seconds from 1 to 86400 (one day)\n"
     )
 
 

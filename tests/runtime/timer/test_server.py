@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import textwrap
 from pathlib import Path
@@ -108,3 +109,36 @@ def test_without_the_variable_no_timer_file(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
     p = run(agent("--nproc-per-node", "1", "--tee", "3", str(script)), env=env)
     assert p.returncode == 0 and "timer None" in p.stdout, p.stderr
+
+
+def test_a_timer_fifo_another_agent_reads_is_refused_a_leftover_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """P13: a second agent given the same TORCHELASTIC_TIMER_FILE would take over the first
+    job's live FIFO (its workers' releases then go astray and its agent kills them): refused in
+    one line while someone reads it; a leftover FIFO nobody reads is replaced as before."""
+    fifo = tmp_path / "shared.fifo"
+    os.mkfifo(fifo, 0o600)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the live agent's read end
+    try:
+        p = run(
+            agent("--nproc-per-node", "1", FAULTS, "exit3", "0"),
+            env={**ON, "TORCHELASTIC_TIMER_FILE": str(fifo)},
+        )
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == (
+            f"xrun-agent: error: TORCHELASTIC_TIMER_FILE={fifo} is in use by another agent (a "
+            "process reads that FIFO); unset TORCHELASTIC_TIMER_FILE for a private one\n"
+        )
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # left alone
+    finally:
+        os.close(reader)
+    script = tmp_path / "ok.py"
+    script.write_text("import os; print('timer', os.environ['TORCHELASTIC_TIMER_FILE'])\n")
+    p = run(
+        agent("--nproc-per-node", "1", "--tee", "3", str(script)),
+        env={**ON, "TORCHELASTIC_TIMER_FILE": str(fifo)},
+    )
+    assert p.returncode == 0, p.stderr
+    assert f"timer {fifo}" in p.stdout  # the leftover was replaced, then removed
+    assert not fifo.exists()
