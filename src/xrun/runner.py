@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         runopts,
     )
     from xrun.schedulers.stacks import AppStacks
+    from xrun.schedulers.workspace import Workspace
     from xrun.sweeps.backend import SweepBackend
     from xrun.sweeps.plan import Sweep, SweepPlan
     from xrun.sweeps.status import SweepStatus
@@ -161,17 +162,16 @@ class Runner:
         app: AppDef,
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
         parent_run_id: str | None = None,
     ) -> AppDryRunInfo[Any]:
         """The scheduler's request for ``app``, not executed (print it to see what would run):
-        the same request :meth:`run` executes with the same ``workspace``."""
+        the same request :meth:`run` executes with the same ``workspace`` (None: none; the
+        scheduler's :meth:`~xrun.schedulers.api.Scheduler.open_workspace` says what it is)."""
         job = self.with_job_env(app, scheduler, parent_run_id)
         sched = self.scheduler(scheduler)
-        run_cfg = self.run_cfg(scheduler, cfg)
-        if workspace is None:  # a plugin's submit_dryrun may predate the workspace
-            return sched.submit_dryrun(job, run_cfg)
-        return sched.submit_dryrun(job, run_cfg, workspace=workspace)
+        ws = sched.open_workspace(workspace)  # once: the request carries the value
+        return sched.submit_dryrun(job, self.run_cfg(scheduler, cfg), ws)
 
     def dryrun_component(
         self,
@@ -179,7 +179,7 @@ class Runner:
         component_args: Sequence[str],
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
         parent_run_id: str | None = None,
     ) -> AppDryRunInfo[Any]:
         app = self.component_app(component, component_args)
@@ -197,13 +197,14 @@ class Runner:
         app: AppDef,
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
         parent_run_id: str | None = None,
     ) -> str:
         """Submit ``app``; returns its handle ``scheduler://session/app_id`` at once."""
         sched = self.scheduler(scheduler)
+        ws = sched.open_workspace(workspace)  # once: the request carries the value
         job = self.with_job_env(app, scheduler, parent_run_id)
-        app_id = sched.submit(job, self.run_cfg(scheduler, cfg), workspace=workspace)
+        app_id = sched.submit(job, self.run_cfg(scheduler, cfg), ws)
         return make_app_handle(scheduler, self.session_name, app_id)
 
     def run_component(
@@ -212,7 +213,7 @@ class Runner:
         component_args: Sequence[str],
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
         parent_run_id: str | None = None,
     ) -> str:
         app = self.component_app(component, component_args)
@@ -323,7 +324,7 @@ class Runner:
         sweep: Sweep | None,
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
     ) -> str:
         """Submit a sweep; returns its handle at once. ``app``: an AppDef whose strings hold
         ``{{name}}`` placeholders, each trial of ``sweep`` filling in its values (or a plan
@@ -337,8 +338,9 @@ class Runner:
         else:
             plan = plan_from_app(app, sweep)
         backend = self.sweep_backend(scheduler)
+        ws = backend.sched.open_workspace(workspace)  # once, for every trial
         plan = self.with_sweep_job_env(plan, scheduler)
-        sweep_id = backend.submit(plan, self.run_cfg(scheduler, cfg), workspace)
+        sweep_id = backend.submit(plan, self.run_cfg(scheduler, cfg), ws)
         return make_app_handle(scheduler, self.session_name, sweep_id)
 
     def with_sweep_job_env(self, plan: SweepPlan, scheduler: str) -> SweepPlan:
@@ -356,7 +358,7 @@ class Runner:
         sweep: Sweep,
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
     ) -> str:
         return self.run_sweep(
             self.sweep_plan(component, args, sweep), None, scheduler, cfg, workspace
