@@ -21,7 +21,7 @@ from xrun.cli import main
 from xrun.component import analyze, call_component
 from xrun.config import load
 from xrun.errors import UsageError
-from xrun.jobspec import JobSize, parse_j
+from xrun.specs.jobspec import JobSize, parse_j
 from xrun.specs import AppDef, AppHandle, Role, parse_mounts
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

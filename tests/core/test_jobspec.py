@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xrun.errors import UsageError
-from xrun.jobspec import JobSize, parse_j, parse_nnodes
+from xrun.specs.jobspec import JobSize, parse_j, parse_nnodes
 from xrun.noderange import NodeRange
 
 
