@@ -2,7 +2,7 @@
 preemption tests): a gloo all_reduce per step, ``xrun.runtime.stop`` checked after each step,
 a per-rank checkpoint of the agreed step, a resume from it.
 
-Usage: stop_drill.py OUT_DIR [STEPS_AFTER_RESUME]
+Usage: stop_drill.py OUT_DIR [STEPS_AFTER_RESUME [STOPS]]
 
 OUT_DIR (shared by every rank; a bind mount on docker) gets, per rank R:
 
@@ -13,7 +13,8 @@ OUT_DIR (shared by every rank; a bind mount on docker) gets, per rank R:
   renamed (complete or absent), and ``stopped.R.json``, the same, written after it.
 
 A first attempt trains until it is asked to stop; one that finds its checkpoint prints
-``resuming from step S`` and ends STEPS_AFTER_RESUME (default 10) steps later. Every line on
+``resuming from step S`` and, once it has been stopped STOPS times (default 1), ends
+STEPS_AFTER_RESUME (default 10) steps later (before that it trains until stopped again). Every line on
 stdout starts with ``rank R:``.
 """
 
@@ -29,15 +30,18 @@ from xrun.runtime import stop
 
 out = sys.argv[1]
 after_resume = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+stops_wanted = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 ckpt = os.path.join(out, f"ckpt.{rank}.json")
-start, total = 0, 1 << 30
+start, total, stops = 0, 1 << 30, 0
 t = torch.ones(1)
 if os.path.exists(ckpt):
     with open(ckpt) as f:
         saved = json.load(f)
-    start, total = saved["step"], saved["step"] + after_resume
+    start, stops = saved["step"], saved["stops"]
+    if stops >= stops_wanted:
+        total = start + after_resume
     t = torch.tensor([saved["sum"]], dtype=torch.float64).float()
     print(f"rank {rank}: resuming from step {start}", flush=True)
 seen = False
@@ -56,7 +60,12 @@ while step < total:
         with open(os.path.join(out, f"seen.{rank}"), "w") as f:
             f.write(repr(time.time()))
     if done:
-        state = {"step": step, "agreed": stop.stop_step(), "sum": float(t.item())}
+        state = {
+            "step": step,
+            "agreed": stop.stop_step(),
+            "sum": float(t.item()),
+            "stops": stops + 1,
+        }
         with open(ckpt + ".tmp", "w") as f:
             json.dump(state, f)
             f.flush()

@@ -18,6 +18,7 @@ step with a complete checkpoint, the resumed attempt started from that step.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,8 +31,10 @@ from tests.helpers.net import free_port
 from tests.helpers.paths import REPO
 from tests.helpers.slurm import SlurmCluster
 from tests.helpers.stop_drill import DRILL, ROLE, check_stopped, drill_lines, wait_ready
+from tests.helpers.waiting import wait_for
 from tests.schedulers.slurm.test_preemption import _wait_end
 from xrun.components.dist import ddp
+from xrun.schedulers.api import Stream
 from xrun.schedulers.slurm import SlurmScheduler, create_scheduler
 from xrun.specs import AppState
 
@@ -48,12 +51,14 @@ def sched(slurm_cluster: SlurmCluster) -> Iterator[SlurmScheduler]:
     subprocess.run(["scancel", f"--name={NAME},{NAME}-preemptor"], check=False)
 
 
-def _submit(sched: SlurmScheduler, tmp: Path, **cfg: object) -> tuple[str, Path]:
+def _submit(
+    sched: SlurmScheduler, tmp: Path, *args: str, retries: int = 1, **cfg: object
+) -> tuple[str, Path]:
     out = tmp / "out"
     out.mkdir()
     (tmp / DRILL.name).write_text(DRILL.read_text())
     app = ddp(
-        str(out), script=DRILL.name, j="2x2", cpu=2, memMB=512, max_retries=1,
+        str(out), *args, script=DRILL.name, j="2x2", cpu=2, memMB=512, max_retries=retries,
         rdzv_port=free_port(),
     )  # fmt: skip
     app.name = NAME
@@ -75,6 +80,18 @@ def _check_resumed(sched: SlurmScheduler, app_id: str, out: Path, t0: float | No
     assert drill_lines(logs, "resuming from step") == [stopped.step] * 4, logs
     assert logs.count(f"done at step {stopped.step + 10}") == 4, logs
     return resp.msg
+
+
+def _preempt(app_id: str) -> None:
+    """A job on `high` that needs the xrun job's nodes: Slurm preempts the xrun job for it."""
+    nodes = subprocess.run(
+        ["squeue", "-h", "-j", app_id, "-o", "%N"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(
+        ["sbatch", "--parsable", "-p", "high", "-N2", f"--nodelist={nodes}",
+         "-J", f"{NAME}-preemptor", "-o", "/dev/null", "--wrap", "sleep 1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
 
 
 def test_scancel_signal_term_stops_at_one_step_requeues_once_and_resumes(
@@ -136,18 +153,53 @@ def test_a_preemption_with_preempt_send_user_signal_requeues_once_and_resumes(
     assert "preempt_send_user_signal" in config
     app_id, out = _submit(sched, tmp_path, partition="low", signal="USR2@90")
     wait_ready(out, 4)
-    nodes = subprocess.run(
-        ["squeue", "-h", "-j", app_id, "-o", "%N"], capture_output=True, text=True, check=True
-    ).stdout.strip()
     t0 = time.time()
-    subprocess.run(
-        ["sbatch", "--parsable", "-p", "high", "-N2", f"--nodelist={nodes}",
-         "-J", f"{NAME}-preemptor", "-o", "/dev/null", "--wrap", "sleep 1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    _preempt(app_id)
     # The warning goes to the batch shell (B:), which passes it on: one hop more than a
     # SIGTERM to the tasks; timed from the first rank that saw it.
     msg = _check_resumed(sched, app_id, out, None)
     assert "preempted 1 time(s)" in msg and "USR2" in msg, msg
     first_seen = min(float(p.read_text()) for p in out.glob("seen.*"))
     print(f"preempt_send_user_signal: the first rank saw it {first_seen - t0:.2f} s after sbatch")
+
+
+def test_status_and_log_show_every_preemption_and_attempt(
+    sched: SlurmScheduler, tmp_path: Path
+) -> None:
+    # Two real preemptions, each followed by a requeue: status names both (attempt and time),
+    # the replica logs mark where each attempt starts.
+    app_id, out = _submit(sched, tmp_path, "10", "2", retries=2, partition="low")
+    for attempt in (0, 1):
+        deadline = time.monotonic() + 300
+        while len(list(out.glob("ready.*"))) < 4:
+            resp = sched.describe(app_id)
+            assert resp is not None and time.monotonic() < deadline, resp
+            if "reason=BeginTime" in resp.msg:  # Slurm's ~120 s hold of a requeued job
+                subprocess.run(["scontrol", "update", f"JobId={app_id}", "StartTime=now"])
+            time.sleep(0.5)
+        _preempt(app_id)
+        wait_for(lambda: len(list(out.glob("stopped.*"))) == 4, 120, f"stop {attempt}")
+        check_stopped(out, 4)
+        for p in [*out.glob("ready.*"), *out.glob("stopped.*"), *out.glob("seen.*")]:
+            p.unlink()
+    resp = _wait_end(sched, app_id, timeout=400)
+    assert resp.state == AppState.SUCCEEDED and resp.num_restarts == 2, resp.msg
+    assert re.search(
+        r"preempted 2 time\(s\): attempt 0 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(TERM\), "
+        r"attempt 1 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(TERM\)$",
+        resp.msg,
+    ), resp.msg
+    for k in (0, 1):
+        log = "".join(sched.log_iter(app_id, ROLE, k, streams=Stream.STDOUT))
+        marks = re.findall(
+            rf"^==== xrun: attempt (\d) of job {app_id} \(requeued\) on c\d at ", log, re.M
+        )
+        assert marks == ["1", "2"], log
+        # in order: attempt 0's stop, the mark of 1, its resume and stop, the mark of 2, ...
+        order = [
+            m.group(0) for m in re.finditer(r"==== xrun: attempt \d|stopping|resuming|done", log)
+        ]
+        assert order == [
+            *["stopping"] * 2, "==== xrun: attempt 1", *["resuming"] * 2, *["stopping"] * 2,
+            "==== xrun: attempt 2", *["resuming"] * 2, *["done"] * 2,
+        ], log  # fmt: skip
