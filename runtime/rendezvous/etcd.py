@@ -122,6 +122,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._place: tuple[int, list[Member]] | None = None  # (rank, members) of our round
         self._event: tuple[RendezvousEvent, str] | None = None
         self._closed_failed = True
+        self._lost = False  # closed by this node's own loss of etcd (see ``lost``)
         self._finished = self._closed = self._shut = False
         self._ready_r, self._ready_w = os.pipe()
         self._stop = threading.Event()
@@ -154,6 +155,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
     @property
     def closed_failed(self) -> bool:
         return self._closed_failed
+
+    @property
+    def lost(self) -> bool:
+        """Whether the job's end (a CLOSED event) is this node's loss of etcd, not a peer's
+        verdict: the agent then says so instead of "closed by a peer"."""
+        return self._lost
 
     # -- etcd ----------------------------------------------------------------------------------
 
@@ -345,7 +352,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         # re-forming without us, and we will see it).
                         self._lease_id = self._etcd.grant(self._ttl)
                         self._etcd.put(self._alive + self._id, self.addr.encode(), self._lease_id)
-                ok_at = time.monotonic()
+                    # only after an answer: a failing _check below must not reset the clock
+                    ok_at = time.monotonic()
                 if self._joining:
                     self._wake.wait(max(0.0, next_beat - time.monotonic()))
                     self._wake.clear()
@@ -364,9 +372,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     self._set_event(
                         self._round,
                         RendezvousEvent.CLOSED,
-                        f"lost {self.endpoint} for {silent:.1f}s (heartbeat_timeout="
-                        f"{self.cfg.heartbeat_timeout:g}s): {e}",
+                        f"this node lost etcd at {self.endpoint} for {silent:.1f}s (heartbeat_"
+                        f"timeout={self.cfg.heartbeat_timeout:g}s), so its lease ran out and the "
+                        f"peers may go on without it: its workers were stopped ({e})",
                         True,
+                        lost=True,  # our own loss, not a peer's failure
                     )
                 self._stop.wait(min(interval, 0.5))
 
@@ -391,12 +401,13 @@ class EtcdRendezvousHandler(RendezvousHandler):
         return rev
 
     def _set_event(
-        self, rnd: int, event: RendezvousEvent, reason: str, failed: bool = True
+        self, rnd: int, event: RendezvousEvent, reason: str, failed: bool = True, lost: bool = False
     ) -> None:
         with self._lock:
             if self._shut or self._round != rnd or self._event is not None:
                 return
             self._event = (event, reason)
+            self._lost = lost
             if event is RendezvousEvent.CLOSED:
                 self._closed_failed = failed
             os.write(self._ready_w, b"!")
@@ -472,7 +483,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 return []
             return self._exit_barrier(rnd, seat[1], timeout)
         except EtcdError as e:
-            raise self._errors(e) from None
+            # Not a peer's failure: our workers succeeded, and no peer's verdict can be read
+            # now. The agent warns and exits 0 (a peer that failed fails its own node).
+            raise RendezvousError(
+                f"etcd at {self.endpoint} became unreachable at the exit barrier ({e}); this "
+                f"node's workers succeeded"
+            ) from None
 
     def _exit_barrier(self, rnd: int, members: list[Member], timeout: float) -> list[str]:
         deadline = time.monotonic() + timeout

@@ -3,6 +3,7 @@ store and a local artifact root in a temporary dir, started once per test module
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,10 +29,10 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The server's URL."""
-    d = tmp_path_factory.mktemp("mlflow")
+@contextlib.contextmanager
+def running_server(d: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A server with its store in ``d``: its URL and its process (the leader of its own
+    session: a test that kills the server kills that group)."""
     port = free_port()
     log = open(d / "server.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
@@ -47,13 +48,21 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         up = poll_until(lambda: _healthy(url) or proc.poll() is not None, START_TIMEOUT_S, 0.5)
         if not (up and _healthy(url)):
             raise AssertionError(f"mlflow server did not start: {(d / 'server.log').read_text()}")
-        yield url
+        yield url, proc
     finally:
         # its own session: the uvicorn workers it started go with it
-        os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The server's URL."""
+    with running_server(tmp_path_factory.mktemp("mlflow")) as (url, _):
+        yield url

@@ -4,6 +4,7 @@ table of trials; a trial's (``SWEEP/TRIAL``) own app status."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from xrun.cli.common import not_found
 from xrun.errors import UsageError
@@ -25,7 +26,7 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def main(ns: argparse.Namespace) -> int:
     with Runner() as runner:
         target = runner.target(ns.handle)
-        if (ns.sort or ns.desc) and target.kind != "sweep":
+        if (ns.sort is not None or ns.desc) and target.kind != "sweep":
             raise UsageError(f"--sort/--desc order a sweep's trials; {ns.handle} is no sweep")
         status = runner.status(target)
         if status is None:
@@ -39,6 +40,10 @@ def main(ns: argparse.Namespace) -> int:
 
 def _add_metrics(st: SweepStatus, sort: str | None, desc: bool) -> None:
     """The trials' tracked numeric metadata as columns, sorted by ``--sort KEY`` (#25)."""
-    st.metrics = trial_metrics(st.handle, st.trials)
-    if sort:
+    st.metrics = trial_metrics(st.handle, st.trials, warn=_warn)
+    if sort is not None:  # '' too: an unknown key, exit 2 (M9)
         st.trials = sort_trials(st.trials, st.metrics, st.params, sort, desc)
+
+
+def _warn(line: str) -> None:
+    print(f"xrun: {line}", file=sys.stderr, flush=True)

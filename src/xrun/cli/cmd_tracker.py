@@ -62,12 +62,10 @@ def add_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 def _number(v: object) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
-    if isinstance(v, int | float):
-        return float(v)
-    if isinstance(v, str):
+    if isinstance(v, int | float | str):
         try:
             return float(v)
-        except ValueError:
+        except (ValueError, OverflowError):  # 10**400 is a valid JSON integer (P6)
             return None
     return None
 
@@ -83,10 +81,14 @@ def _column(values: list[object]) -> tuple[list[str], bool]:
     decimal point), as tabulate decides: numeric when every value given reads as a number."""
     given = [v for v in values if v is not None]
     nums = [_number(v) for v in given]
-    if not given or any(n is None for n in nums) or any(math.isnan(n or 0.0) for n in nums):
-        return ["" if v is None else str(v) for v in values], False
+    text = ["" if v is None else str(v) for v in values]
+    if not given or any(n is None or math.isnan(n) for n in nums):
+        return text, False
     if all(_is_int(v) for v in given):
-        return ["" if v is None else str(int(float(str(v)))) for v in values], True
+        try:
+            return ["" if v is None else str(int(str(v))) for v in values], True
+        except ValueError:  # more digits than int() reads: shown as given
+            return text, False
     cells = ["" if v is None else format(float(str(v)), "g") for v in values]
     after = [len(c) - c.index(".") - 1 if "." in c else -1 for c in cells]
     most = max(after)

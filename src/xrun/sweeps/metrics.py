@@ -9,7 +9,7 @@ have no parent). xrun's own keys (``attempt.*``, ``restart_count``, ``sweep.*``)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from xrun.errors import UsageError
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 _OWN_PREFIXES = ("attempt.", "sweep.")
 _OWN_KEYS = ("restart_count", "slurm_restart_count")
+# The longest a status waits for the tracker's answer (MLflow: two requests per trial).
+READ_TIMEOUT_S = 30.0
 
 
 def numeric(md: dict[str, object]) -> dict[str, float]:
@@ -28,24 +30,60 @@ def numeric(md: dict[str, object]) -> dict[str, float]:
     for k, v in md.items():
         if k in _OWN_KEYS or k.startswith(_OWN_PREFIXES) or isinstance(v, bool):
             continue
-        if isinstance(v, int | float) and math.isfinite(v):
-            out[k] = float(v)
+        if not isinstance(v, int | float):
+            continue
+        try:
+            number = float(v)  # a JSON integer may be 10**400: no float (P6)
+        except OverflowError:
+            continue
+        if math.isfinite(number):
+            out[k] = number
     return out
 
 
 def trial_metrics(
-    sweep_handle: str, trials: Sequence[TrialStatus], tracker: TrackerBase | None = None
+    sweep_handle: str,
+    trials: Sequence[TrialStatus],
+    tracker: TrackerBase | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> dict[int, dict[str, float]]:
-    """Trial index -> its numeric metadata; {} when nothing is tracked (or tracking is off,
-    or the tracker cannot be read: the status table is shown without metric columns)."""
+    """Trial index -> its numeric metadata; {} when nothing is tracked or tracking is off.
+    When the tracker cannot be read (unreachable, failing, or no answer within
+    READ_TIMEOUT_S), the table is shown without metric columns and ``warn`` is told why."""
     if tracker is None:
         # benchmark 10: a sweep's status reads the tracker only when asked for its table
+        from xrun.tracker.query import TrackingOff
         from xrun.tracker.query import tracker as configured
 
         try:
             tracker = configured()
-        except (UsageError, OSError, ImportError, ValueError):
+        except TrackingOff:
             return {}
+        except (UsageError, OSError, ImportError, ValueError) as e:
+            _left_out(warn, e)
+            return {}
+    # kept off a status without a table (benchmark 10)
+    from xrun.tracker import guard
+
+    try:
+        if guard.is_local(tracker):
+            return _read(sweep_handle, trials, tracker)
+        return dict(guard.within(READ_TIMEOUT_S, _read, sweep_handle, trials, tracker))
+    except Exception as e:  # any backend's failure: the table without metric columns
+        _left_out(warn, e)
+        return {}
+
+
+def _left_out(warn: Callable[[str], None] | None, err: BaseException) -> None:
+    if warn is not None:
+        from xrun.tracker.guard import describe
+
+        warn(f"metric columns left out: the tracker could not be read ({describe(err)})")
+
+
+def _read(
+    sweep_handle: str, trials: Sequence[TrialStatus], tracker: TrackerBase
+) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
     for run_id in tracker.run_ids(parent_run_id=sweep_handle):
         md = dict(tracker.metadata(run_id))
@@ -73,7 +111,7 @@ def sort_trials(
     keys = sorted({k for m in metrics.values() for k in m})
     if key not in keys and key not in params:
         raise UsageError(
-            f"--sort {key}: no metric or parameter of this sweep by that name; valid: "
+            f"--sort {key or repr(key)}: no metric or parameter of this sweep by that name; valid: "
             f"{', '.join([*params, *keys]) or 'none (no trial recorded numeric metadata yet)'}"
         )
 

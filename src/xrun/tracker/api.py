@@ -9,7 +9,7 @@ restarts, Slurm requeues and docker retries: one run per logical job, however of
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from xrun.tracker.base import (
     ENV_TORCHX_JOB_ID,
@@ -74,6 +74,11 @@ class AppRun:
     def __init__(self, id: str, backends: Iterable[TrackerBase]) -> None:
         self.id = id
         self.backends = list(backends)
+        # where the calls of a dropped backend go (xrun.tracker.guard.unsent_root)
+        self._unsent: TrackerBase | None = None
+        self._unsent_root = ""
+        self._unsent_tried = False
+        self._unsent_error = ""
 
     def __repr__(self) -> str:
         return f"AppRun(id={self.id!r}, backends={self.backends!r})"
@@ -95,29 +100,84 @@ class AppRun:
         return _RUN
 
     def add_metadata(self, **kwargs: object) -> None:
-        for backend in self.backends:
-            backend.add_metadata(self.id, **kwargs)
+        self._each(lambda b: b.add_metadata(self.id, **kwargs))
 
     def add_artifact(
         self, name: str, path: str, metadata: Mapping[str, object] | None = None
     ) -> None:
-        for backend in self.backends:
-            backend.add_artifact(self.id, name, path, metadata)
+        self._each(lambda b: b.add_artifact(self.id, name, path, metadata))
 
     def job_id(self) -> str:
         return self.id
 
     def add_source(self, source_id: str, artifact_name: str | None = None) -> None:
-        for backend in self.backends:
-            backend.add_source(self.id, source_id, artifact_name)
+        self._each(lambda b: b.add_source(self.id, source_id, artifact_name))
 
     def sources(self) -> list[AppRunTrackableSource]:
-        if not self.backends:
-            return []
-        return [
-            AppRunTrackableSource(AppRun(s.source_run_id, self.backends), s.artifact_name)
-            for s in self.backends[0].sources(self.id)
-        ]
+        while self.backends:
+            first = self.backends[0]
+            try:
+                found = _call(first, lambda b: list(b.sources(self.id)))
+                assert isinstance(found, list)
+            except Exception as e:  # a backend's failure: reported, dropped, never raised
+                self._drop([(first, e)], None)
+                continue
+            return [
+                AppRunTrackableSource(AppRun(s.source_run_id, self.backends), s.artifact_name)
+                for s in found
+            ]
+        return []
+
+    def _each(self, call: Callable[[TrackerBase], object]) -> None:
+        """``call`` on every backend; one that raises or does not answer in time is reported
+        once and dropped, and what it could not take is kept locally (xrun.tracker.guard)."""
+        failed = []
+        for backend in list(self.backends):
+            try:
+                _call(backend, call)
+            except Exception as e:  # any backend's failure: reported, never raised
+                failed.append((backend, e))
+        if failed or self._unsent is not None:
+            self._drop(failed, call)
+
+    def _drop(
+        self,
+        failed: list[tuple[TrackerBase, Exception]],
+        call: Callable[[TrackerBase], object] | None,
+    ) -> None:
+        # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
+        from xrun.tracker import guard
+
+        for backend, _ in failed:
+            self.backends.remove(backend)
+        if failed and self._unsent is None and not self._unsent_tried:
+            self._unsent_tried = True
+            root = guard.unsent_root(failed[0][0])
+            if root is not None:
+                from xrun.tracker.fsspec_backend import create
+
+                try:
+                    self._unsent, self._unsent_root = create(root), root
+                except Exception as e:  # the local copy too: said on the line below
+                    self._unsent_error = guard.describe(e)
+        kept = ""
+        if self._unsent is not None and call is not None:
+            try:
+                call(self._unsent)
+                kept = f"what it could not take is kept under {self._unsent_root}"
+            except Exception as e:
+                kept = f"the local copy under {self._unsent_root} failed too ({guard.describe(e)})"
+                self._unsent = None
+                if not failed:
+                    guard.say(f"{kept}; nothing more is kept")
+        elif self._unsent_error:
+            kept = f"the local copy failed too ({self._unsent_error})"
+        for backend, err in failed:
+            tail = f"; {kept}" if kept else "; nothing of it is kept"
+            guard.say(
+                f"{guard.label(backend)} dropped for the rest of this process: "
+                f"{guard.describe(err)}{tail}"
+            )
 
     def children(self) -> Iterable[AppRun]:
         """Declared by TorchX 0.7.0, not implemented there either."""
@@ -125,6 +185,16 @@ class AppRun:
 
 
 _RUN: AppRun | None = None
+
+
+def _call(backend: TrackerBase, call: Callable[[TrackerBase], object]) -> object:
+    """``call(backend)``: inline on a local dir, else within the deadline (TrackerTimeout)."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
+    from xrun.tracker import guard
+
+    if guard.is_local(backend):
+        return call(backend)
+    return guard.within(guard.timeout_s(), call, backend)
 
 
 def _from_env() -> AppRun:

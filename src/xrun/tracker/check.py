@@ -61,7 +61,8 @@ def _check_fsspec(t: Tracker) -> None:
             )
         return
     if "://" in config and not config.startswith("file://"):
-        return  # a remote store: only the job's own credentials and network can tell
+        _check_protocol(t, config)  # the rest only the job's credentials and network can tell
+        return
     # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
     from xrun.xdg import check_writable_dir
 
@@ -69,6 +70,44 @@ def _check_fsspec(t: Tracker) -> None:
     try:
         check_writable_dir(path, f"the fsspec tracker's root, {t.config_source}")
     except UsageError as e:
+        raise UsageError(f"{t.config_source}={config}: {e}") from None
+    if not os.path.lexists(path):
+        _check_creatable(t, config, path)
+
+
+def _check_creatable(t: Tracker, config: str, path: str) -> None:
+    """A missing root under a dir that takes no new dirs (``/proc``, whose permission bits say
+    writable): an empty dir made and removed at once in its nearest existing ancestor."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
+    import tempfile
+
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".xrun-check-", dir=probe))
+    except OSError as e:
+        raise UsageError(
+            f"{t.config_source}={config}: the fsspec tracker's root cannot be created under "
+            f"{probe} ({e.strerror}); give a writable directory"
+        ) from None
+
+
+def _check_protocol(t: Tracker, config: str) -> None:
+    """An fsspec URL whose protocol fsspec does not know, or whose implementation is not
+    installed (``s3://`` without s3fs)."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
+    import fsspec
+
+    protocol = config.partition("://")[0]
+    if protocol not in fsspec.available_protocols():
+        raise UsageError(
+            f"{t.config_source}={config}: fsspec knows no protocol {protocol!r}; give a "
+            "directory, file://DIR or a URL of an fsspec filesystem (memory://, s3://...)"
+        )
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as e:
         raise UsageError(f"{t.config_source}={config}: {e}") from None
 
 
@@ -82,33 +121,69 @@ def _check_mlflow(t: Tracker) -> None:
 
 
 def _check_reachable(uri: str, t: Tracker) -> None:
-    """A TCP connection to the server, within MLFLOW_CONNECT_TIMEOUT_S: the name lookup too,
-    which has no timeout of its own, so it runs in a thread that is not waited for longer."""
+    """An HTTP answer from the server (any status: a 401 is an answer), within
+    MLFLOW_CONNECT_TIMEOUT_S: a refused connection, and a server that accepts it and never
+    answers, are both refused at submit. The name lookup has no timeout of its own, so it all
+    runs in a thread that is not waited for longer."""
     # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
-    import socket
     import threading
-    from urllib.parse import urlsplit
 
-    errors: list[BaseException] = []
+    from xrun.tracker.guard import mask
 
-    def connect() -> None:
+    errors: list[str] = []
+
+    def probe() -> None:
         try:
-            parts = urlsplit(uri)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            with socket.create_connection(
-                (parts.hostname or "", port), timeout=MLFLOW_CONNECT_TIMEOUT_S
-            ):
-                pass
+            _http_answer(uri)
+        except _Silent:
+            errors.append(
+                f"accepts connections but gave no answer within {MLFLOW_CONNECT_TIMEOUT_S:g} s"
+            )
         except (OSError, ValueError) as e:
-            errors.append(e)
+            errors.append(f"is unreachable ({e})")
 
-    worker = threading.Thread(target=connect, daemon=True)
+    worker = threading.Thread(target=probe, daemon=True)
     worker.start()
-    worker.join(MLFLOW_CONNECT_TIMEOUT_S + 0.5)
+    worker.join(MLFLOW_CONNECT_TIMEOUT_S * 2 + 0.5)
     if worker.is_alive():
-        errors.append(TimeoutError(f"no answer in {MLFLOW_CONNECT_TIMEOUT_S:g} s"))
+        errors.append(f"is unreachable (no answer in {MLFLOW_CONNECT_TIMEOUT_S * 2:g} s)")
     if errors:
         raise UsageError(
-            f"{t.config_source}={t.config}: the MLflow server at {uri} is unreachable "
-            f"({errors[0]}); start it (mlflow server --host 127.0.0.1 --port 5000) or fix the URI"
+            f"{t.config_source}={mask(str(t.config))}: the MLflow server at {mask(uri)} "
+            f"{errors[0]}; start it (mlflow server --host 127.0.0.1 --port 5000) or fix the URI"
         )
+
+
+def _http_answer(uri: str) -> None:
+    """One ``GET <path>/health`` and its status line; no credentials are sent."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
+    import http.client
+    import ssl
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    host, timeout = parts.hostname or "", MLFLOW_CONNECT_TIMEOUT_S
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        # only whether it answers: the job's own TLS settings decide the rest
+        context = ssl._create_unverified_context()
+        conn = http.client.HTTPSConnection(
+            host, parts.port or 443, timeout=timeout, context=context
+        )
+    else:
+        conn = http.client.HTTPConnection(host, parts.port or 80, timeout=timeout)
+    try:
+        conn.connect()  # OSError: unreachable
+        try:
+            conn.request("GET", parts.path.rstrip("/") + "/health")
+            conn.getresponse().close()
+        except TimeoutError:
+            raise _Silent from None
+        except http.client.HTTPException:
+            pass  # it answered, whatever it said
+    finally:
+        conn.close()
+
+
+class _Silent(Exception):
+    """Connected, and no answer within the timeout."""

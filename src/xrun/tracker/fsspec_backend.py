@@ -16,9 +16,11 @@ fsspec.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
+import stat
 import time
 from base64 import b32decode, b32encode
 from collections.abc import Mapping
@@ -54,19 +56,39 @@ class _Local:
             f.write(text)
 
     def read(self, path: str) -> str:
-        with open(path, encoding="utf-8") as f:
+        """A regular file's text. The tracker dir is shared: a FIFO or a device there must
+        not block a reader (O_NONBLOCK, then fstat), anything but a regular file is OSError."""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            f = open(fd, encoding="utf-8")
+        except BaseException:
+            os.close(fd)
+            raise
+        with f:
             return f.read()
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
 
     def listdir(self, path: str) -> list[tuple[str, bool]]:
-        """(name, is a directory) of each entry; none when ``path`` does not exist."""
+        """(name, is a directory) of each directory and regular file; none when ``path`` is
+        no directory that can be read. Anything else (a FIFO, a socket, a dangling link or a
+        link loop: ELOOP) is left out, as an entry being written is."""
+        out = []
         try:
             with os.scandir(path) as it:
-                return [(e.name, e.is_dir()) for e in it]
-        except (FileNotFoundError, NotADirectoryError):
+                for e in it:
+                    try:
+                        mode = e.stat().st_mode  # follows a link, as the reads will
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+                        out.append((e.name, stat.S_ISDIR(mode)))
+        except OSError:  # missing, no dir, a link loop, unreadable
             return []
+        return out
 
 
 class _Remote(_Local):
@@ -96,6 +118,7 @@ class _Remote(_Local):
         return [
             (posixpath.basename(e["name"].rstrip("/")), e["type"] == "directory")
             for e in self.fs.listdir(path)
+            if e.get("type") in ("directory", "file")
         ]
 
 
@@ -187,7 +210,11 @@ class FsspecTracker(TrackerBase):
             source = decode_run_id(name)
             if source is None:
                 continue
-            kinds = [k.strip() for k in self._store.read(posixpath.join(folder, name)).splitlines()]
+            try:
+                text = self._store.read(posixpath.join(folder, name))
+            except (OSError, ValueError):  # being written right now, or not ours
+                continue
+            kinds = [k.strip() for k in text.splitlines()]
             kinds = [k for k in kinds if k]
             if not kinds and not artifact_name:
                 out.append(TrackerSource(source, None))
@@ -195,6 +222,10 @@ class FsspecTracker(TrackerBase):
                 TrackerSource(source, k) for k in kinds if not artifact_name or k == artifact_name
             ]
         return out
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether the root holds a run of that id (xrun's addition, for ``tracker list``)."""
+        return run_id.isascii() and self._store.exists(self._run_dir(run_id))
 
     def run_ids(self, **kwargs: str) -> list[str]:
         """Every run under the root; ``parent_run_id=ID``: only the runs with that source."""
@@ -260,7 +291,8 @@ def store_for(config: str) -> _Local:
     from fsspec.core import url_to_fs
 
     fs, root = url_to_fs(config)
-    fs.makedirs(root, exist_ok=True)
+    # No makedirs here: building the backend in a job touches no network (the first write
+    # creates the dirs it needs, within the deadline of xrun.tracker.guard).
     return _Remote(fs, root)
 
 

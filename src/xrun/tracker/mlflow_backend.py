@@ -67,11 +67,24 @@ class MLflowTracker(TrackerBase):
 
         self.uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
-        self.experiment_id = self._experiment(experiment)
+        self._experiment_name = experiment
+        self._experiment_id: str | None = None
         self._ids: dict[str, str] = {}  # job id -> MLflow run id
 
+    @property
+    def experiment_id(self) -> str:
+        """Looked up (or created) on first use, not when the backend is built: building one
+        in a job touches no network, and the first call runs within the job's deadline for
+        tracker calls (xrun.tracker.guard)."""
+        if self._experiment_id is None:
+            self._experiment_id = self._experiment(self._experiment_name)
+        return self._experiment_id
+
     def __repr__(self) -> str:
-        return f"<MLflowTracker: {self.uri} experiment={self.experiment_id}>"
+        # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
+        from xrun.tracker.guard import mask
+
+        return f"<MLflowTracker: {mask(str(self.uri))} experiment={self._experiment_name}>"
 
     def _experiment(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -179,6 +192,10 @@ class MLflowTracker(TrackerBase):
             return []
         known = json.loads(self.client.get_run(rid).data.tags.get(SOURCES_TAG, "[]"))
         return [TrackerSource(s, a) for s, a in known if not artifact_name or a == artifact_name]
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether a run carries that job id (xrun's addition, for ``tracker list``)."""
+        return self._find(run_id) is not None
 
     def run_ids(self, **kwargs: str) -> list[str]:
         parent = kwargs.get("parent_run_id")

@@ -19,7 +19,6 @@ job xrun started records into the embedded default: the fsspec backend rooted at
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -106,11 +105,32 @@ def from_environ(env: Mapping[str, str]) -> list[TrackerBase]:
         names = [n.strip() for n in env[ENV_TORCHX_TRACKERS].split(",") if n.strip()]
     out: list[TrackerBase] = []
     for name in names:
+        config = env.get(tracker_config_env_var_name(name)) if name else None  # None: default
         try:
-            if name is None:
-                out.append(build("fsspec", None))  # its default root
-            else:
-                out.append(build(name, env.get(tracker_config_env_var_name(name))))
+            out.append(_build_in_job(name or "fsspec", config))
         except Exception as e:  # any backend's failure: reported, not raised
-            print(f"xrun.tracker: tracker {name or 'default'} left out: {e}", file=sys.stderr)
+            # kept out of `import xrun.tracker`, a worker's cost (#25: test_cost.py)
+            from xrun.tracker.guard import describe, say
+
+            say(f"tracker {name or 'default'} left out: {describe(e)}")
     return out
+
+
+def _build_in_job(name: str, config: str | None) -> TrackerBase:
+    """``build(name, config)`` as a job does it: xrun's own backends inline (building them
+    touches no network: the first call does, within its deadline), any other factory within
+    the deadline (it may connect); a factory that returns no backend is an error."""
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
+    from xrun.tracker import guard
+
+    if name in BUILTINS:
+        backend = build(name, config)
+    else:
+        make = factory(name)  # its module imported here, not counted against the deadline
+        if make is None:
+            return build(name, config)  # raises: no such backend
+        backend = guard.within(guard.timeout_s(), make, config)
+    if not callable(getattr(backend, "add_metadata", None)):
+        raise TypeError(f"its factory returned {type(backend).__name__}, not a TrackerBase")
+    guard._NAMES[id(backend)] = name
+    return backend

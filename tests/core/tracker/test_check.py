@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,36 @@ def test_unreachable_mlflow_server(cli: Env) -> None:
     uri = f"http://127.0.0.1:{free_port()}"
     line = _fails(cli, f"[torchx:tracker]\nmlflow =\n[tracker:mlflow]\nconfig = {uri}\n")
     assert f"[tracker:mlflow] config={uri}: the MLflow server at {uri} is unreachable" in line
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ("/proc/nope", "cannot be created under /proc"),  # mode bits say writable (root)
+        ("nosuchproto://x", "fsspec knows no protocol 'nosuchproto'"),
+    ],
+)
+def test_fsspec_roots_no_job_could_use(cli: Env, config: str, said: str) -> None:
+    """M4: caught at submit, as docs/tracking.md says (were: rc 0, then every rank's line)."""
+    line = _fails(
+        cli, "", env={"TORCHX_TRACKERS": "fsspec", "TORCHX_TRACKER_FSSPEC_CONFIG": config}
+    )
+    assert f"TORCHX_TRACKER_FSSPEC_CONFIG={config}: " in line and said in line
+
+
+def test_mlflow_server_that_accepts_and_never_answers(cli: Env) -> None:
+    """M4: a hung server is refused at submit too (the TCP connection alone used to pass)."""
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        uri = f"http://127.0.0.1:{srv.getsockname()[1]}"
+        line = _fails(cli, f"[torchx:tracker]\nmlflow =\n[tracker:mlflow]\nconfig = {uri}\n")
+    assert f"the MLflow server at {uri} accepts connections but gave no answer within 3 s" in line
+
+
+def test_mlflow_password_is_masked(cli: Env) -> None:
+    """M5: an MLflow URL's user:password is never echoed."""
+    uri = f"http://alice:s3cr3t@127.0.0.1:{free_port()}"
+    line = _fails(cli, "", env={"TORCHX_TRACKERS": "mlflow", "TORCHX_TRACKER_MLFLOW_CONFIG": uri})
+    assert "s3cr3t" not in line and "http://alice:***@127.0.0.1" in line and "unreachable" in line
 
 
 def test_tracker_list_with_tracking_turned_off(cli: Env) -> None:

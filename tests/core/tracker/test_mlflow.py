@@ -73,6 +73,7 @@ def test_restarts_write_into_one_mlflow_run(mlflow_server: str, tmp_path: Path) 
         TORCHX_TRACKER_MLFLOW_CONFIG=f"{mlflow_server}#restarts",
         TORCHX_PARENT_RUN_ID=SWEEP,
         RANK="0",
+        XRUN_TRACKER_TIMEOUT="60",  # the server shares this loaded machine's cores
     )
     for attempt in ("0", "1"):
         env["TORCHELASTIC_RESTART_COUNT"] = attempt
