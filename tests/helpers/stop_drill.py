@@ -53,3 +53,35 @@ def drill_lines(log: str, what: str) -> list[int]:
     import re
 
     return [int(m) for m in re.findall(rf"^(?:\[\w+\]:)?rank \d+: {what} (\d+)", log, re.M)]
+
+
+# examples/train_ddp.py's stop recipe: short epochs, slow enough steps to be stopped mid-epoch.
+EXAMPLE_ARGS = ["--epochs", "3", "--steps-per-epoch", "20", "--print-steps"]
+
+
+def example_reference(tmp: Path) -> str:
+    """The final parameters' sha256 of an undisturbed 4-worker run of examples/train_ddp.py
+    (one runtime agent here; the result depends on the world size only)."""
+    import subprocess
+    import sys
+
+    from tests.helpers.paths import TRAIN
+
+    out = tmp / "reference.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "xrun.runtime", "--nproc-per-node", "4", str(TRAIN),
+         *EXAMPLE_ARGS, "--checkpoint-dir", str(tmp / "reference-ckpt"), "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(json.loads(out.read_text())["params_sha256"])
+
+
+def example_stop_and_resume(log: str) -> int:
+    """The one step a stopped and resumed run of the example stopped after and resumed from."""
+    import re
+
+    stops = re.findall(r"^(?:\[\w+\]:)?stopping at step (\d+): checkpoint saved$", log, re.M)
+    resumes = re.findall(r"^(?:\[\w+\]:)?resuming from step (\d+)$", log, re.M)
+    assert len(stops) == 1 and stops == resumes, f"stops {stops}, resumes {resumes}:\n{log}"
+    return int(stops[0])
