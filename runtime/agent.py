@@ -284,7 +284,7 @@ class Agent:
                 if not failed:  # finished without this node (nothing of ours failed)
                     _log(f"the job was closed as finished ({reason}): workers stopped")
                     return RunResult(0, message=reason)
-                if getattr(handler, "lost", False):  # this node lost the rendezvous itself
+                if handler.lost:  # this node lost the rendezvous itself
                     return RunResult(1, message=reason)
                 return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             case RendezvousChanged(reason):

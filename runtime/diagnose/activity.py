@@ -133,8 +133,9 @@ class Activity:
         self.other_work = False
 
     def look(self, pids: Iterable[int], now: float) -> tuple[bool, bool]:
-        """``(wrote, working)``: did any worker write since the last look, and did any work
-        over the last ``WINDOW_S`` seconds (both False for a worker seen for the first time)."""
+        """``(wrote, working)``: did any worker write since the last look (since its start, for
+        a worker seen for the first time), and did any work over the last ``WINDOW_S`` seconds
+        (False for a worker seen for the first time)."""
         wrote = working = False
         hist: dict[int, deque[_Sample]] = {}
         self.spinners, self.other_work = {}, False
@@ -143,7 +144,9 @@ class Activity:
             if cur is None:
                 continue
             h = self._hist.get(pid) or deque()
-            this_wrote = bool(h) and cur.wchar > h[-1].wchar
+            # Seen for the first time: every byte it wrote since it started counts (its first
+            # line may come before the agent's first look; a silent start-up writes nothing).
+            this_wrote = cur.wchar > (h[-1].wchar if h else 0)
             wrote = wrote or this_wrote
             h.append(cur)
             # keep one sample at or before the window's start: the baseline of the deltas

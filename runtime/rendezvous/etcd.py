@@ -54,14 +54,14 @@ from .api import (
     RendezvousClosedError,
     RendezvousError,
     RendezvousEvent,
+    RendezvousHandler,
     RendezvousInfo,
     RendezvousParams,
     RendezvousTimeoutError,
 )
 from .conf import RdzvConfig, config_from_conf
-from .endpoint import Endpoint, bind_address, default_local_addr
+from .endpoint import Endpoint, bind_address
 from .etcd_kv import EtcdClient, EtcdError, tls_context
-from .handler import RendezvousHandler
 from .keys import closed_error, verdict
 from .kv import KeyValue
 
@@ -70,16 +70,13 @@ __all__ = ["EtcdRendezvousHandler", "create_etcd_handler"]
 # etcd refuses leases shorter than its own minimum (1.5 x its election timeout: 2 s by default).
 _MIN_TTL = 2
 _WORKERS_KEY = "workers"
-_seq = 0
-_seq_lock = threading.Lock()
 
 Member = list[Any]  # [addr, sortkey, nproc, node id, store address]
 
 
 class EtcdRendezvousHandler(RendezvousHandler):
-    """One agent's membership in one job's rendezvous kept in etcd. It has the c10d handler's
-    interface (the agent cannot tell them apart), none of its store-bound state: ``__init__``
-    deliberately does not call the base's, which would serve or reach an xrun store."""
+    """One agent's membership in one job's rendezvous kept in etcd: the c10d handler's sibling
+    (the agent cannot tell them apart), sharing only the interface and its ``__init__``."""
 
     def __init__(
         self,
@@ -88,16 +85,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         prefix: str,
         tls: ssl.SSLContext | None = None,
     ) -> None:
-        global _seq
-        self.params = params
-        self.cfg = cfg
+        super().__init__(params, cfg)
         ep = params.endpoint
         self._etcd = EtcdClient(ep.host, ep.port, cfg.read_timeout, tls)
         self._etcd_endpoint = ep
-        self.addr = params.local_addr or default_local_addr()
-        with _seq_lock:
-            _seq += 1
-            self._sortkey = f"{os.getpid():08d}.{_seq:08d}"
         self._id = os.urandom(8).hex()
         self._prefix = f"{prefix.rstrip('/')}/{params.run_id}/"
         self._state_key = self._prefix + "state"
@@ -250,7 +241,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         """Join the first round after ``last`` that takes us; block until it forms."""
         p, cfg = self.params, self.cfg
         deadline = time.monotonic() + cfg.join_timeout
-        me: Member = [self.addr, self._sortkey, p.local_world_size, self._id, self._store_addr]
+        me: Member = [self.addr, self.sortkey, p.local_world_size, self._id, self._store_addr]
         count, since = -1, time.monotonic()
         while True:
             rev, s, srev, alive = self._read()

@@ -13,13 +13,14 @@ import signal
 import time
 from typing import Any
 
+from xrun.procs import is_alive
 from xrun.specs import AppState, ReplicaStatus, Role, RoleStatus, appdef_from_dict, is_terminal
 
 from ..api import DescribeAppResponse
 from ..logs import root_cause_in
 from . import statedir
 from .procs import group_alive, killpg
-from .supervisor import TERMINAL, grace_of, is_alive, write_json_atomic
+from .supervisor import TERMINAL, grace_of, write_json_atomic
 
 _REPLICA_STATES = {
     "PENDING": AppState.PENDING,

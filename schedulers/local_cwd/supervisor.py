@@ -37,11 +37,11 @@ record of the failure itself has room. A supervisor that fails in any other way 
 replicas it started and records the app FAILED with the cause, so no app stays SUBMITTED or
 RUNNING for ever behind a dead supervisor.
 
-Standard library only, and nothing from xrun: it runs with ``-S`` (no site-packages scan) to
-start ~15 ms sooner, which is on every local job's critical path. It is exec'd by its file's
-path, not with ``-m``, so not even this package's ``__init__`` runs. The rest of ``local_cwd``
-imports the small helpers below (``write_json_atomic``, ``proc_start_time``, ``is_alive``)
-from here.
+Standard library only, and from xrun only :mod:`xrun.procs` (itself stdlib only): it runs with
+``-S`` (no site-packages scan) to start ~15 ms sooner, which is on every local job's critical
+path. It is exec'd by its file's path, not with ``-m``, so not even this package's ``__init__``
+runs. The rest of ``local_cwd`` imports the small helpers below (``write_json_atomic``,
+``grace_of``) from here.
 """
 
 from __future__ import annotations
@@ -53,6 +53,14 @@ import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
+
+if not __package__:  # exec'd by its path with -S -P (launch.py): xrun is not on sys.path
+    # This file is <root>/xrun/schedulers/local_cwd/supervisor.py in any install; appended, so
+    # no stdlib name is shadowed.
+    _here = os.path.abspath(__file__)
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(_here)))))
+
+from xrun.procs import proc_start_time  # noqa: E402 - the path above first
 
 if TYPE_CHECKING:
     import subprocess
@@ -103,42 +111,6 @@ def grace_of(request: dict[str, Any]) -> float:
     except (TypeError, ValueError):
         grace = 10.0
     return 10.0 if grace != grace else min(max(grace, 0.0), MAX_GRACE_S)
-
-
-def proc_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22).
-
-    Stored next to every pid so a recycled pid is never mistaken for our process. None when the
-    process does not exist, is a zombie, or there is no /proc (then only the pid is checked).
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return None
-    # comm (field 2) may contain spaces and parentheses: the fields we want follow the LAST ')'.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):  # exited, not yet reaped: as good as dead
-        return None
-    return int(fields[19])
-
-
-def is_alive(pid: int | None, start: int | None) -> bool:
-    """Whether ``pid`` is still the process that was started at ``start`` (see above)."""
-    if not pid:
-        return False
-    if os.path.isdir("/proc/self"):
-        now = proc_start_time(pid)
-        return now is not None and (start is None or now == start)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --------------------------------------------------------------------------- the supervisor
