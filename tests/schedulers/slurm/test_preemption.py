@@ -157,7 +157,9 @@ def test_a_preempted_example_resumes_from_its_step_and_ends_bit_identical(
     app_id = sched.submit(app, cfg, workspace=str(tmp_path))
     role = app.roles[0].name
     deadline = time.monotonic() + 180
-    while not any(re.search(r"^(?:\[\w+\]:)?step 5$", _log(sched, app_id, role, k), re.M) for k in (0, 1)):
+    while not any(
+        re.search(r"^(?:\[\w+\]:)?step 5$", _log(sched, app_id, role, k), re.M) for k in (0, 1)
+    ):
         assert time.monotonic() < deadline, "the job did not train"
         time.sleep(0.3)
     nodes = subprocess.run(
