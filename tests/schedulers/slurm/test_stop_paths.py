@@ -70,6 +70,10 @@ def _logs(sched: SlurmScheduler, app_id: str) -> str:
     return "".join("".join(sched.log_iter(app_id, ROLE, k)) for k in (0, 1))
 
 
+def _last_seen(out: Path) -> float:
+    return max(float(p.read_text()) for p in out.glob("seen.*"))
+
+
 def _check_resumed(sched: SlurmScheduler, app_id: str, out: Path, t0: float | None) -> str:
     resp = _wait_end(sched, app_id, timeout=400)
     logs = _logs(sched, app_id)
@@ -101,8 +105,9 @@ def test_scancel_signal_term_stops_at_one_step_requeues_once_and_resumes(
     wait_ready(out, 4)
     t0 = time.time()
     subprocess.run(["scancel", "--signal=TERM", app_id], check=True)
-    msg = _check_resumed(sched, app_id, out, t0)
+    msg = _check_resumed(sched, app_id, out, None)  # timed from the first rank, as above
     assert "preempted 1 time(s)" in msg, msg
+    assert _last_seen(out) - t0 < 10
 
 
 def test_the_time_limit_warning_stops_at_one_step_requeues_once_and_resumes(
@@ -125,7 +130,10 @@ def test_xrun_cancel_saves_one_step_inside_killwait_and_is_not_requeued(
     sched.cancel(app_id)
     resp = _wait_end(sched, app_id)
     assert resp.state == AppState.CANCELLED, resp.msg
-    check_stopped(out, 4, t0)
+    # Timed from the first rank: from the scancel on, Slurm's own delivery (slurmctld, each
+    # slurmd) comes first, 1.3 s once with two other jobs' 8 ranks on this 2-core host.
+    check_stopped(out, 4)
+    assert _last_seen(out) - t0 < 10
     time.sleep(3)  # a requeue would show by now
     resp = sched.describe(app_id)
     assert resp is not None and resp.state == AppState.CANCELLED and resp.num_restarts == 0
