@@ -30,6 +30,7 @@ from xrun.contract import (
     MAX_NPROC_PER_NODE,
     RDZV_BACKENDS,
     RDZV_PORT_ENV,
+    RECOVER_MODES,
     RESTARTS_IN_PLACE,
     SCRIPT,
 )
@@ -71,6 +72,7 @@ def ddp(
     debug: bool = False,
     tee: int = 3,
     stall_timeout: int = 0,
+    recover: str = "off",
 ) -> AppDef:
     """Distributed data parallel: NNODES replicas, each running NPROC workers of a script.
 
@@ -94,6 +96,7 @@ def ddp(
         debug: set torch/NCCL debug environment variables
         tee: which worker streams also go to the console: 0 none, 1 stdout, 2 stderr, 3 both
         stall_timeout: seconds in which no worker works (CPU, I/O) nor shows a sign of life (a line, a write, a beat) before the attempt ends with every rank's stack as its root cause; a silent start-up or busy phase has max(10x, 600 s) (the agent's --stall-timeout, docs/diagnose.md); 0: off
+        recover: how a failed attempt's workers are replaced: off (cold interpreters, as torchrun) or warm (pre-started interpreters that imported what the workers import; the agents, the store and the rendezvous stay; costs one idle interpreter per worker, see docs/recovery.md)
     """
     size = parse_j(j)
     resource = get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
@@ -116,6 +119,7 @@ def ddp(
             debug=debug,
             tee=tee,
             stall_timeout=stall_timeout,
+            recover=recover,
         )
     )
 
@@ -208,6 +212,7 @@ class DistJob(Value):
         "debug",
         "tee",
         "stall_timeout",
+        "recover",
     )
     component: str  # the component's name, for error messages
     script: str | None
@@ -226,6 +231,7 @@ class DistJob(Value):
     debug: bool
     tee: int
     stall_timeout: int  # the agent's --stall-timeout; 0: off
+    recover: str  # the agent's --recover: off or warm
 
     def __init__(  # noqa: PLR0913 (one argument per field, as a dataclass's)
         self,
@@ -246,6 +252,7 @@ class DistJob(Value):
         debug: bool = False,
         tee: int = 3,
         stall_timeout: int = 0,
+        recover: str = "off",
     ) -> None:
         Value.__init__(
             self,
@@ -266,6 +273,7 @@ class DistJob(Value):
             debug,
             tee,
             stall_timeout,
+            recover,
         )
 
     def validate(self) -> None:
@@ -296,6 +304,10 @@ class DistJob(Value):
             raise UsageError(
                 f"{c}: --stall_timeout {self.stall_timeout} is invalid; expected seconds from 0 "
                 f"(off) to {MAX_DURATION_S:g}"
+            )
+        if self.recover not in RECOVER_MODES:
+            raise UsageError(
+                f"{c}: --recover {self.recover!r} is invalid; expected {' or '.join(RECOVER_MODES)}"
             )
         if self.max_retries < 0:
             raise UsageError(f"{c}: --max_retries {self.max_retries} is invalid; expected >= 0")
@@ -370,6 +382,8 @@ class DistJob(Value):
             cmd += ["--rdzv-conf", shlex.quote(self.rdzv_conf)]
         if self.stall_timeout:
             cmd += ["--stall-timeout", str(self.stall_timeout)]
+        if self.recover != "off":
+            cmd += ["--recover", self.recover]
         if self.script is not None:
             cmd += [shlex.quote(self.script)]
         else:

@@ -260,3 +260,11 @@ def test_stall_timeout_reaches_the_agent_and_is_checked() -> None:
     assert "--stall-timeout" not in dist.ddp(script="t.py").roles[0].args[1]
     with pytest.raises(UsageError, match=r"--stall_timeout -1 is invalid; expected seconds from 0"):
         dist.ddp(script="t.py", stall_timeout=-1)
+
+
+def test_recover_reaches_the_agent_and_is_checked() -> None:
+    """dist.ddp --recover warm is the agent's --recover warm; off (default): no flag, as before."""
+    assert "--recover warm " in dist.ddp(script="t.py", recover="warm").roles[0].args[1]
+    assert "--recover" not in dist.ddp(script="t.py").roles[0].args[1]
+    with pytest.raises(UsageError, match=r"--recover 'hot' is invalid; expected off or warm"):
+        dist.ddp(script="t.py", recover="hot")
