@@ -46,6 +46,10 @@ MEASURES: dict[str, tuple[str, str]] = {
         "a hang's autopsy: xrun stacks, the stall watchdog, their cost (issue #24)",
         "hang:measure_16",
     ),
+    "18": (
+        "recovery drill: kill -9 of a worker -> next full-world step, --recover warm (issue #34)",
+        "recovery:measure_18",
+    ),
 }
 
 

@@ -34,10 +34,10 @@ import time
 import types
 
 _IDLE_LOOK = 2.0  # seconds between looks for new module reports while idle
-# When the workers write what they imported, in seconds after their start: the first step
-# of a training loop (DistributedDataParallel's construction alone imports ~800 modules)
-# usually falls between the first reports.
-_REPORT_AT = (2.0, 5.0, 10.0, 20.0, 40.0, 80.0)
+# When the workers write what they imported, in seconds after their start: often early, so
+# that the pool has the modules of the first step (DistributedDataParallel's construction
+# alone imports ~800) soon after it, whenever it falls (a ms or two per write).
+_REPORT_AT = (1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 17.0, 23.0, 30.0, 40.0, 60.0, 90.0)
 _WAIT_REPORTS_MAX = 60.0  # a warm child imports torch at the latest this long after its start
 _MAX_MSG = 1 << 22
 _SKIP_ENV = "XRUN_WARM_SKIP"  # comma-separated module prefixes a pool must never pre-import
