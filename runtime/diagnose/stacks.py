@@ -96,12 +96,14 @@ def collect(
     workers: Mapping[int, tuple[int, int]],
     timeout: float = 5.0,
     stderrs: Mapping[int, str] | None = None,
+    local_vars: bool = False,
 ) -> dict[int, RankStacks]:
     """Stacks of ``workers`` (global rank -> (local rank, pid)), read in parallel; a rank that
     cannot be read gets an ``error`` line instead (py-spy missing, not Python, no permission,
     stopped, exiting, gone, too slow). ``stderrs``: global rank -> its stderr file, for the
-    last traceback of an exiting rank. Never raises for a rank; returns within about
-    ``timeout`` seconds."""
+    last traceback of an exiting rank. ``local_vars``: each frame also gets ``vars``, its local
+    variables as ``[name, address, repr]`` (py-spy ``--locals``; the stall watchdog's spin rule
+    compares them). Never raises for a rank; returns within about ``timeout`` seconds."""
     exe = find_pyspy()
     out: dict[int, RankStacks] = {}
     if exe is None:
@@ -117,7 +119,7 @@ def collect(
         se: IO[bytes] = tempfile.TemporaryFile()
         try:
             proc = subprocess.Popen(
-                [exe, "dump", "--json", "--pid", str(pid)],
+                [exe, "dump", "--json", *(["--locals"] if local_vars else []), "--pid", str(pid)],
                 stdout=so,
                 stderr=se,
                 stdin=subprocess.DEVNULL,
@@ -214,15 +216,22 @@ def _parse(code: int, stdout: bytes, stderr: bytes, pid: int) -> RankStacks:
 
 
 def _thread(t: dict[str, Any], pid: int) -> dict[str, Any]:
-    frames = [
-        {
+    frames: list[dict[str, Any]] = []
+    for f in t.get("frames") or ():
+        if not isinstance(f, dict):
+            continue
+        frame = {
             "name": str(f.get("name", "?")),
             "file": str(f.get("filename", "?")),
             "line": f.get("line", 0),
         }
-        for f in t.get("frames") or ()
-        if isinstance(f, dict)
-    ]
+        if isinstance(f.get("locals"), list):  # --locals
+            frame["vars"] = [
+                [str(v.get("name")), v.get("addr"), str(v.get("repr"))]
+                for v in f["locals"]
+                if isinstance(v, dict)
+            ]
+        frames.append(frame)
     name = t.get("thread_name") or f"thread {t.get('os_thread_id', '?')}"
     # The main thread's OS id is the process id (Linux); py-spy may not know a thread's name.
     return {"name": str(name), "main": t.get("os_thread_id") == pid, "frames": frames}

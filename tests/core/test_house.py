@@ -124,6 +124,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "xrun.limits",
         "xrun.contract",
         "xrun.xdg",
+        "xrun.procs",
         "xrun.fields",
         "xrun.yaml_writer",
         "xrun.specs",
