@@ -102,3 +102,8 @@ APP_DIR_ENV = "XRUN_APP_DIR"
 # The runtime agent's last stderr line after a failure: ``<prefix><cause> (rank R, file:line)``.
 # docker and slurm keep only a replica's output, so their status reads the cause from it.
 ROOT_CAUSE_PREFIX = "xrun-agent: root cause: "
+
+# A graceful stop's grace in seconds (runtime/stopping.py): how long the agent lets workers
+# that watch for stop requests save before it stops them. Each scheduler sets it to its own
+# grace: local_cwd's stop_grace_s, docker's stop_timeout, Slurm's GraceTime or warning lead.
+STOP_GRACE_ENV = "XRUN_STOP_GRACE"
