@@ -65,6 +65,9 @@ BEAT_FILE_ENV = "XRUN_BEAT_FILE"
 # too, where TORCHELASTIC_RESTART_COUNT is each agent's own failure count. The tracker keys a
 # job's attempts by it (xrun.tracker.attempts).
 RDZV_ROUND_ENV = "XRUN_ROUND"
+# The agent's --recover (dist.ddp's recover): "off", torchrun's cold restart, or "warm", a
+# restarted rank taken from the agent's pool of pre-started interpreters (docs/recovery.md).
+RECOVER_MODES = ("off", "warm")
 
 # Sweeps (``xrun run --sweep``): every worker of trial i gets its values as
 # ``XRUN_SWEEP_<NAME>`` (the parameter's name upper-cased), its index and the sweep's size.
