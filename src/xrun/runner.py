@@ -41,7 +41,7 @@ from xrun.schedulers.options import resolve_run_options
 from xrun.specs import AppDef, AppStatus, macros, make_app_handle
 from xrun.sweeps.handles import Target, backend_for, resolve
 from xrun.sweeps.records import check_trial
-from xrun.tracking import job_env, run_id
+from xrun.tracker.submit import job_env, run_id
 
 if TYPE_CHECKING:
     import datetime
@@ -146,7 +146,7 @@ class Runner:
 
     def with_job_env(self, app: AppDef, scheduler: str, parent_run_id: str | None = None) -> AppDef:
         """A copy of ``app`` whose roles' env tells the replicas their job (``TORCHX_JOB_ID``,
-        the tracking variables: see :mod:`xrun.tracking`); ``app`` itself is untouched, so the
+        the tracking variables: see :mod:`xrun.tracker.submit`); ``app`` itself is untouched, so the
         YAML ``--dryrun`` prints runs again on any scheduler."""
         out = copy.deepcopy(app)
         env = job_env(

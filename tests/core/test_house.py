@@ -130,7 +130,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "xrun.jobspec",
         "xrun.named_resources",
         "xrun.config",
-        "xrun.tracking",
         "xrun.sweeps.plan",
         "xrun.sweeps.status",
         "xrun.sweeps.records",

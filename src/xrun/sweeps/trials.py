@@ -44,7 +44,7 @@ from xrun.sweeps.supervisor import (
     trial_app,
     unsettled,
 )
-from xrun.tracking import set_parent
+from xrun.tracker.submit import set_parent
 
 SUPERVISOR_MODULE = "xrun.sweeps.supervisor"
 # How long `cancel` waits for the supervisor to stop every trial and exit.
