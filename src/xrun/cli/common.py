@@ -7,6 +7,8 @@ import sys
 from xrun.errors import AppNotFoundError
 
 PROG = "xrun"
+# The HANDLE argument's help, for every command that takes one.
+HANDLE_HELP = "SCHEDULER://SESSION/APP_ID, a sweep's handle, or a trial's SWEEP_HANDLE/TRIAL"
 
 
 def progress(msg: str) -> None:
