@@ -1,43 +1,21 @@
 """The ``xrun`` command line: the top layer. Nothing below it imports it.
 
 One module per command (``cmd_<name>.py``, each owning its arguments: ``add_arguments`` for
-argparse and ``main(ns)``); this module only maps a command to its module (``COMMANDS``) and
-errors to exit codes: 0 success; 1 the job failed or the handle is unknown; 2 a usage or validation error,
-printed as ONE line ``xrun: error: <message>`` without a traceback.
+argparse and ``main(ns)``), listed once in ``xrun.cli.common.COMMANDS``; this module only
+dispatches and maps errors to exit codes: 0 success; 1 the job failed or the handle is unknown;
+2 a usage or validation error, printed as ONE line ``xrun: error: <message>`` without a
+traceback.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Sequence
-from types import ModuleType
 
-from xrun.cli.common import PROG, one_line
+from xrun.cli.common import PROG, command_module, one_line
 from xrun.cli.run_args import RunOptions, parse_run_options, split_run_argv
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError, printable
-
-# Each command's module, in `xrun --help`'s order: the one list of commands (the dispatch and
-# the parser read it). A module is imported when its command runs (benchmark 5: `xrun run
-# --dryrun` pays for run's imports only, not for what `xrun log` or `configure` need), or all
-# of them when argparse builds the whole parser.
-COMMANDS: dict[str, str] = {
-    name: f"xrun.cli.cmd_{name}"
-    for name in (
-        "run",
-        "builtins",
-        "status",
-        "cancel",
-        "describe",
-        "log",
-        "stacks",
-        "list",
-        "runopts",
-        "configure",
-        "tracker",
-    )
-}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,13 +64,6 @@ def _dispatch(args: list[str]) -> int:
         return 2
     code = command_module(ns.command).main(ns)
     return code
-
-
-def command_module(name: str) -> ModuleType:
-    """The module of command ``name`` (``cmd_<name>.py``), imported on first use."""
-    if name not in COMMANDS:
-        raise UsageError(f"unknown command {name!r}; commands: {', '.join(COMMANDS)}")
-    return importlib.import_module(COMMANDS[name])
 
 
 if __name__ == "__main__":

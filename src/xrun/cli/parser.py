@@ -9,8 +9,7 @@ than the rest of a dry run (benchmark 5).
 from __future__ import annotations
 
 from xrun import __version__
-from xrun.cli import COMMANDS, command_module
-from xrun.cli.common import PROG
+from xrun.cli.common import COMMANDS, PROG, command_module
 from xrun.cli.parser_base import Parser
 
 
