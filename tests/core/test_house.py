@@ -243,3 +243,48 @@ def _python_files() -> list[Path]:
 def test_no_module_over_600_lines(path: Path) -> None:
     n = len(path.read_text().splitlines())
     assert n <= MAX_LINES, f"{path.relative_to(REPO)} has {n} lines; split it by job"
+
+
+def _contract_names() -> dict[str, str]:
+    """xrun.contract's string constants (``NAME = "value"``): the names that cross a process."""
+    tree = ast.parse(MODULES["xrun.contract"].read_text())
+    return {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+def test_names_that_cross_a_process_are_written_once() -> None:
+    """A name both sides of a process boundary use (an env var, a file) is spelled only in
+    xrun.contract; everything else imports it, so a rename cannot reach one side only. A string
+    literal equal to one elsewhere in the package (docstrings aside) is a second home."""
+    owned = {value: name for name, value in _contract_names().items()}
+    assert {"TORCHX_JOB_ID", "XRUN_RUN_ID", "stacks.json", "XRUN_STOP_GRACE"} <= set(owned)
+    bad = []
+    for module, path in MODULES.items():
+        if module == "xrun.contract":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value in owned
+                and id(node) not in docstrings
+            ):
+                bad.append(
+                    f"{path.relative_to(REPO)}:{node.lineno} writes {node.value!r}: "
+                    f"import xrun.contract.{owned[node.value]}"
+                )
+    assert not bad, "\n".join(bad)
