@@ -1,7 +1,8 @@
 """``python -m benchmarks [--smoke] [--only 1,3] [--reps N] [--out FILE]``
 
 Runs the eight measures of issue #6 (1-8), the two of issue #18 (sweeps, 9-10) and the four of
-issue #14 (the agent's store, 11-14) and the two of issue #24 (fault diagnosis, 15; a hang's autopsy, 16) in this one process tree, prints each table as it finishes and writes every figure to
+issue #14 (the agent's store, 11-14) and the two of issue #24 (fault diagnosis, 15; a hang's autopsy, 16) and the one of issue #34 (a
+snapshot's cost, 17) in this one process tree, prints each table as it finishes and writes every figure to
 ``benchmarks/results/latest.json`` (rewritten after each measure, so an interrupted run keeps
 what it measured). Exit status: 0 when every contender that is
 installed did its job, 1 when an xrun contender failed (its row says why; a reference such as
@@ -45,6 +46,10 @@ MEASURES: dict[str, tuple[str, str]] = {
     "16": (
         "a hang's autopsy: xrun stacks, the stall watchdog, their cost (issue #24)",
         "hang:measure_16",
+    ),
+    "17": (
+        "training state in shared memory: the cost of a commit (issue #34)",
+        "snapshot:measure_17",
     ),
 }
 

@@ -72,6 +72,7 @@ def ddp(
     debug: bool = False,
     tee: int = 3,
     stall_timeout: int = 0,
+    stall_silent_timeout: int = 0,
 ) -> AppDef:
     """Distributed data parallel: NNODES replicas, each running NPROC workers of a script.
 
@@ -95,6 +96,7 @@ def ddp(
         debug: set torch/NCCL debug environment variables
         tee: which worker streams also go to the console: 0 none, 1 stdout, 2 stderr, 3 both
         stall_timeout: seconds in which no worker works (CPU, I/O) nor shows a sign of life (a line, a write, a beat) before the attempt ends with every rank's stack as its root cause; a silent start-up or busy phase has max(10x, 600 s) (the agent's --stall-timeout, docs/diagnose.md); 0: off
+        stall_silent_timeout: with stall_timeout, seconds the workers may show no sign of life (no line, write, beat or timer request) at all, busy or not, before the attempt ends the same way (the agent's --stall-silent-timeout); 0: max(10 x stall_timeout, 600 s)
     """
     size = parse_j(j)
     resource = get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
@@ -117,6 +119,7 @@ def ddp(
             debug=debug,
             tee=tee,
             stall_timeout=stall_timeout,
+            stall_silent_timeout=stall_silent_timeout,
         )
     )
 
@@ -135,6 +138,7 @@ def spmd(
     mounts: list[str] | None = None,
     debug: bool = False,
     stall_timeout: int = 0,
+    stall_silent_timeout: int = 0,
 ) -> AppDef:
     """SPMD: one worker per GPU of the named resource, on [MIN:]NNODES nodes.
 
@@ -155,6 +159,7 @@ def spmd(
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly]
         debug: set torch/NCCL debug environment variables
         stall_timeout: seconds in which no worker works nor shows a sign of life before the attempt ends with every rank's stack as its root cause (see dist.ddp); 0: off
+        stall_silent_timeout: with stall_timeout, seconds without any sign of life before the attempt ends (see dist.ddp); 0: max(10 x stall_timeout, 600 s)
     """
     resource = get_named_resource(h)
     if "x" in j:  # NPROC given: as TorchX, it wins over the GPU count
@@ -178,6 +183,7 @@ def spmd(
             mounts=tuple(mounts or ()),
             debug=debug,
             stall_timeout=stall_timeout,
+            stall_silent_timeout=stall_silent_timeout,
         )
     )
 
@@ -209,6 +215,7 @@ class DistJob(Value):
         "debug",
         "tee",
         "stall_timeout",
+        "stall_silent_timeout",
     )
     component: str  # the component's name, for error messages
     script: str | None
@@ -227,6 +234,7 @@ class DistJob(Value):
     debug: bool
     tee: int
     stall_timeout: int  # the agent's --stall-timeout; 0: off
+    stall_silent_timeout: int  # the agent's --stall-silent-timeout; 0: its default
 
     def __init__(  # noqa: PLR0913 (one argument per field, as a dataclass's)
         self,
@@ -247,6 +255,7 @@ class DistJob(Value):
         debug: bool = False,
         tee: int = 3,
         stall_timeout: int = 0,
+        stall_silent_timeout: int = 0,
     ) -> None:
         Value.__init__(
             self,
@@ -267,6 +276,7 @@ class DistJob(Value):
             debug,
             tee,
             stall_timeout,
+            stall_silent_timeout,
         )
 
     def validate(self) -> None:
@@ -297,6 +307,17 @@ class DistJob(Value):
             raise UsageError(
                 f"{c}: --stall_timeout {self.stall_timeout} is invalid; expected seconds from 0 "
                 f"(off) to {MAX_DURATION_S:g}"
+            )
+        if not 0 <= self.stall_silent_timeout <= MAX_DURATION_S:
+            raise UsageError(
+                f"{c}: --stall_silent_timeout {self.stall_silent_timeout} is invalid; expected "
+                f"seconds from 0 (the default: max(10 x --stall_timeout, 600)) to "
+                f"{MAX_DURATION_S:g}"
+            )
+        if self.stall_silent_timeout and not self.stall_timeout:
+            raise UsageError(
+                f"{c}: --stall_silent_timeout {self.stall_silent_timeout} needs --stall_timeout: "
+                "the watchdog is off without it"
             )
         if self.max_retries < 0:
             raise UsageError(f"{c}: --max_retries {self.max_retries} is invalid; expected >= 0")
@@ -371,6 +392,8 @@ class DistJob(Value):
             cmd += ["--rdzv-conf", shlex.quote(self.rdzv_conf)]
         if self.stall_timeout:
             cmd += ["--stall-timeout", str(self.stall_timeout)]
+        if self.stall_silent_timeout:
+            cmd += ["--stall-silent-timeout", str(self.stall_silent_timeout)]
         if self.script is not None:
             cmd += [shlex.quote(self.script)]
         else:

@@ -16,7 +16,15 @@ undisturbed run, however often the job is killed and restarted (e.g. by the runt
 * on start, rank 0 loads the newest checkpoint (the last *completed* epoch) and every rank
   starts from it: the epoch is broadcast and DDP broadcasts rank 0's parameters;
 * plain SGD (no optimizer state beyond the parameters) and one intra-op thread, so nothing that
-  was not checkpointed influences the result.
+  was not checkpointed influences the result;
+* after every step each rank also commits its state (parameters, optimizer, RNG, step) to the
+  node's shared memory (``xrun.runtime.snapshot``, see docs/recovery.md). A restarted job
+  resumes from the newest step every rank committed, losing no step; without one (first start,
+  a rank on a new node, another world size) from the disk checkpoint as above. The commits are
+  skipped when no restart can follow (``--max-restarts 0``, plain ``python``, torchrun's default).
+
+``--print-steps``: rank 0 prints ``step S`` (S counts from the start of training) once every
+rank has committed step S, so a restart never prints a step twice unless it trained it twice.
 
 Checkpoints go through fsspec, so ``--checkpoint-dir`` may be a path or a URL
 (``file:///tmp/ckpt``, ``memory://ckpt``, ``s3://...`` with s3fs installed).
@@ -42,6 +50,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from xrun.runtime.snapshot import Restored, Snapshotter
+
 IN_FEATURES, HIDDEN, BATCH = 16, 32, 32
 _CKPT_RE = re.compile(r"epoch-(\d+)\.pt$")
 
@@ -64,6 +74,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--step-sleep", type=float, default=0.0, help="seconds to sleep per step (to watch it run)"
+    )
+    p.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=1,
+        help="commit the state to shared memory every N steps; 0: never (default: 1)",
+    )
+    p.add_argument(
+        "--print-steps",
+        action="store_true",
+        help="rank 0 prints 'step S' once every rank has committed step S",
     )
     return p.parse_args(argv)
 
@@ -147,16 +168,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rank {rank}/{world}: started (restart {restart})", flush=True)
 
     fs, root = fsspec.core.url_to_fs(args.checkpoint_dir)
+    spe = args.steps_per_epoch
     model = make_model(args.seed)
-    done = torch.tensor([0])  # epochs already completed
-    if rank == 0:
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)  # the parameters DDP will wrap
+    snap = Snapshotter(every=args.snapshot_every)
+    # Every rank: the newest step all ranks hold in shared memory, or None (then the disk).
+    restored = snap.restore(model, opt)
+    done = torch.tensor([0])  # steps already completed
+    if isinstance(restored, Restored):
+        done[0] = restored.step
+        if rank == 0:
+            print(f"rank 0: resuming after step {restored.step} from shared memory", flush=True)
+    elif rank == 0:
         found = latest_checkpoint(fs, root)
         if found:
-            done[0] = load_checkpoint(fs, found[1], model)
-            print(f"rank 0: resuming after epoch {int(done[0])} from {found[1]}", flush=True)
+            done[0] = load_checkpoint(fs, found[1], model) * spe
+            print(f"rank 0: resuming after epoch {int(done[0]) // spe} from {found[1]}", flush=True)
     dist.broadcast(done, src=0)
+    start = int(done[0])
     ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
     # DDP regroups its gradient buckets after its first backward pass, and gloo's all_reduce
     # sums an element in an order that depends on where it sits in its bucket. A resumed run's
@@ -168,8 +198,17 @@ def main(argv: list[str] | None = None) -> int:
     ddp(x).sum().backward()
     opt.zero_grad(set_to_none=True)
 
-    for epoch in range(int(done[0]) + 1, args.epochs + 1):
-        for step in range(args.steps_per_epoch):
+    def completed(step: int) -> None:
+        """Step ``step`` (counted from the start) is done: commit it, then say so."""
+        snap.commit(step, model=model, optimizer=opt)
+        if args.print_steps:
+            dist.barrier()  # every rank has committed: a restart resumes after this step
+            if rank == 0:
+                print(f"step {step}", flush=True)
+
+    for epoch in range(start // spe + 1, args.epochs + 1):
+        first = start % spe if epoch == start // spe + 1 else 0
+        for step in range(first, spe):
             x, y = batch(args.seed, epoch, rank, step)
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(ddp(x), y)
@@ -177,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             opt.step()
             if args.step_sleep:
                 time.sleep(args.step_sleep)
+            if step < spe - 1:  # an epoch's last step is committed after its checkpoint
+                completed((epoch - 1) * spe + step + 1)
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         mean /= world
@@ -185,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"epoch {epoch}: loss {mean.item():.6f}", flush=True)
         # Nobody races ahead of a checkpoint that is still being written.
         dist.barrier()
+        # Committed once the checkpoint exists: a resume after this step starts the next epoch
+        # and never skips an epoch's checkpoint.
+        completed(epoch * spe)
 
     # The final loss on a fixed evaluation batch: defined even when a resumed run had nothing
     # left to train.
@@ -206,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         with fsspec.open(args.out, "w") as f:
             json.dump(result, f)
     dist.barrier()  # every rank is past its last collective: leaving now strands nobody
+    snap.close(remove=True)  # training is over: no restart will need the snapshots
     return 0
 
 

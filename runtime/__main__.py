@@ -26,15 +26,17 @@ PROG = "xrun-agent"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    cause: dict[str, object] = {}
     try:
-        code = _main(argv)
+        code = _main(argv, cause)
     except KeyboardInterrupt:  # SIGINT before the agent handles signals (while parsing)
         code = 130
-    write_exit_record(code)
+    write_exit_record(code, cause)
     return code
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, cause: dict[str, object]) -> int:
+    """Run the agent; ``cause`` gets what the exit record says about a failure."""
     try:
         config, entrypoint, args = parse(argv)
     except UsageError as e:
@@ -48,6 +50,12 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"{PROG}: error: {printable(e)}", file=sys.stderr)
         return 2
     if result.exitcode != 0:
+        # For the scheduler that must tell, of several failed replicas, the one whose failure
+        # is the job's root cause from the ones that learned of it from a peer (local_cwd).
+        cause["by_peer"] = result.by_peer
+        if result.failures:
+            first = result.failures[root_cause(result.failures)]
+            cause["root_cause"], cause["failed_at"] = first.message[:300], first.exit_time
         print(
             result.message if result.failures else f"{PROG}: {result.message}",
             file=sys.stderr,
@@ -78,15 +86,18 @@ def _main(argv: Sequence[str] | None) -> int:
     return result.exitcode
 
 
-def write_exit_record(code: int) -> None:
-    """``{"exitcode": code, ...}`` to ``$XRUN_EXIT_RECORD`` (atomically), if it is set."""
+def write_exit_record(code: int, cause: dict[str, object] | None = None) -> None:
+    """``{"exitcode": code, ...}`` to ``$XRUN_EXIT_RECORD`` (atomically), if it is set; a
+    failure adds ``by_peer`` (a peer's failure ended this node) and, when this node's workers
+    failed, ``root_cause`` (the first failure's headline) and ``failed_at`` (its epoch time)."""
     path = os.environ.get(EXIT_RECORD_ENV)
     if not path:
         return
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w") as f:
-            json.dump({"exitcode": code, "pid": os.getpid(), "ended_at": time.time()}, f)
+            record = {"exitcode": code, "pid": os.getpid(), "ended_at": time.time()}
+            json.dump({**record, **(cause or {})}, f)
         os.replace(tmp, path)
     except OSError as e:
         try:

@@ -97,7 +97,8 @@ class RunResult(Record):
     """What ``Agent.run`` ended with. ``exitcode`` is the agent's: 0, 1 or 128+signal. A plain
     record: a dataclass costs every agent's start-up (benchmark 1) ~0.5 ms to make."""
 
-    __slots__ = _fields = ("exitcode", "return_values", "failures", "message")
+    _fields = ("exitcode", "return_values", "failures", "message")
+    __slots__ = (*_fields, "by_peer")
 
     def __init__(
         self,
@@ -105,12 +106,15 @@ class RunResult(Record):
         return_values: dict[int, Any] | None = None,
         failures: dict[int, ProcessFailure] | None = None,
         message: str = "",
+        by_peer: bool = False,
     ) -> None:
         self.exitcode = exitcode
         # both by global rank
         self.return_values: dict[int, Any] = {} if return_values is None else return_values
         self.failures: dict[int, ProcessFailure] = {} if failures is None else failures
         self.message = message  # the failure summary / reason ("" on success)
+        # failed because another node did: the root cause is a peer's (its exit record says so)
+        self.by_peer = by_peer
 
     def error(self, name: str) -> AgentFailedError | None:
         if self.exitcode == 0:
@@ -245,7 +249,7 @@ class Agent:
                 reason = getattr(e, "reason", "") or str(e)
                 if not failed:
                     return RunResult(0, message=reason)
-                return RunResult(1, message=f"the job was closed by a peer: {reason}")
+                return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             except RendezvousError as e:
                 return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")
             if self._events is not None:
@@ -280,7 +284,9 @@ class Agent:
                 if not failed:  # finished without this node (nothing of ours failed)
                     _log(f"the job was closed as finished ({reason}): workers stopped")
                     return RunResult(0, message=reason)
-                return RunResult(1, message=f"the job was closed by a peer: {reason}")
+                if handler.lost:  # this node lost the rendezvous itself
+                    return RunResult(1, message=reason)
+                return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             case RendezvousChanged(reason):
                 pc.close(signal.SIGTERM, self.config.shutdown_timeout)
                 _log(f"membership changed ({reason}): restarting the workers")
@@ -367,10 +373,12 @@ class Agent:
                 )
         except RendezvousClosedError as e:
             if getattr(e, "failed", False):
-                return RunResult(1, values, message=f"a peer failed: {getattr(e, 'reason', e)}")
+                reason = getattr(e, "reason", e)
+                return RunResult(1, values, message=f"a peer failed: {reason}", by_peer=True)
         except RendezvousError as e:
-            # Our workers all succeeded; a peer that vanished while we waited is its own failure.
-            _log(f"while waiting for the other nodes to finish: {e}")
+            # Our workers all succeeded; a peer that vanished while we waited is its own
+            # failure, and a rendezvous server gone at the end (etcd) fails nothing of ours.
+            _log(f"warning: {e}")
         return RunResult(0, values)
 
     def _start(self, info: RendezvousInfo, handler: RendezvousHandler) -> PContext:

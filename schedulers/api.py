@@ -30,8 +30,8 @@ from .options import type_name as type_name
 if TYPE_CHECKING:
     from xrun.sweeps.backend import SweepBackend
 
-if TYPE_CHECKING:
     from .stacks import NodeStacks
+    from .workspace import Workspace
 
 T = TypeVar("T")
 
@@ -158,18 +158,39 @@ class Scheduler(abc.ABC, Generic[T]):
     def run_opts(self) -> runopts[Any]:
         """The run options; the builtins' ``runopts(TheirOptions)`` (a dataclass)."""
 
+    def open_workspace(self, given: Workspace | str | None) -> Workspace | None:
+        """``--workspace`` ``given`` opened for this scheduler's jobs: the one value that
+        :meth:`submit_dryrun` puts in the request and :meth:`submit` makes available. The
+        Runner calls it once (a caller that passes a string to submit_dryrun or submit gets
+        it called there); None: no workspace.
+
+        The default, for TorchX's plugins, which know no workspace: None (their jobs run what
+        their images or their cwd hold). The builtins open it (``schedulers/workspace.py``),
+        or say why they run none (local_cwd)."""
+        return None
+
     def submit_dryrun(
-        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+        self, app: AppDef, cfg: Mapping[str, object], workspace: Workspace | str | None = None
     ) -> AppDryRunInfo[T]:
-        """The request for ``app``. ``workspace``: what :meth:`submit` would make available
-        with the same argument; schedulers that copy or build one override this to put it in
-        the request (the default runs in the cwd and ignores it)."""
-        resolved = self.run_opts().resolve(cfg, self.backend)
+        """The request for ``app``, with ``workspace`` (see :meth:`open_workspace`) in it; a
+        dry run makes nothing, builds nothing."""
+        ws = self.open_workspace(workspace)
+        opts = self._checked(app, cfg)
+        # TorchX's plugins take (app, cfg): they open no workspace, so they are given none.
+        info = self._submit_dryrun(app, opts) if ws is None else self._submit_dryrun(app, opts, ws)
+        return self._stamped(info, app, opts)
+
+    def _checked(self, app: AppDef, cfg: Mapping[str, object]) -> Any:
+        """``cfg`` resolved (see below), and ``app`` checked against it: UsageError."""
+        opts = self.run_opts().resolve(cfg, self.backend)
         app.validate()
-        self._validate(app, resolved)
-        info = self._submit_dryrun(app, resolved)
+        self._validate(app, opts)
+        return opts
+
+    def _stamped(self, info: AppDryRunInfo[T], app: AppDef, opts: Any) -> AppDryRunInfo[T]:
+        """``info`` with what it was made from: the app, the resolved options, the scheduler."""
         info.app = app
-        info.cfg = resolved
+        info.cfg = opts
         info.scheduler = self.backend
         return info
 
@@ -179,22 +200,21 @@ class Scheduler(abc.ABC, Generic[T]):
         """Scheduler-specific checks of the app (raise UsageError)."""
 
     @abc.abstractmethod
-    def _submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[T]: ...
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Any, workspace: Workspace | None = None
+    ) -> AppDryRunInfo[T]:
+        """The request; ``workspace``: what :meth:`open_workspace` opened (given only to a
+        scheduler that opens one)."""
 
     @abc.abstractmethod
     def schedule(self, dryrun_info: AppDryRunInfo[T]) -> str:
         """Execute the request; return the app id."""
 
-    def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
-        """Make ``workspace`` (a local dir) available to the app, e.g. build an image.
-
-        The default does nothing: schedulers that run in the cwd need no copy.
-        """
-
-    def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
-        if workspace:
-            self.build_workspace(app, workspace, cfg)
-        return self.schedule(self.submit_dryrun(app, cfg))
+    def submit(
+        self, app: AppDef, cfg: Mapping[str, object], workspace: Workspace | str | None = None
+    ) -> str:
+        """Execute the request :meth:`submit_dryrun` makes with the same arguments."""
+        return self.schedule(self.submit_dryrun(app, cfg, workspace))
 
     @abc.abstractmethod
     def describe(self, app_id: str) -> DescribeAppResponse | None:
@@ -262,6 +282,26 @@ class Scheduler(abc.ABC, Generic[T]):
 
     def close(self) -> None:
         """Release clients/connections."""
+
+
+class WorkspaceBuilder(abc.ABC):
+    """A scheduler that builds the workspace into what its jobs run declares it by this base
+    (docker: an image on each role's image); TorchX's ``WorkspaceMixin``. Its :meth:`submit`
+    builds before it schedules, a sweep of trials builds once for every trial
+    (``xrun.sweeps.trials``), and the CLI makes the cwd its workspace when none is given. A dry
+    run never builds: it shows the workspace that submit would build."""
+
+    def open_workspace(self, given: Workspace | str | None) -> Workspace | None:
+        """What it builds, opened (see :meth:`Scheduler.open_workspace`); None: none, the
+        role images run unchanged."""
+        from .workspace import as_workspace
+
+        return as_workspace(given)
+
+    @abc.abstractmethod
+    def build_workspace(self, roles: Iterable[Role], workspace: Workspace, cfg: Any) -> None:
+        """Build ``workspace`` into each distinct image of ``roles`` once, and point each role
+        at its result. ``cfg``: the resolved run options (``AppDryRunInfo.cfg``)."""
 
 
 def replicas_role_may_lose(role: Role) -> int:

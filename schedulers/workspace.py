@@ -19,10 +19,13 @@ Why gitignore and not ``.dockerignore``: most projects already keep a ``.gitigno
 what is not code (virtualenvs, data, outputs, checkpoints), and its unanchored ``name`` is what
 people expect to match at any depth (``.dockerignore`` anchors every pattern at the top).
 
-A :class:`Workspace` is opened once (the ignore file read once); the dry run prints its
-:meth:`~Workspace.describe`, and submit walks the same value, so ``--dryrun`` shows exactly the
-folder and the ignore set that submit uses. fsspec is imported only here, when a workspace is
-opened (``import xrun`` and a local_cwd dry run never do: benchmark 5).
+A :class:`Workspace` is opened once, at the edge (``Runner.dryrun``/``run``, through the
+scheduler's :meth:`~xrun.schedulers.api.Scheduler.open_workspace`), and the value travels into
+the request: the dry run prints its :meth:`~Workspace.describe_ignored`, and submit walks (Slurm:
+copies, docker: builds) the same value, so ``--dryrun`` shows exactly the folder and the ignore
+set that submit uses. None means "no workspace" wherever a workspace is passed. fsspec is
+imported only here, when a URL is opened or a local folder first walked (``import xrun``, a
+local_cwd dry run and a Slurm dry run that runs in a plain folder never do: benchmark 5).
 """
 
 from __future__ import annotations
@@ -79,7 +82,10 @@ class Workspace:
     root: str  # the folder's path on ``fs``
     ignore_file: str | None  # the ignore file the user's patterns came from
     patterns: tuple[str, ...]  # ALWAYS_SKIP, then the ignore file's
-    fs: Any = field(compare=False, repr=False)
+    # The fsspec filesystem; None for a plain local path until a walk needs it (see
+    # :func:`filesystem`): opening one imports no fsspec.
+    fs: Any = field(default=None, compare=False, repr=False)
+    given: str = field(default="", compare=False)  # as the user wrote it (their messages)
 
     def user_patterns(self) -> tuple[str, ...]:
         return self.patterns[len(ALWAYS_SKIP) :]
@@ -95,19 +101,26 @@ class Workspace:
 
     def local_path(self) -> str | None:
         """The folder as a local path, when it is one (a plain path or ``file://``)."""
+        if self.fs is None:
+            return self.root
         protocol = getattr(self.fs, "protocol", None)
         names = protocol if isinstance(protocol, tuple) else (protocol,)
         return self.root if "file" in names else None
 
 
-def _filesystem(spec: str) -> tuple[Any, str, str]:
-    """(fs, root, url) for a local path or an fsspec URL."""
-    import fsspec  # lazy: see the module's docstring
-    from fsspec.implementations.local import LocalFileSystem
+def filesystem(ws: Workspace) -> Any:
+    """``ws``'s fsspec filesystem, made on first use for a plain local path."""
+    if ws.fs is None:
+        from fsspec.implementations.local import LocalFileSystem  # lazy: see the module doc
 
-    if "://" not in spec:
-        root = os.path.abspath(spec)
-        return LocalFileSystem(), root, root
+        object.__setattr__(ws, "fs", LocalFileSystem())  # a cache: equality ignores fs
+    return ws.fs
+
+
+def _filesystem(spec: str) -> tuple[Any, str, str]:
+    """(fs, root, url) for an fsspec URL."""
+    import fsspec  # lazy: see the module's docstring
+
     try:
         fs, root = fsspec.core.url_to_fs(spec)
     except (ValueError, ImportError) as e:  # an unknown protocol, a filesystem not installed
@@ -119,22 +132,26 @@ def open_workspace(spec: str) -> Workspace:
     """The workspace ``spec`` names, its ignore file read; UsageError unless it is a folder."""
     if not spec:
         raise UsageError(f"an empty workspace; pass {EXPECTED}")
-    fs, root, url = _filesystem(spec)
-    if "://" not in spec:
+    if "://" not in spec:  # a plain path: the os module answers, fsspec waits for a walk
+        root = os.path.abspath(spec)
         check_local_dir(spec, root)
-    try:
-        is_dir = fs.isdir(root)
-    except OSError as e:
-        raise UsageError(f"workspace {spec!r} cannot be read ({e}); pass {EXPECTED}") from None
-    if not is_dir:
-        raise UsageError(f"workspace {spec!r} is not a directory; pass {EXPECTED}")
+        fs, url = None, root
+        is_file, read = os.path.isfile, _read_local
+    else:
+        fs, root, url = _filesystem(spec)
+        try:
+            is_dir = fs.isdir(root)
+        except OSError as e:
+            raise UsageError(f"workspace {spec!r} cannot be read ({e}); pass {EXPECTED}") from None
+        if not is_dir:
+            raise UsageError(f"workspace {spec!r} is not a directory; pass {EXPECTED}")
+        is_file, read = fs.isfile, fs.cat_file
     patterns = list(ALWAYS_SKIP)
     used = None
     for name in IGNORE_FILES:
         path = posixpath.join(root, name)
-        if fs.isfile(path):
-            with fs.open(path, "rb") as f:
-                text = f.read().decode("utf-8", errors="replace")
+        if is_file(path):
+            text = read(path).decode("utf-8", errors="replace")
             patterns += [
                 ln.rstrip()
                 for ln in text.splitlines()
@@ -142,7 +159,19 @@ def open_workspace(spec: str) -> Workspace:
             ]
             used = name
             break
-    return Workspace(url=url, root=root, ignore_file=used, patterns=tuple(patterns), fs=fs)
+    return Workspace(url, root, used, tuple(patterns), fs, spec)
+
+
+def _read_local(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def as_workspace(given: Workspace | str | None) -> Workspace | None:
+    """``given`` opened (a string), as it is (a value), or None for none (None or ``""``)."""
+    if isinstance(given, Workspace):
+        return given
+    return open_workspace(given) if given else None
 
 
 def _match_one(pattern: str, rel: str, is_dir: bool) -> bool:
@@ -174,7 +203,7 @@ def walk(ws: Workspace) -> Iterator[WorkspaceFile]:
     found: list[WorkspaceFile] = []
     while stack:
         rel_dir, path = stack.pop()
-        for entry in ws.fs.ls(path, detail=True):
+        for entry in filesystem(ws).ls(path, detail=True):
             name = posixpath.basename(str(entry["name"]).rstrip("/"))
             rel = f"{rel_dir}/{name}" if rel_dir else name
             is_dir = entry.get("type") == "directory"
@@ -196,14 +225,13 @@ CHUNK = 1 << 20
 
 def open_file(ws: Workspace, f: WorkspaceFile) -> Any:
     """``f`` opened for reading in chunks (a binary file object of the workspace's fs)."""
-    return ws.fs.open(f.path, "rb")
+    return filesystem(ws).open(f.path, "rb")
 
 
 def check_local_dir(given: str, path: str) -> None:
     """UsageError unless ``path`` (the workspace ``given``, as a local path) is a folder a job
     can run in: an existing directory, not in the kernel's pseudo-filesystems (``/proc/self/fd``
-    names another folder on every node and process). No fsspec: a plain path's dry run stays
-    light."""
+    names another folder on every node and process)."""
     if not os.path.isdir(path):
         raise UsageError(f"workspace {given!r} is not a directory; pass {EXPECTED}")
     real = os.path.realpath(path)
@@ -235,7 +263,7 @@ def script_problem(ws: Workspace, rel: str) -> str | None:
             src = ws.ignore_file or "the always-skipped set"
             return f"is left out of the workspace by {src} ({below!r} matches)"
     try:
-        if ws.fs.isfile(posixpath.join(ws.root, rel)):
+        if filesystem(ws).isfile(posixpath.join(ws.root, rel)):
             return None
     except OSError as e:
         return f"cannot be read in workspace {ws.url} ({e})"

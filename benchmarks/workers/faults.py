@@ -6,10 +6,10 @@ writes its pid to ``OUT_DIR/pid.<rank>`` (so a test can kill it from outside) wh
 given.
 
 Faults: ``raise`` (ValueError, no @record), ``chained`` (an exception raised while handling
-another), ``record`` (RuntimeError under @record), ``exit3`` (sys.exit(3)), ``exit7``
-(os._exit(7)), ``segv`` (a NULL read), ``abort`` (abort()), ``oom`` (allocate until the memory
-limit is hit), ``sleep`` (nothing: the test sends the signal), ``ignore-term`` (ignores SIGTERM,
-then sleeps), ``expire`` (arms torch's FileTimerClient for 1 s, then hangs).
+another), ``record`` (RuntimeError under @record), ``exit3`` (sys.exit(3)), ``exit7`` (os._exit(7)),
+``segv`` (a NULL read), ``abort`` (abort()), ``oom`` (allocate until the memory limit is hit),
+``sleep`` (nothing: the test sends the signal), ``ignore-term`` (ignores SIGTERM, then sleeps),
+``expire`` (torch's FileTimerClient armed for 1 s, then a hang), ``interrupt`` (KeyboardInterrupt).
 """
 
 import os
@@ -53,6 +53,10 @@ def expire() -> None:
         time.sleep(3600)  # a hang: the timer's server kills it after 1 s
 
 
+def interrupt() -> None:
+    raise KeyboardInterrupt  # no signal anywhere: Python still exits by SIGINT
+
+
 FAULTS = {
     "raise": lambda: bad_batch(7),
     "chained": chained,
@@ -65,6 +69,7 @@ FAULTS = {
     "sleep": lambda: time.sleep(3600),
     "ignore-term": lambda: (signal.signal(signal.SIGTERM, signal.SIG_IGN), time.sleep(3600)),
     "expire": expire,
+    "interrupt": interrupt,
 }
 
 

@@ -116,46 +116,67 @@ def _sample(pid: int, t: float) -> _Sample | None:
 
 
 class Activity:
-    """The workers' recent samples; ``look`` once per check."""
+    """The workers' recent samples; ``look`` once per check. After a look, ``spinners`` maps
+    each worker that worked only by using a CPU or staying runnable (it read nothing, wrote
+    nothing) to its share of a CPU in percent, and ``other_work`` says whether a worker worked
+    otherwise (it read): what ``spin`` needs to tell a wait that spins from work."""
 
     def __init__(self) -> None:
         self._hist: dict[int, deque[_Sample]] = {}
+        self.spinners: dict[int, int] = {}
+        self.other_work = False
 
     def reset(self) -> None:
         """A new worker group: forget the old pids."""
         self._hist.clear()
+        self.spinners = {}
+        self.other_work = False
 
     def look(self, pids: Iterable[int], now: float) -> tuple[bool, bool]:
-        """``(wrote, working)``: did any worker write since the last look, and did any work
-        over the last ``WINDOW_S`` seconds (both False for a worker seen for the first time)."""
+        """``(wrote, working)``: did any worker write since the last look (since its start, for
+        a worker seen for the first time), and did any work over the last ``WINDOW_S`` seconds
+        (False for a worker seen for the first time)."""
         wrote = working = False
         hist: dict[int, deque[_Sample]] = {}
+        self.spinners, self.other_work = {}, False
         for pid in pids:
             cur = _sample(pid, now)
             if cur is None:
                 continue
             h = self._hist.get(pid) or deque()
-            if h and cur.wchar > h[-1].wchar:
-                wrote = True
+            # Seen for the first time: every byte it wrote since it started counts (its first
+            # line may come before the agent's first look; a silent start-up writes nothing).
+            this_wrote = cur.wchar > (h[-1].wchar if h else 0)
+            wrote = wrote or this_wrote
             h.append(cur)
             # keep one sample at or before the window's start: the baseline of the deltas
             while len(h) > 2 and h[1].t <= now - WINDOW_S:
                 h.popleft()
             hist[pid] = h
-            if not working and len(h) > 1:
-                working = _works(h)
+            how = _works(h) if len(h) > 1 else ""
+            working = working or bool(how)
+            if how == "read" or (how and this_wrote):
+                self.other_work = True
+            elif how:
+                self.spinners[pid] = _cpu_percent(h)
         self._hist = hist  # workers that ended are dropped
         return wrote, working
 
 
-def _works(h: deque[_Sample]) -> bool:
+def _works(h: deque[_Sample]) -> str:
+    """How the worker worked over the window: "read", "cpu", "runnable", or "" (it did not)."""
     old, cur = h[0], h[-1]
     dt = cur.t - old.t
     if dt <= 0:
-        return False
-    if cur.cpu - old.cpu >= CPU_FRACTION * max(dt, WINDOW_S / 2):
-        return True
+        return ""
     if cur.rchar - old.rchar >= READ_BYTES:
-        return True
+        return "read"
+    if cur.cpu - old.cpu >= CPU_FRACTION * max(dt, WINDOW_S / 2):
+        return "cpu"
     busy = sum(s.busy for s in list(h)[1:])
-    return len(h) > 2 and 2 * busy > len(h) - 1
+    return "runnable" if len(h) > 2 and 2 * busy > len(h) - 1 else ""
+
+
+def _cpu_percent(h: deque[_Sample]) -> int:
+    dt = h[-1].t - h[0].t
+    return round(100 * (h[-1].cpu - h[0].cpu) / dt) if dt > 0 else 0

@@ -33,6 +33,7 @@ class Group:
     where: str  # "all_reduce (train.py:42)", or the error line
     main: list[dict[str, Any]] = field(default_factory=list)  # frames, innermost first
     error: str = ""
+    spinning: int = -1  # every rank spins in a wait (the stall watchdog): the least % CPU
 
 
 def _main_frames(r: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -68,6 +69,10 @@ def group(ranks: Mapping[int, Mapping[str, Any]]) -> list[Group]:
             key = tuple((f.get("name"), f.get("file"), f.get("line")) for f in frames)
             g = by_key.setdefault(key, Group([], where(frames), main=frames))
         g.ranks.append(rank)
+    for g in by_key.values():
+        pcts = [ranks[r].get("spinning") for r in g.ranks]
+        if not g.error and all(isinstance(p, int) for p in pcts):
+            g.spinning = min(p for p in pcts if isinstance(p, int))
     return sorted(by_key.values(), key=_order)
 
 
@@ -105,9 +110,15 @@ def _said(ranks: list[int], error: str, more: str = "") -> str:
 
 def headline(groups: list[Group]) -> str:
     """One line: ``rank 1 in stuck_here (hang.py:14); ranks 0,2,3 in all_reduce (hang.py:26)``."""
-    return "; ".join(
-        _said(g.ranks, g.error) if g.error else f"{rank_list(g.ranks)} in {g.where}" for g in groups
-    )
+    return "; ".join(_said(g.ranks, g.error) if g.error else _in(g) for g in groups)
+
+
+def _in(g: Group) -> str:
+    """``rank 0 in f (x.py:3)``, or ``rank 0 waits in f (x.py:3) at 100 % CPU (spinning)``."""
+    if g.spinning < 0:
+        return f"{rank_list(g.ranks)} in {g.where}"
+    verb = "waits" if len(g.ranks) == 1 else "wait"
+    return f"{rank_list(g.ranks)} {verb} in {g.where} at {g.spinning} % CPU (spinning)"
 
 
 def _frame_line(f: Mapping[str, Any]) -> str:
@@ -129,7 +140,8 @@ def format_groups(ranks: Mapping[int, Mapping[str, Any]], groups: list[Group] | 
                 lines.append("  Its last traceback (stderr), innermost first:")
                 lines.extend(_frame_line(f) for f in g.main)
             continue
-        lines.append(f"{rank_list(g.ranks)} ({len(g.ranks)}/{total}){on}: {g.where}")
+        spin = f", spinning at {g.spinning} % CPU" if g.spinning >= 0 else ""
+        lines.append(f"{rank_list(g.ranks)} ({len(g.ranks)}/{total}){on}: {g.where}{spin}")
         lines.append("  Thread MainThread:")
         lines.extend(_frame_line(f) for f in g.main)
         others: dict[Any, tuple[str, list[dict[str, Any]], list[int]]] = {}

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -95,12 +96,14 @@ def collect(
     workers: Mapping[int, tuple[int, int]],
     timeout: float = 5.0,
     stderrs: Mapping[int, str] | None = None,
+    local_vars: bool = False,
 ) -> dict[int, RankStacks]:
     """Stacks of ``workers`` (global rank -> (local rank, pid)), read in parallel; a rank that
     cannot be read gets an ``error`` line instead (py-spy missing, not Python, no permission,
     stopped, exiting, gone, too slow). ``stderrs``: global rank -> its stderr file, for the
-    last traceback of an exiting rank. Never raises for a rank; returns within about
-    ``timeout`` seconds."""
+    last traceback of an exiting rank. ``local_vars``: each frame also gets ``vars``, its local
+    variables as ``[name, address, repr]`` (py-spy ``--locals``; the stall watchdog's spin rule
+    compares them). Never raises for a rank; returns within about ``timeout`` seconds."""
     exe = find_pyspy()
     out: dict[int, RankStacks] = {}
     if exe is None:
@@ -116,7 +119,7 @@ def collect(
         se: IO[bytes] = tempfile.TemporaryFile()
         try:
             proc = subprocess.Popen(
-                [exe, "dump", "--json", "--pid", str(pid)],
+                [exe, "dump", "--json", *(["--locals"] if local_vars else []), "--pid", str(pid)],
                 stdout=so,
                 stderr=se,
                 stdin=subprocess.DEVNULL,
@@ -129,6 +132,7 @@ def collect(
             continue
         running[rank] = (proc, so, se)
     deadline = time.monotonic() + timeout
+    _wait_exits([proc for proc, _, _ in running.values()], deadline)
     for rank, (proc, so, se) in running.items():
         lr, pid = workers[rank]
         try:
@@ -156,6 +160,41 @@ def collect(
     return dict(sorted(out.items()))
 
 
+def _wait_exits(procs: list[subprocess.Popen[bytes]], deadline: float) -> None:
+    """Block until every one of ``procs`` has exited or ``deadline`` (monotonic) has passed,
+    woken by each exit (a pidfd per process; the caller then reaps them without waiting).
+
+    Not ``Popen.wait(timeout)``: it polls, sleeping 1, 2, 4 ... 32, then 50 ms between looks,
+    so a dump that ends just after a look is seen up to 50 ms late. A dump takes tens of ms,
+    right where those looks fall, so a few ms more or less of py-spy's own time moved a failed
+    attempt's restart by 32 or 50 ms (benchmark 7, 2 nodes: +45 ms at the median between two
+    commits that only moved timings; docs/benchmark-runs/2026-11-27-restart-wait.txt).
+    Without pidfds (Linux < 5.3) this returns at once and the caller's ``Popen.wait`` polls."""
+    fds: list[int] = []
+    try:
+        for p in procs:
+            fds.append(os.pidfd_open(p.pid))
+    except (AttributeError, OSError):
+        for fd in fds:
+            os.close(fd)
+        return
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        left = len(fds)
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for fd, _ in poller.poll(remaining * 1000):
+                poller.unregister(fd)  # a pidfd stays readable once its process has exited
+                left -= 1
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def _parse(code: int, stdout: bytes, stderr: bytes, pid: int) -> RankStacks:
     if code == 0:
         try:
@@ -177,15 +216,22 @@ def _parse(code: int, stdout: bytes, stderr: bytes, pid: int) -> RankStacks:
 
 
 def _thread(t: dict[str, Any], pid: int) -> dict[str, Any]:
-    frames = [
-        {
+    frames: list[dict[str, Any]] = []
+    for f in t.get("frames") or ():
+        if not isinstance(f, dict):
+            continue
+        frame = {
             "name": str(f.get("name", "?")),
             "file": str(f.get("filename", "?")),
             "line": f.get("line", 0),
         }
-        for f in t.get("frames") or ()
-        if isinstance(f, dict)
-    ]
+        if isinstance(f.get("locals"), list):  # --locals
+            frame["vars"] = [
+                [str(v.get("name")), v.get("addr"), str(v.get("repr"))]
+                for v in f["locals"]
+                if isinstance(v, dict)
+            ]
+        frames.append(frame)
     name = t.get("thread_name") or f"thread {t.get('os_thread_id', '?')}"
     # The main thread's OS id is the process id (Linux); py-spy may not know a thread's name.
     return {"name": str(name), "main": t.get("os_thread_id") == pid, "frames": frames}

@@ -17,7 +17,9 @@ survivors' stacks a failure report shows.
   first sign of life, no worker worked for ``S`` seconds (a rank blocked in a collective or
   asleep uses no CPU), or when no sign of life came for the silent limit ``L``
   (``--stall-silent-timeout``, default ``max(10 S, 600 s)``): a silent start-up (imports, a
-  data load), a silent busy phase, a rank spinning in a hung collective. Workers found in
+  data load), a silent busy phase. Work that is only ranks spinning in a wait that never ends
+  (CUDA's busy wait behind a hung NCCL collective) is no work after ``S`` s (``spin``: stacks
+  read only in that state). Workers found in
   interpreter shutdown are not stalled: their teardown has the silent limit only. The agent
   looks every ``S/4`` seconds (at most 1 s): a few ``stat`` and ``/proc`` reads per worker,
   nothing when off. On several nodes the agents share signs of life and work through a counter
@@ -43,7 +45,8 @@ from xrun.contract import BEAT_FILE_ENV, STACKS_FILE, STACKS_REQUEST_FIFO
 
 from ..events import Stalled
 from ..rendezvous import RendezvousError
-from .activity import Activity
+from .activity import WINDOW_S, Activity
+from .spin import Spin
 
 if TYPE_CHECKING:
     from ..rendezvous.api import RendezvousInfo
@@ -109,6 +112,8 @@ class Diagnostics:
         self._seen: tuple[Any, ...] = ()
         self._shared = -1  # the store's progress counter as last read
         self._activity = Activity()
+        self._spin = Spin(stall_timeout, self._period)
+        self._remote_worked = 0.0  # monotonic time another node's workers last worked
         self._said = 0.0  # monotonic time of the last sign of life
         self._worked = 0.0  # … of the last work (a sign of life is work too)
         self._started = False  # a sign of life came in this attempt
@@ -203,7 +208,8 @@ class Diagnostics:
             self._fds = [fd for fd in (1, 2) if _is_file(fd)]
             self._seen = self._signature()
             self._activity.reset()
-            self._said = self._worked = time.monotonic()
+            self._spin.reset()
+            self._said = self._worked = self._remote_worked = time.monotonic()
             self._started = self._exiting = False
             self._next_poll = self._said + self._period
 
@@ -229,17 +235,52 @@ class Diagnostics:
         wrote, working = self._activity.look(self._pc.pids().values(), now)
         said = sig != self._seen or wrote
         self._seen = sig
-        said_there, worked_there = self._shared_progress(said, said or working)
+        spun = self._spinning(now, said, working)
+        # a node whose only work is ranks spinning in a wait tells the others it did none
+        said_there, worked_there = self._shared_progress(said, said or (working and not spun))
         if said or said_there:
             self._said = now
             self._started, self._exiting = True, False
+            self._spin.reset()
+        if worked_there:
+            self._remote_worked = now
         if said or working or said_there or worked_there:
             self._worked = now
         if now - self._said >= self.silent_timeout:
             return self._stalled(silent=True)
-        if not self._started or self._exiting or now - self._worked < self.stall_timeout:
+        if not self._started or self._exiting:
+            return None
+        if (
+            spun
+            and now - self._said >= self.stall_timeout
+            and now - self._remote_worked >= max(WINDOW_S, 2 * self._period)
+        ):
+            return self._stalled(silent=False, spinning=spun)
+        if now - self._worked < self.stall_timeout:
             return None
         return self._stalled(silent=False)
+
+    def _spinning(self, now: float, said: bool, working: bool) -> dict[int, int]:
+        """The spin rule (``spin``): global rank -> % CPU of the local workers that spin in a
+        wait, when they are this node's only work; {} otherwise. Stacks are read only after
+        ``S/2`` s without a sign of life while the only work is CPU without I/O."""
+        act = self._activity
+        if (
+            said
+            or not working
+            or not self._started
+            or self._exiting
+            or act.other_work
+            or not act.spinners
+            or now - self._said < self.stall_timeout / 2
+        ):
+            self._spin.reset()
+            return {}
+        suspects = {r: w for r, w in self._workers().items() if w[1] in act.spinners}
+        self._spin.look(suspects, now)
+        if len(suspects) != len(act.spinners) or not self._spin.confirmed(act.spinners):
+            return {}
+        return {r: act.spinners[pid] for r, (_, pid) in suspects.items()}
 
     def _signature(self) -> tuple[Any, ...]:
         out: list[Any] = [self._beats() if self._beats is not None else 0]
@@ -271,10 +312,13 @@ class Diagnostics:
         self._shared = value
         return theirs >= _SAID, theirs > 0
 
-    def _stalled(self, silent: bool) -> Stalled | None:
+    def _stalled(self, silent: bool, spinning: Mapping[int, int] | None = None) -> Stalled | None:
         from .groups import format_groups, group, headline  # benchmark 1: a stall only
 
         ranks = self._collect(self._workers(), _REQUEST_TIMEOUT_S)
+        for rank, pct in (spinning or {}).items():
+            if rank in ranks:
+                ranks[rank]["spinning"] = pct  # "waits in … at 100 % CPU (spinning)"
         if not silent and ranks and all(r.get("exiting") for r in ranks.values()):
             # Past their last line and tearing down (torch's finalizers, a gloo teardown): a
             # job that did its work is not killed for it; a teardown that hangs meets the

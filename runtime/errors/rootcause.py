@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -53,6 +54,8 @@ __all__ = [
 # that raised it. 64 KiB holds a few hundred frames.
 TAIL_BYTES = 64 * 1024
 _HEADER = "Traceback (most recent call last):"
+# torch's excepthook after init_process_group: "[rank3]: " before every line of a traceback
+_RANK = re.compile(r"\[rank\d+\]: ")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)')
 # faulthandler's dump after a fatal signal: "Fatal Python error: Segmentation fault" and then
 # frames as '  File "x.py", line 4 in f', innermost first.
@@ -86,13 +89,30 @@ def _where(frame_line: str) -> str:
     return f"{os.path.basename(m['file'])}:{m['line']}" if m else ""
 
 
+def _unprefixed(text: str) -> list[str]:
+    """The lines of the stream that the last traceback in it belongs to, without torch's rank
+    prefix.
+
+    A worker that called ``init_process_group`` prints an uncaught exception with every line
+    prefixed ``[rankN]: `` (torch's excepthook; blank lines stay bare). A stream may also carry
+    lines of other processes in between (a rank's own children, a native library's log), so the
+    traceback is read from the lines with the prefix its last header has, plus blank lines."""
+    lines = text.splitlines()
+    split = [(m[0], line[m.end() :]) if (m := _RANK.match(line)) else ("", line) for line in lines]
+    last = max((i for i, (_, body) in enumerate(split) if body.startswith(_HEADER)), default=-1)
+    if last < 0:
+        return []
+    own = split[last][0]
+    return [body for prefix, body in split if prefix == own or not body]
+
+
 def parse_traceback(text: str) -> Traceback | None:
     """The last complete traceback in ``text``; None when there is none.
 
     A chained exception prints the cause's traceback first and the final one last, so the last
     header starts the one that ended the process. Its exception line is the first line after
     the header that is not indented (frames, source lines and SyntaxError's carets are)."""
-    lines = text.splitlines()
+    lines = _unprefixed(text)
     start = max((i for i, line in enumerate(lines) if line.startswith(_HEADER)), default=-1)
     if start < 0:
         return None
@@ -175,8 +195,11 @@ def describe(
     ``after``: the rank whose failure made the agent stop this one; ``timer``: why the file
     timer killed it ("" it did not)."""
     tail = _tail(stderr) if stderr else ""
+    interrupt = _keyboard_interrupt(f, tail, sent_by_agent) if not timer else None
+    if interrupt is not None:
+        return interrupt.cause(rank, f.pid)
     if f.exitcode < 0:
-        why = timer or signal_cause(-f.exitcode, sent_by_agent, oom, cgroup_read)
+        why = timer or signal_cause(-f.exitcode, sent_by_agent, oom, cgroup_read, f.pid)
         if after is not None and -f.exitcode in sent_by_agent:
             why += f"; rank {after} failed first"
         block, where = _fatal_error(tail)
@@ -200,6 +223,44 @@ def describe(
     last = _last_line(tail)
     said = f"; its last stderr line: {last[:200]}" if last else ""
     return Cause(f"{why} (rank {rank}){said}", f"{why} (pid {f.pid}){said}")
+
+
+class _Interrupt:
+    """An uncaught ``KeyboardInterrupt``: Python ends such a process by raising SIGINT on itself,
+    so its exit status reads "killed by SIGINT" whether a signal came or the code raised it."""
+
+    __slots__ = ("raised", "tb")
+
+    def __init__(self, tb: Traceback, raised: bool | None) -> None:
+        self.tb = tb
+        self.raised = raised  # None: the source line is not shown, so it cannot be told
+
+    def cause(self, rank: int, pid: int) -> Cause:
+        if self.raised:
+            why = "KeyboardInterrupt raised in the worker"
+        elif self.raised is None:
+            why = "KeyboardInterrupt in the worker (SIGINT from outside the agent, or raised by it)"
+        else:  # the interrupt hit a line that does not raise it: a SIGINT arrived
+            why = "killed by SIGINT from outside the agent (KeyboardInterrupt)"
+        at = f", {self.tb.where}" if self.tb.where else ""
+        return Cause(f"{why} (rank {rank}{at})", f"{why} (pid {pid})\n{self.tb.text}")
+
+
+def _keyboard_interrupt(f: ProcessFailure, tail: str, sent: tuple[int, ...]) -> _Interrupt | None:
+    """The worker's uncaught ``KeyboardInterrupt``, when it died of a SIGINT the agent did not
+    send and its stderr ends in that traceback; None otherwise."""
+    if f.exitcode != -signal.SIGINT or signal.SIGINT in sent:
+        return None
+    tb = parse_traceback(tail)
+    if tb is None or tb.exception.split(":")[0] != "KeyboardInterrupt":
+        return None
+    # the source line under the innermost frame: "raise KeyboardInterrupt…" is the code's own
+    lines = tb.text.splitlines()
+    last = max((i for i, x in enumerate(lines) if _FRAME.match(x)), default=-1)
+    source = lines[last + 1].strip() if 0 <= last < len(lines) - 1 else ""
+    if last < 0 or not source or not lines[last + 1][:1].isspace():
+        return _Interrupt(tb, None)
+    return _Interrupt(tb, source.startswith("raise") and "KeyboardInterrupt" in source)
 
 
 def explain_failures(

@@ -1,21 +1,23 @@
 """Rendezvous: how the agents of one job find each other and agree on a world, round after round.
 
-``create_handler(params)`` returns a ``RendezvousHandler``; the agent calls ``next_rendezvous()``
+``create_handler(params)`` returns a ``RendezvousHandler`` (the interface, ``api.py``; each
+backend's class implements it); the agent calls ``next_rendezvous()``
 to join a round, ``select()``s on ``fileno()`` while its workers run, and asks ``poll_event()``
 what happened when that fd becomes readable. Standard library only.
 
 The wing, module by module:
 
-* ``api.py``: the errors, ``RendezvousParams``, ``RendezvousInfo``, ``RendezvousEvent``;
+* ``api.py``: the errors, ``RendezvousParams``, ``RendezvousInfo``, ``RendezvousEvent``, and
+  ``RendezvousHandler``, the interface the agent uses, whatever the backend;
 * ``conf.py``: ``--rdzv-conf`` (``RdzvConfig``, its one parser) and the job's secret;
 * ``endpoint.py``: the one endpoint parser/formatter, the addresses bound and advertised;
-* ``handler.py``: ``RendezvousHandler`` (watching a round, leaving it) and ``create_handler``;
+* ``handler.py``: ``StoreRendezvousHandler``, c10d's and static's (watching a round, leaving it);
 * ``rounds.py``: joining a round (arrive, wait, seal);
 * ``leases.py``: a member's lease and the heartbeat thread;
 * ``hosting.py``: serving the store or reaching it, and the connections to it;
 * ``keys.py``: the keys and what they hold (a node's seat, the member list, the verdict);
 * ``kv.py``: ``KeyValue``, the agent's own keys;
-* ``backends.py``: ``create_handler``, the backend's handler for the parameters;
+* ``backends.py``: ``create_handler`` and ``BACKENDS``, each backend's lazy creator;
 * ``etcd.py``, ``etcd_kv.py``: the etcd rendezvous (``etcd``, ``etcd-v2``) and its etcd calls.
 
 Backends
@@ -29,7 +31,7 @@ connect with retry and backoff. ``static``: node rank 0 serves the store at the 
 (``--rdzv-endpoint`` is etcd's; see ``etcd.py``); each agent serves its workers' store.
 
 The same store, on the same port, is the workers' store (torch's TCPStore protocol, a key space
-of its own: see ``store/server.py``): ``RendezvousHandler.workers_address`` is the
+of its own: see ``store/server.py``): ``StoreRendezvousHandler.workers_address`` is the
 ``MASTER_ADDR``/``MASTER_PORT`` the agent gives its workers.
 
 Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
@@ -95,6 +97,7 @@ from .api import (
     RendezvousClosedError,
     RendezvousError,
     RendezvousEvent,
+    RendezvousHandler,
     RendezvousInfo,
     RendezvousParams,
     RendezvousTimeoutError,
@@ -102,7 +105,6 @@ from .api import (
 from .backends import create_handler
 from .conf import CONF_KEYS, RdzvConfig, config_from_conf, load_token, parse_rdzv_conf
 from .endpoint import Endpoint
-from .handler import RendezvousHandler
 from .kv import KeyValue
 
 __all__ = [

@@ -1,21 +1,30 @@
-"""The rendezvous' public types: its errors, what a handler is created from, what a round gives
-and the events it reports while the workers run."""
+"""The rendezvous' public types: its errors, what a handler is created from, what a round gives,
+the events it reports while the workers run, and ``RendezvousHandler``, the interface every
+backend implements (``handler.StoreRendezvousHandler``, ``etcd.EtcdRendezvousHandler``)."""
 
 from __future__ import annotations
 
 import enum
+import os
+import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from xrun.record import Value
 
+from .endpoint import default_local_addr
+
 if TYPE_CHECKING:
+    from .conf import RdzvConfig
     from .endpoint import Endpoint
+    from .kv import KeyValue
 
 __all__ = [
     "RendezvousClosedError",
     "RendezvousError",
     "RendezvousEvent",
+    "RendezvousHandler",
     "RendezvousInfo",
     "RendezvousParams",
     "RendezvousTimeoutError",
@@ -157,3 +166,120 @@ class RendezvousInfo(Value):
 class RendezvousEvent(enum.Enum):
     RESTART = "restart"
     CLOSED = "closed"
+
+
+_handler_seq = 0
+_handler_seq_lock = threading.Lock()
+
+
+class RendezvousHandler(ABC):
+    """One agent's membership in one job's rendezvous, round after round: all the agent knows of
+    a backend (``backends.create_handler`` picks the backend's class).
+
+    The agent calls ``next_rendezvous()`` to join a round, ``select()``s on ``fileno()`` while
+    its workers run, asks ``poll_event()`` what happened when that fd becomes readable, and
+    leaves with ``finish()`` (its workers succeeded), ``close()`` (it gives up) or ``shutdown()``
+    (always, last). Errors are ``RendezvousError``s: ``RendezvousClosedError`` when the job was
+    closed (``failed`` says whether it failed), ``RendezvousTimeoutError`` when a round did not
+    form in time."""
+
+    params: RendezvousParams
+    cfg: RdzvConfig  # --rdzv-conf, parsed: its timeouts mean the same for every backend
+    addr: str  # the address this node advertises to its peers
+    sortkey: str  # this node's place among members of the same address (the rank rule)
+
+    def __init__(self, params: RendezvousParams, cfg: RdzvConfig) -> None:
+        """What every backend's handler holds. The rank rule is the same for all: members
+        sorted by (advertised address, ``sortkey``), where ``sortkey`` is the node rank for
+        ``static`` and (process id, creation order of the handler in that process) otherwise,
+        so the same hosts get the same ranks in every round they are all part of."""
+        global _handler_seq
+        self.params = params
+        self.cfg = cfg
+        self.addr = params.local_addr or default_local_addr()
+        with _handler_seq_lock:
+            _handler_seq += 1
+            seq = _handler_seq
+        if params.backend == "static":
+            self.sortkey = f"{params.node_rank:08d}"
+        else:
+            self.sortkey = f"{os.getpid():08d}.{seq:08d}"
+
+    # -- where the job is ----------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def endpoint(self) -> Endpoint:
+        """The rendezvous' endpoint (port 0 resolved): what errors name."""
+
+    @property
+    @abstractmethod
+    def is_host(self) -> bool:
+        """Whether this node serves the workers' store (and so holds the exit barrier)."""
+
+    @property
+    @abstractmethod
+    def workers_address(self) -> tuple[str, int]:
+        """(MASTER_ADDR, MASTER_PORT): the workers' store of the current round."""
+
+    # -- joining and watching ------------------------------------------------------------------
+
+    @abstractmethod
+    def next_rendezvous(self) -> RendezvousInfo:
+        """Join the next round and block until it forms."""
+
+    @abstractmethod
+    def fileno(self) -> int:
+        """A descriptor that turns readable when ``poll_event`` has news."""
+
+    @abstractmethod
+    def poll_event(self) -> tuple[RendezvousEvent, str] | None:
+        """Non-blocking: (CLOSED, reason) / (RESTART, reason) / None."""
+
+    @property
+    @abstractmethod
+    def closed_failed(self) -> bool:
+        """After ``poll_event`` returned CLOSED: did the job fail (a peer gave up, the
+        rendezvous was lost) rather than finish? The agent exits 1 for the first, 0 for the
+        second."""
+
+    @property
+    def lost(self) -> bool:
+        """After ``poll_event`` returned CLOSED: whether the end is this node's own loss of
+        the rendezvous service rather than a peer's verdict (the agent then says so instead of
+        "closed by a peer"). A backend whose handler only learns of the end from its peers
+        keeps this False."""
+        return False
+
+    @abstractmethod
+    def kv(self) -> KeyValue:
+        """The agent's own keys in the job's store (the stall watchdog's exchange);
+        ``RendezvousError`` where the backend has no xrun store."""
+
+    # -- leaving -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def request_restart(self, reason: str) -> None:
+        """A local worker failed; every node of the round (this one too) sees RESTART."""
+
+    @abstractmethod
+    def close(self, failed: bool, reason: str) -> None:
+        """This node gives up: every peer sees CLOSED (and next_rendezvous raises it)."""
+
+    @abstractmethod
+    def finish(self, timeout: float | None = None) -> list[str]:
+        """Our workers all succeeded. The host waits (<= ``timeout``, default conf
+        ``exit_barrier_timeout``) for the round's other nodes to finish or leave, then closes
+        the job (failed, naming them, if some did not finish). Returns the addresses of the
+        nodes that did not finish (host only)."""
+
+    @abstractmethod
+    def shutdown(self) -> None:
+        """Let go of everything this handler holds (threads, sockets, a store it serves);
+        idempotent."""
+
+    def __enter__(self) -> RendezvousHandler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -54,14 +54,14 @@ from .api import (
     RendezvousClosedError,
     RendezvousError,
     RendezvousEvent,
+    RendezvousHandler,
     RendezvousInfo,
     RendezvousParams,
     RendezvousTimeoutError,
 )
 from .conf import RdzvConfig, config_from_conf
-from .endpoint import Endpoint, bind_address, default_local_addr
+from .endpoint import Endpoint, bind_address
 from .etcd_kv import EtcdClient, EtcdError, tls_context
-from .handler import RendezvousHandler
 from .keys import closed_error, verdict
 from .kv import KeyValue
 
@@ -70,16 +70,13 @@ __all__ = ["EtcdRendezvousHandler", "create_etcd_handler"]
 # etcd refuses leases shorter than its own minimum (1.5 x its election timeout: 2 s by default).
 _MIN_TTL = 2
 _WORKERS_KEY = "workers"
-_seq = 0
-_seq_lock = threading.Lock()
 
 Member = list[Any]  # [addr, sortkey, nproc, node id, store address]
 
 
 class EtcdRendezvousHandler(RendezvousHandler):
-    """One agent's membership in one job's rendezvous kept in etcd. It has the c10d handler's
-    interface (the agent cannot tell them apart), none of its store-bound state: ``__init__``
-    deliberately does not call the base's, which would serve or reach an xrun store."""
+    """One agent's membership in one job's rendezvous kept in etcd: the c10d handler's sibling
+    (the agent cannot tell them apart), sharing only the interface and its ``__init__``."""
 
     def __init__(
         self,
@@ -88,16 +85,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         prefix: str,
         tls: ssl.SSLContext | None = None,
     ) -> None:
-        global _seq
-        self.params = params
-        self.cfg = cfg
+        super().__init__(params, cfg)
         ep = params.endpoint
         self._etcd = EtcdClient(ep.host, ep.port, cfg.read_timeout, tls)
         self._etcd_endpoint = ep
-        self.addr = params.local_addr or default_local_addr()
-        with _seq_lock:
-            _seq += 1
-            self._sortkey = f"{os.getpid():08d}.{_seq:08d}"
         self._id = os.urandom(8).hex()
         self._prefix = f"{prefix.rstrip('/')}/{params.run_id}/"
         self._state_key = self._prefix + "state"
@@ -122,6 +113,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._place: tuple[int, list[Member]] | None = None  # (rank, members) of our round
         self._event: tuple[RendezvousEvent, str] | None = None
         self._closed_failed = True
+        self._lost = False  # closed by this node's own loss of etcd (see ``lost``)
         self._finished = self._closed = self._shut = False
         self._ready_r, self._ready_w = os.pipe()
         self._stop = threading.Event()
@@ -154,6 +146,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
     @property
     def closed_failed(self) -> bool:
         return self._closed_failed
+
+    @property
+    def lost(self) -> bool:
+        """Whether the job's end (a CLOSED event) is this node's loss of etcd, not a peer's
+        verdict: the agent then says so instead of "closed by a peer"."""
+        return self._lost
 
     # -- etcd ----------------------------------------------------------------------------------
 
@@ -243,7 +241,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         """Join the first round after ``last`` that takes us; block until it forms."""
         p, cfg = self.params, self.cfg
         deadline = time.monotonic() + cfg.join_timeout
-        me: Member = [self.addr, self._sortkey, p.local_world_size, self._id, self._store_addr]
+        me: Member = [self.addr, self.sortkey, p.local_world_size, self._id, self._store_addr]
         count, since = -1, time.monotonic()
         while True:
             rev, s, srev, alive = self._read()
@@ -345,7 +343,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         # re-forming without us, and we will see it).
                         self._lease_id = self._etcd.grant(self._ttl)
                         self._etcd.put(self._alive + self._id, self.addr.encode(), self._lease_id)
-                ok_at = time.monotonic()
+                    # only after an answer: a failing _check below must not reset the clock
+                    ok_at = time.monotonic()
                 if self._joining:
                     self._wake.wait(max(0.0, next_beat - time.monotonic()))
                     self._wake.clear()
@@ -364,9 +363,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     self._set_event(
                         self._round,
                         RendezvousEvent.CLOSED,
-                        f"lost {self.endpoint} for {silent:.1f}s (heartbeat_timeout="
-                        f"{self.cfg.heartbeat_timeout:g}s): {e}",
+                        f"this node lost etcd at {self.endpoint} for {silent:.1f}s (heartbeat_"
+                        f"timeout={self.cfg.heartbeat_timeout:g}s), so its lease ran out and the "
+                        f"peers may go on without it: its workers were stopped ({e})",
                         True,
+                        lost=True,  # our own loss, not a peer's failure
                     )
                 self._stop.wait(min(interval, 0.5))
 
@@ -391,12 +392,13 @@ class EtcdRendezvousHandler(RendezvousHandler):
         return rev
 
     def _set_event(
-        self, rnd: int, event: RendezvousEvent, reason: str, failed: bool = True
+        self, rnd: int, event: RendezvousEvent, reason: str, failed: bool = True, lost: bool = False
     ) -> None:
         with self._lock:
             if self._shut or self._round != rnd or self._event is not None:
                 return
             self._event = (event, reason)
+            self._lost = lost
             if event is RendezvousEvent.CLOSED:
                 self._closed_failed = failed
             os.write(self._ready_w, b"!")
@@ -472,7 +474,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 return []
             return self._exit_barrier(rnd, seat[1], timeout)
         except EtcdError as e:
-            raise self._errors(e) from None
+            # Not a peer's failure: our workers succeeded, and no peer's verdict can be read
+            # now. The agent warns and exits 0 (a peer that failed fails its own node).
+            raise RendezvousError(
+                f"etcd at {self.endpoint} became unreachable at the exit barrier ({e}); this "
+                f"node's workers succeeded"
+            ) from None
 
     def _exit_barrier(self, rnd: int, members: list[Member], timeout: float) -> list[str]:
         deadline = time.monotonic() + timeout

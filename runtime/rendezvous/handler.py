@@ -1,10 +1,9 @@
-"""``RendezvousHandler``: one agent's membership in one job's rendezvous, round after round.
+"""``StoreRendezvousHandler``: the ``RendezvousHandler`` of the ``c10d`` and ``static`` backends,
+whose rounds live in an xrun store that one of the agents serves.
 
-``create_handler(params)`` validates the parameters and builds it; the agent calls
-``next_rendezvous()`` to join a round (``rounds.py``), ``select()``s on ``fileno()`` while its
-workers run, asks ``poll_event()`` what happened when that fd becomes readable, and leaves with
-``finish()`` (its workers succeeded), ``close()`` (it gives up) or ``shutdown()``. The store it
-talks to is ``hosting.StoreLink``'s; its round lease is ``leases.Lease``'s.
+``create_store_handler(params)`` builds it (``backends.create_handler`` validated ``params``);
+joining a round is ``rounds.py``'s, the store it talks to ``hosting.StoreLink``'s, its round
+lease ``leases.Lease``'s.
 """
 
 from __future__ import annotations
@@ -12,9 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-
-from xrun.contract import RDZV_BACKENDS
-from xrun.errors import UsageError
 
 from ..store.client import StoreClient
 from ..store.errors import StoreAuthError, StoreError, StoreTimeoutError
@@ -24,47 +20,35 @@ from .api import (
     RendezvousClosedError,
     RendezvousError,
     RendezvousEvent,
+    RendezvousHandler,
     RendezvousInfo,
     RendezvousParams,
     RendezvousTimeoutError,
 )
 from .conf import RdzvConfig, config_from_conf, load_token
-from .endpoint import Endpoint, default_local_addr
+from .endpoint import Endpoint
 from .hosting import StoreLink
 from .keys import Keys, Seat, World, closed_error, verdict
 from .kv import KeyValue
 from .leases import Lease
 from .rounds import Rounds
 
-__all__ = ["RendezvousHandler", "check_params", "create_handler"]
-
-_handler_seq = 0
-_handler_seq_lock = threading.Lock()
+__all__ = ["StoreRendezvousHandler", "create_store_handler"]
 
 
-class RendezvousHandler:
-    """One agent's membership in one job's rendezvous. Create with ``create_handler``."""
+class StoreRendezvousHandler(RendezvousHandler):
+    """One agent's membership in one job's rendezvous kept in an xrun store."""
 
     def __init__(self, params: RendezvousParams, cfg: RdzvConfig, token: bytes | None) -> None:
-        global _handler_seq
-        self.params = params
-        self.cfg = cfg
+        super().__init__(params, cfg)
         # Binds the store now when this agent hosts it; connections open on first use
         # (next_rendezvous), where the agent handles rendezvous errors.
         self._link = StoreLink(params, cfg, token)
-        self.addr = params.local_addr or default_local_addr()
-        with _handler_seq_lock:
-            _handler_seq += 1
-            seq = _handler_seq
-        if params.backend == "static":
-            sortkey = f"{params.node_rank:08d}"
-        else:
-            sortkey = f"{os.getpid():08d}.{seq:08d}"
         self._keys = Keys(params.run_id)
         self._lock = threading.Lock()  # guards the watch connection and the round state below
         self._lease = Lease(self._link, self._keys, cfg, self.addr, self._lock)
         self._rounds = Rounds(
-            self._link, self._keys, self._lease, params, cfg, self.addr, sortkey, self._prearm
+            self._link, self._keys, self._lease, params, cfg, self.addr, self.sortkey, self._prearm
         )
         self._round = -1
         self._index = 0
@@ -328,45 +312,11 @@ class RendezvousHandler:
                 self._kv.close()
         self._link.close()
 
-    def __enter__(self) -> RendezvousHandler:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-
-def create_handler(params: RendezvousParams) -> RendezvousHandler:
-    """Validate ``params`` (UsageError on a user mistake) and build the handler."""
-    check_params(params)
+def create_store_handler(params: RendezvousParams) -> StoreRendezvousHandler:
+    """Build the handler for valid ``params`` (the secret, if any, is read here)."""
     cfg = config_from_conf(params.conf)
     token = load_token(cfg)
     if token is None and params.private_store:
         token = os.urandom(32)
-    return RendezvousHandler(params, cfg, token)
-
-
-def check_params(p: RendezvousParams) -> None:
-    """What every backend needs of ``p`` (UsageError naming the fault)."""
-    if p.backend not in RDZV_BACKENDS:
-        raise UsageError(
-            f"rendezvous backend {p.backend!r} is not supported; use one of {', '.join(RDZV_BACKENDS)}"
-        )
-    if not p.run_id or "/" in p.run_id:
-        raise UsageError(f"rendezvous run id {p.run_id!r} must be non-empty and without '/'")
-    if not 1 <= p.min_nodes <= p.max_nodes:
-        raise UsageError(
-            f"--nnodes {p.min_nodes}:{p.max_nodes} is invalid; expected 1 <= MIN <= MAX, e.g. 2:4"
-        )
-    if p.local_world_size < 1:
-        raise UsageError(f"nproc per node {p.local_world_size} must be >= 1")
-    if p.backend == "static":
-        if p.min_nodes != p.max_nodes:
-            raise UsageError(
-                f"the static rendezvous needs a fixed --nnodes, got {p.min_nodes}:{p.max_nodes}; "
-                f"use --rdzv-backend c10d for an elastic range"
-            )
-        if not 0 <= p.node_rank < p.max_nodes:
-            raise UsageError(
-                f"--node-rank {p.node_rank} is out of range for --nnodes {p.max_nodes}; "
-                f"expected 0..{p.max_nodes - 1}"
-            )
+    return StoreRendezvousHandler(params, cfg, token)

@@ -64,7 +64,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xrun.config import current_dir
 from xrun.contract import TOKEN_ENV
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
 from xrun.specs import AppDef, AppState, Role, is_terminal
@@ -75,9 +74,10 @@ from ..api import (
     ListAppResponse,
     LogQuery,
     Scheduler,
+    WorkspaceBuilder,
     runopts,
 )
-from ..workspace import Workspace, check_scripts, open_workspace, script_problem
+from ..workspace import Workspace, check_scripts, script_problem
 from .engine import (
     build_image,
     connect,
@@ -158,7 +158,7 @@ def check_image_scripts(app: AppDef, ws: Workspace) -> None:
     check_scripts(app, ws, f"the image runs a copy of it, in {WORKDIR}", "in the image")
 
 
-class DockerScheduler(Scheduler[DockerJob]):
+class DockerScheduler(WorkspaceBuilder, Scheduler[DockerJob]):
     backend = "docker"
 
     def __init__(self, session_name: str, state_dir: str | None = None) -> None:
@@ -196,55 +196,48 @@ class DockerScheduler(Scheduler[DockerJob]):
                     f"one (e.g. --image xrun-python:latest, built by scripts/docker-engine.sh image)"
                 )
 
-    def _submit_dryrun(self, app: AppDef, cfg: DockerOptions) -> AppDryRunInfo[DockerJob]:
-        alphabet = string.ascii_lowercase + string.digits
-        app_id = make_app_id(app.name, "".join(secrets.choice(alphabet) for _ in range(8)))
-        job = materialize(app, app_id, cfg, os.environ, self.session_name)
-        return AppDryRunInfo(job, format_job)
-
-    def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
-        """Like every scheduler's, except that no ``workspace`` means the cwd (as the issue asks:
-        the job runs the code as it is now); pass ``""`` to run the role images unchanged."""
-        ws = self.resolve_workspace(workspace)
-        if ws:
-            check_image_scripts(app, open_workspace(ws))  # before a build, which takes a while
-            self.build_workspace(app, ws, cfg)
-        return self.schedule(super().submit_dryrun(app, cfg))
-
-    def submit_dryrun(
-        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+    def _submit_dryrun(
+        self, app: AppDef, cfg: DockerOptions, workspace: Workspace | None = None
     ) -> AppDryRunInfo[DockerJob]:
         """The request, headed by the workspace :meth:`submit` would build into each image
         (its URL and ignore set, read as the build reads them), or that none is built."""
-        info = super().submit_dryrun(app, cfg)
-        ws = self.resolve_workspace(workspace)
-        if ws:
-            opened = open_workspace(ws)
-            check_image_scripts(app, opened)
+        alphabet = string.ascii_lowercase + string.digits
+        app_id = make_app_id(app.name, "".join(secrets.choice(alphabet) for _ in range(8)))
+        job = materialize(app, app_id, cfg, os.environ, self.session_name)
+        if workspace is not None:
+            check_image_scripts(app, workspace)
             head = (
-                f"# workspace {opened.url} -> each image below, as xrun-workspace:<hash>\n"
-                f"#   {opened.describe_ignored()}\n"
+                f"# workspace {workspace.url} -> each image below, as xrun-workspace:<hash>\n"
+                f"#   {workspace.describe_ignored()}\n"
             )
         else:
             head = "# no workspace (--workspace ''): the role images run unchanged\n"
-        info.fmt = lambda job: head + format_job(job)
-        return info
+        return AppDryRunInfo(job, lambda j: head + format_job(j))
 
-    def resolve_workspace(self, workspace: str | None) -> str:
-        """The workspace ``submit`` builds: None is the cwd (a sweep builds it once for all)."""
-        return current_dir() if workspace is None else workspace
+    def submit(
+        self, app: AppDef, cfg: Mapping[str, object], workspace: Workspace | str | None = None
+    ) -> str:
+        """Build the workspace into the role images (none: they run unchanged), then schedule
+        the request made from the built images."""
+        ws = self.open_workspace(workspace)
+        opts = self._checked(app, cfg)
+        if ws is not None:
+            check_image_scripts(app, ws)  # before a build, which takes a while
+            self.build_workspace(app.roles, ws, opts)
+        return self.schedule(self._stamped(self._submit_dryrun(app, opts, ws), app, opts))
 
-    def build_workspace(self, app: AppDef, workspace: str, cfg: Mapping[str, object]) -> None:
+    def build_workspace(
+        self, roles: Iterable[Role], workspace: Workspace, cfg: DockerOptions
+    ) -> None:
         """Build ``<role image> + workspace + xrun`` and point the roles at it (see .workspace)."""
-        opts = self.run_opts().resolve(cfg, self.backend)
         context, dockerfile = build_context(workspace)
         built: dict[str, str] = {}
         with self._engine_errors() as client:
-            for role in app.roles:
+            for role in roles:
                 if role.image not in built:
                     built[role.image] = build_image(
-                        client, context, dockerfile, role.image, workspace,
-                        opts.image_repo, opts.quiet,
+                        client, context, dockerfile, role.image, workspace.given or workspace.url,
+                        cfg.image_repo, cfg.quiet,
                     )  # fmt: skip
                 role.image = built[role.image]
 

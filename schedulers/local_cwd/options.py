@@ -28,7 +28,7 @@ class LocalOptions:
     )
     stop_grace_s: float = option(
         "seconds a stopped replica gets between SIGTERM and SIGKILL (on cancel, or when a "
-        "sibling fails), 0 to 86400",
+        "sibling fails; after a runtime agent's failure, also before the SIGTERM), 0 to 86400",
         default=10.0,
         seconds=True,
     )

@@ -15,9 +15,9 @@ import signal
 import time
 
 from xrun.contract import APP_DIR_ENV
+from xrun.procs import is_alive, proc_start_time
 
 from ..logs import POLL_S
-from .supervisor import is_alive, proc_start_time
 
 _KEY = APP_DIR_ENV.encode() + b"="
 

@@ -26,6 +26,7 @@ from xrun.contract import (
     TOKEN_ENV,
 )
 from xrun.errors import UsageError
+from xrun.procs import visible_gpus
 from xrun.specs import AppDef, Role, appdef_to_dict, macros
 from xrun.xdg import check_writable_dir
 
@@ -106,17 +107,6 @@ def _which(cmd: str, path: str, cwd: str) -> str | None:
         if os.path.isfile(full) and os.access(full, os.X_OK):
             return full
     return None
-
-
-def visible_gpus() -> list[str]:
-    """GPU ids replicas may use: ``CUDA_VISIBLE_DEVICES`` if set, else the NVIDIA driver's."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip()]
-    try:
-        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
-    except OSError:
-        return []
 
 
 def assign_gpus(roles: list[Role], devices: list[str]) -> dict[tuple[str, int], list[str]]:

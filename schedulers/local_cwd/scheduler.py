@@ -50,11 +50,12 @@ import os
 import select
 import signal
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from xrun.config import current_dir
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
+from xrun.procs import is_alive
 from xrun.specs import AppDef, AppState, make_app_handle
 
 from ..api import (
@@ -77,10 +78,11 @@ from .request import (
     with_rdzv_env,
 )
 from .status import describe_app, request_grace, stop_orphans, supervisor_pidfd
-from .supervisor import TERMINAL, is_alive
+from .supervisor import TERMINAL
 
 if TYPE_CHECKING:
     from ..stacks import NodeStacks
+    from ..workspace import Workspace
     from .launch import Child
 
 # States in which an app may still change (UNKNOWN: its supervisor died, replicas run on).
@@ -116,18 +118,17 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         return runopts(LocalOptions)
 
     # ---- the workspace: none, the job runs here
-    def submit_dryrun(
-        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+    def open_workspace(self, given: Workspace | str | None) -> None:
+        # A value is named as it was given (no isinstance: the workspace module stays unloaded)
+        check_no_workspace(
+            given if given is None or isinstance(given, str) else given.given or given.url
+        )
+        return None
+
+    # ---- dry run: build the value, no side effects (never given a workspace: see above)
+    def _submit_dryrun(
+        self, app: AppDef, cfg: LocalOptions, workspace: Workspace | None = None
     ) -> AppDryRunInfo[LocalRequest]:
-        check_no_workspace(workspace)
-        return super().submit_dryrun(app, cfg)
-
-    def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
-        check_no_workspace(workspace)
-        return self.schedule(super().submit_dryrun(app, cfg))
-
-    # ---- dry run: build the value, no side effects
-    def _submit_dryrun(self, app: AppDef, cfg: LocalOptions) -> AppDryRunInfo[LocalRequest]:
         return AppDryRunInfo(build_request(app, cfg), format_request)
 
     # ---- schedule: make the dirs, start the supervisor

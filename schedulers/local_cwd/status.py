@@ -13,13 +13,14 @@ import signal
 import time
 from typing import Any
 
+from xrun.procs import is_alive
 from xrun.specs import AppState, ReplicaStatus, Role, RoleStatus, appdef_from_dict, is_terminal
 
 from ..api import DescribeAppResponse
 from ..logs import root_cause_in
 from . import statedir
 from .procs import group_alive, killpg
-from .supervisor import TERMINAL, grace_of, is_alive, write_json_atomic
+from .supervisor import TERMINAL, grace_of, write_json_atomic
 
 _REPLICA_STATES = {
     "PENDING": AppState.PENDING,
@@ -59,7 +60,9 @@ def describe_app(app_id: str, paths: statedir.AppPaths) -> DescribeAppResponse |
     if st["state"] not in TERMINAL and not is_alive(sup["pid"], sup["start"]):
         states, codes = _orphaned(resp, paths, st, states, codes, req)
     _disk_trouble(resp, paths, st)
-    resp.roles_statuses = _role_statuses(resp, paths, roles, reps, states, codes)
+    culprit = st.get("culprit")
+    culprit = culprit if isinstance(culprit, int) and 0 <= culprit < len(reps) else None
+    resp.roles_statuses = _role_statuses(resp, paths, roles, reps, states, codes, culprit)
     return resp
 
 
@@ -178,11 +181,17 @@ def _role_statuses(
     reps: list[dict[str, Any]],
     states: list[AppState],
     codes: list[int | None],
+    culprit: int | None = None,
 ) -> list[RoleStatus]:
+    """Each role's replicas; the app's error is the one of the replica the supervisor found
+    the root cause in (``culprit``), else of the first failed one."""
     by_role: dict[str, RoleStatus] = {r.name: RoleStatus(r.name) for r in roles}
-    for r, state, code in zip(reps, states, codes, strict=True):
+    order = sorted(range(len(reps)), key=lambda i: i != culprit)
+    errs: dict[int, str] = {}
+    for i in order:
+        r = reps[i]
         err = ""
-        if state == AppState.FAILED:
+        if states[i] == AppState.FAILED:
             # the agent's root-cause line names the rank, which a worker's @record file,
             # copied into the agent's error file as torch does, does not
             err = root_cause_in(paths.log_file(r["role"], r["id"], "stderr"))
@@ -191,6 +200,9 @@ def _role_statuses(
                 err = r["msg"]
             if err and not resp.structured_error_msg and resp.state == AppState.FAILED:
                 resp.structured_error_msg = err
+        errs[i] = err
+    for i, (r, state, code) in enumerate(zip(reps, states, codes, strict=True)):
+        err = errs[i]
         by_role[r["role"]].replicas.append(
             ReplicaStatus(
                 id=r["id"],

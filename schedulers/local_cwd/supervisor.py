@@ -15,7 +15,15 @@ What it does, in order:
    replica's children too (the runtime agent and its workers);
 3. sleeps in ``select`` on a self-pipe that SIGCHLD/SIGTERM/SIGINT write to: no polling;
 4. gang semantics: the first replica to exit non-zero fails the app and its siblings get SIGTERM
-   to their process groups, ``grace_s`` seconds, then SIGKILL. An elastic role
+   to their process groups, ``grace_s`` seconds, then SIGKILL. A replica that ends non-zero on
+   its own is FAILED; only one that ends by the supervisor's SIGTERM/SIGKILL is CANCELLED. Which
+   replica the app's message names is read from the runtime agents' exit records
+   (``$XRUN_EXIT_RECORD``): a replica whose agent says a peer's failure ended it ("closed by a
+   peer") is not the root cause, the one whose own workers failed first is. The first to exit
+   is often not that one (the failing node's agent still writes its summary and reads the
+   survivors' stacks), so after a runtime agent's failure (it left an exit record: its failure
+   closed the job for its peers, which end by themselves) the others get ``grace_s`` to end on
+   their own before the SIGTERM; any other replica's failure stops them at once. An elastic role
    (``min_replicas < num_replicas``) may lose replicas down to ``max(min_replicas, 1)``
    before that happens: its runtime agents carry on with fewer nodes. SIGTERM/SIGINT to the supervisor
    (what ``cancel`` sends) stops every replica the same way and the app ends CANCELLED;
@@ -29,11 +37,11 @@ record of the failure itself has room. A supervisor that fails in any other way 
 replicas it started and records the app FAILED with the cause, so no app stays SUBMITTED or
 RUNNING for ever behind a dead supervisor.
 
-Standard library only, and nothing from xrun: it runs with ``-S`` (no site-packages scan) to
-start ~15 ms sooner, which is on every local job's critical path. It is exec'd by its file's
-path, not with ``-m``, so not even this package's ``__init__`` runs. The rest of ``local_cwd``
-imports the small helpers below (``write_json_atomic``, ``proc_start_time``, ``is_alive``)
-from here.
+Standard library only, and from xrun only :mod:`xrun.procs` (itself stdlib only): it runs with
+``-S`` (no site-packages scan) to start ~15 ms sooner, which is on every local job's critical
+path. It is exec'd by its file's path, not with ``-m``, so not even this package's ``__init__``
+runs. The rest of ``local_cwd`` imports the small helpers below (``write_json_atomic``,
+``grace_of``) from here.
 """
 
 from __future__ import annotations
@@ -45,6 +53,14 @@ import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
+
+if not __package__:  # exec'd by its path with -S -P (launch.py): xrun is not on sys.path
+    # This file is <root>/xrun/schedulers/local_cwd/supervisor.py in any install; appended, so
+    # no stdlib name is shadowed.
+    _here = os.path.abspath(__file__)
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(_here)))))
+
+from xrun.procs import proc_start_time  # noqa: E402 - the path above first
 
 if TYPE_CHECKING:
     import subprocess
@@ -61,6 +77,13 @@ MAX_GRACE_S = 86_400.0
 
 RUNNING, SUCCEEDED, FAILED, CANCELLED = "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+# How a replica the supervisor stopped ends: killed by its SIGTERM/SIGKILL, or (a runtime agent,
+# a shell) exiting 128+N after it.
+_STOPPED_CODES = frozenset(
+    {-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL}
+)
+# xrun.contract.EXIT_RECORD_ENV (this file imports nothing from xrun)
+EXIT_RECORD_ENV = "XRUN_EXIT_RECORD"
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -90,42 +113,6 @@ def grace_of(request: dict[str, Any]) -> float:
     return 10.0 if grace != grace else min(max(grace, 0.0), MAX_GRACE_S)
 
 
-def proc_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22).
-
-    Stored next to every pid so a recycled pid is never mistaken for our process. None when the
-    process does not exist, is a zombie, or there is no /proc (then only the pid is checked).
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return None
-    # comm (field 2) may contain spaces and parentheses: the fields we want follow the LAST ')'.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):  # exited, not yet reaped: as good as dead
-        return None
-    return int(fields[19])
-
-
-def is_alive(pid: int | None, start: int | None) -> bool:
-    """Whether ``pid`` is still the process that was started at ``start`` (see above)."""
-    if not pid:
-        return False
-    if os.path.isdir("/proc/self"):
-        now = proc_start_time(pid)
-        return now is not None and (start is None or now == start)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 # --------------------------------------------------------------------------- the supervisor
 class Supervisor:
     def __init__(self, state_dir: str, wake_fd: int, ready_fd: int | None = None) -> None:
@@ -134,6 +121,12 @@ class Supervisor:
         self.ready_fd = ready_fd
         self.cancel_requested = False
         self.kill_deadline: float | None = None  # set while stopping replicas: SIGKILL then
+        # set after a replica ended by a peer's failure: SIGTERM the rest then (see the doc)
+        self.term_deadline: float | None = None
+        # how surely the replica the app's message names holds the root cause (lower: surer),
+        # once a replica's failure failed the app (not a cancel, not a crash of ours)
+        self.blame: tuple[int, float] | None = None
+        self.blamable = False
         with open(os.path.join(state_dir, REQUEST_FILE)) as f:
             self.request: dict[str, Any] = json.load(f)
         self.grace_s = grace_of(self.request)
@@ -233,6 +226,9 @@ class Supervisor:
             os.write(err, (msg + "\n").encode())
             rep.update(state=FAILED, exit_code=127, msg=msg)
             self.fail(f"replica {rep['role']}/{rep['id']} failed: {msg}")
+            if self.blame is None and self.blamable:  # its own failure, the surest kind
+                self.blame = (0, time.time())
+                self.state["culprit"] = i
             return
         finally:
             os.close(out)
@@ -252,10 +248,14 @@ class Supervisor:
             changed = True
             rep = self.replicas[i]
             rep["exit_code"] = code
-            if rep["state"] == "STOPPING":  # stopped by us (cancel or a sibling's failure)
-                rep["state"] = SUCCEEDED if code == 0 else CANCELLED
-            elif code == 0:
+            stopped = rep["state"] == "STOPPING"  # we sent it SIGTERM (a cancel, a gang stop)
+            if code == 0:
                 rep["state"] = SUCCEEDED
+            elif stopped and (self.cancel_requested or code in _STOPPED_CODES):
+                rep["state"] = CANCELLED
+            elif stopped:  # it ended non-zero by itself while being stopped: its own failure
+                rep["state"] = FAILED
+                self._blame(i, code, self._exit_record(i))
             else:
                 rep["state"] = FAILED
                 how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
@@ -263,20 +263,56 @@ class Supervisor:
                 role = rep["role"]
                 self.failures[role] = self.failures.get(role, 0) + 1
                 if self.failures[role] > self.tolerate.get(role, 0):
-                    self.fail(msg)
+                    record = self._exit_record(i)
+                    self.fail(msg, defer=bool(record))
+                    self._blame(i, code, record)
                 else:  # an elastic role above its minimum: the survivors carry on
                     rep["msg"] = msg
                     _log(f"{msg}; role {role} goes on with fewer replicas")
         return changed
 
-    def fail(self, msg: str) -> None:
-        """Gang semantics: the first failure decides the app's fate and stops the others."""
+    def _exit_record(self, i: int) -> dict[str, Any]:
+        """Replica ``i``'s runtime agent's exit record; {} when it left none (not an agent)."""
+        path = self.request["replicas"][i].get("env", {}).get(EXIT_RECORD_ENV)
+        try:
+            with open(path) as f:
+                record = json.load(f)
+        except (OSError, TypeError, ValueError):
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    def _blame(self, i: int, code: int, record: dict[str, Any]) -> None:
+        """Name replica ``i`` in the app's message when its failure is surer the root cause
+        than the one named: its own workers failed (earliest first) before one without an
+        exit record, before one a peer's failure ended."""
+        if self.cancel_requested or not self.blamable:
+            return
+        by_peer = record.get("by_peer")
+        when = record.get("failed_at", record.get("ended_at"))
+        when = float(when) if isinstance(when, (int, float)) else time.time()
+        key = (2 if by_peer is True else 0 if by_peer is False else 1, when)
+        if self.blame is not None and key >= self.blame:
+            return
+        rep = self.replicas[i]
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        self.blame = key
+        self.state.update(msg=f"replica {rep['role']}/{rep['id']} {how}", culprit=i)
+
+    def fail(self, msg: str, defer: bool = False) -> None:
+        """Gang semantics: the first failure decides the app's fate and stops the others; with
+        ``defer`` (a runtime agent's failure) they first get the grace period to end on their
+        own, and to say which of them failed first."""
         if self.state["state"] == RUNNING:
             self.state.update(state=FAILED, msg=msg)
-            self.stop_all()
+            self.blamable = True
+            if defer and self.procs:
+                self.term_deadline = time.monotonic() + self.grace_s
+            else:
+                self.stop_all()
 
     def stop_all(self) -> None:
         """SIGTERM every live replica's process group; SIGKILL follows after the grace period."""
+        self.term_deadline = None
         self.kill_deadline = time.monotonic() + self.grace_s
         for i, proc in self.procs.items():
             self.replicas[i]["state"] = "STOPPING"
@@ -299,8 +335,9 @@ class Supervisor:
             _tell_ready(self.ready_fd)
         while self.procs:
             timeout = None
-            if self.kill_deadline is not None:
-                timeout = max(0.0, self.kill_deadline - time.monotonic())
+            deadline = self.kill_deadline if self.kill_deadline is not None else self.term_deadline
+            if deadline is not None:
+                timeout = max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([self.wake_fd], [], [], timeout)
             if ready:
                 self.handle_signals(self.drain_wakeups())
@@ -308,6 +345,8 @@ class Supervisor:
                 for proc in self.procs.values():
                     _killpg(proc.pid, signal.SIGKILL)
                 self.kill_deadline = None
+            elif self.term_deadline is not None:  # they did not end on their own
+                self.stop_all()
             if self.reap():
                 self.save()
         # Leftovers in a replica's group (children that outlived it) do not survive the app.
@@ -327,7 +366,9 @@ class Supervisor:
     def crashed(self, cause: str) -> None:
         """This supervisor failed (a bug, a request it cannot run): stop every replica it
         started (SIGTERM, grace, SIGKILL) and record the app FAILED with ``cause``."""
-        self.kill_deadline = None
+        self.kill_deadline = self.term_deadline = None
+        self.blamable = False
+        self.state.pop("culprit", None)
         for proc in self.procs.values():
             _killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + min(self.grace_s, 30.0)
@@ -350,6 +391,8 @@ class Supervisor:
             self.cancel_requested = True
             if self.state["state"] == RUNNING:
                 self.state.update(state=CANCELLED, msg="cancelled by request")
+                self.stop_all()
+            elif self.term_deadline is not None:  # failed, waiting for the rest: stop them now
                 self.stop_all()
 
 

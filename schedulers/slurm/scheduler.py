@@ -90,7 +90,7 @@ from ..api import (
     runopts,
 )
 from ..logs import iter_log_lines, root_cause_in
-from ..workspace import Workspace, check_local_dir, check_scripts, open_workspace, script_rel
+from ..workspace import Workspace, as_workspace, check_scripts, open_workspace, script_rel
 from .commands import NOT_FOUND
 from .commands import run as _run
 from .options import SlurmOptions
@@ -156,6 +156,23 @@ def _check_scripts(app: AppDef, chdir: str, workspace: Workspace | None) -> None
             )
 
 
+def _chdir_and_copy(cfg: SlurmOptions, workspace: Workspace | None) -> tuple[str, Workspace | None]:
+    """Where the job runs, and the workspace schedule copies there first (job_dir only; the
+    cwd when none is given, as the job runs in the cwd without job_dir)."""
+    if cfg.job_dir:
+        return os.path.abspath(cfg.job_dir), workspace or open_workspace(current_dir())
+    if workspace is None:
+        return os.path.abspath(current_dir()), None
+    local = workspace.local_path()
+    if local is None:
+        raise UsageError(
+            f"workspace {workspace.given or workspace.url!r} is not a local folder, so the job "
+            "cannot run in it: add -cfg job_dir=DIR (a new folder the nodes share; the "
+            "workspace is copied there)"
+        )
+    return local, None
+
+
 class SlurmScheduler(Scheduler[SlurmBatchRequest]):
     backend = "slurm"
 
@@ -163,8 +180,6 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         super().__init__(session_name)
         self._info: dict[str, ClusterInfo] = {}
         self._json_ok: bool | None = None
-        self._workspace: str | None = None
-        self._array: ArrayJob | None = None  # set by array_dryrun
 
     # ------------------------------------------------------------------ options
     def run_opts(self) -> runopts[SlurmOptions]:
@@ -194,23 +209,23 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         return info
 
     # ------------------------------------------------------------------ submit
-    def submit(self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None) -> str:
-        return self.schedule(self.submit_dryrun(app, cfg, workspace))
+    def open_workspace(self, given: Workspace | str | None) -> Workspace | None:
+        """The folder the job runs in (without ``job_dir``: a local one), or that schedule
+        copies to ``job_dir``; None: the cwd. Opened before the dry run, so ``--dryrun``
+        shows the very folder and ignore set that schedule copies, and a workspace that is no
+        folder fails the dry run as it would fail submit."""
+        return as_workspace(given)
 
-    def submit_dryrun(
-        self, app: AppDef, cfg: Mapping[str, object], workspace: str | None = None
+    def _submit_dryrun(
+        self, app: AppDef, cfg: SlurmOptions, workspace: Workspace | None = None
     ) -> AppDryRunInfo[SlurmBatchRequest]:
-        # The workspace travels in the request (copied by schedule), so --dryrun shows the
-        # very folder submit copies.
-        self._workspace = workspace
-        try:
-            return super().submit_dryrun(app, cfg)
-        finally:
-            self._workspace = None
+        return self._request(app, cfg, workspace, None)
 
-    def _submit_dryrun(self, app: AppDef, cfg: SlurmOptions) -> AppDryRunInfo[SlurmBatchRequest]:
-        chdir, workspace = self._chdir_and_workspace(cfg)
-        _check_scripts(app, chdir, workspace)
+    def _request(
+        self, app: AppDef, cfg: SlurmOptions, workspace: Workspace | None, array: ArrayJob | None
+    ) -> AppDryRunInfo[SlurmBatchRequest]:
+        chdir, copied = _chdir_and_copy(cfg, workspace)
+        _check_scripts(app, chdir, copied)
         python_path = cfg.python_path
         if python_path is None:
             python_path = os.path.dirname(sys.executable)
@@ -221,32 +236,10 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             chdir=chdir,
             info=info,
             path_prefix=python_path or None,
-            workspace=workspace,
-            array=self._array,
+            workspace=copied,
+            array=array,
         )
         return AppDryRunInfo(req, lambda r: r.materialize())
-
-    def _chdir_and_workspace(self, cfg: SlurmOptions) -> tuple[str, Workspace | None]:
-        """Where the job runs, and the workspace schedule copies there first (job_dir only).
-
-        Opened here, in the dry run: its ignore file is read once and the request carries it,
-        so ``--dryrun`` shows the very folder and ignore set that schedule copies (and a
-        workspace that is no folder fails the dry run as it would fail submit)."""
-        given = self._workspace
-        if cfg.job_dir:
-            return os.path.abspath(cfg.job_dir), open_workspace(given or current_dir())
-        if given and "://" in given:
-            local = open_workspace(given).local_path()
-            if local is None:
-                raise UsageError(
-                    f"workspace {given!r} is not a local folder, so the job cannot run in it: "
-                    "add -cfg job_dir=DIR (a new folder the nodes share; the workspace is "
-                    "copied there)"
-                )
-            return local, None
-        if given:  # the job runs in it: a folder here (P8), as with job_dir and on docker
-            check_local_dir(given, os.path.abspath(given))
-        return os.path.abspath(given or current_dir()), None
 
     # ------------------------------------------------------------------ sweeps
     def sweep_backend(self) -> Any:
@@ -256,14 +249,16 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         return ArrayBackend(self)
 
     def array_dryrun(
-        self, app: AppDef, cfg: Mapping[str, object], array: ArrayJob, workspace: str | None
+        self,
+        app: AppDef,
+        cfg: Mapping[str, object],
+        array: ArrayJob,
+        workspace: Workspace | str | None,
     ) -> AppDryRunInfo[SlurmBatchRequest]:
         """The request for ``app`` as the job array ``array`` (one task per sweep trial)."""
-        self._array = array
-        try:
-            return self.submit_dryrun(app, cfg, workspace)
-        finally:
-            self._array = None
+        ws = self.open_workspace(workspace)
+        opts = self._checked(app, cfg)
+        return self._stamped(self._request(app, opts, ws, array), app, opts)
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
         req = dryrun_info.request

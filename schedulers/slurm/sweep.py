@@ -33,6 +33,7 @@ from xrun.tracker.submit import set_parent
 
 from ..api import LogQuery, Scheduler
 from ..logs import iter_log_lines
+from ..workspace import Workspace
 from .array import array_job, array_template
 from .commands import run as _run
 from .request import task_env
@@ -144,7 +145,9 @@ class ArrayBackend(SweepBackend):
             return plan.max_parallel, f"--max-parallel: the array's %{plan.max_parallel}"
         return None, "Slurm starts array tasks as resources allow; --max-parallel K adds %K"
 
-    def _request(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> Any:
+    def _request(
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: Workspace | None
+    ) -> Any:
         template = array_template(plan)
         # every task's tracker run is a child of the sweep's, whose id is the array's job id:
         # known to the task only (docs/tracking.md)
@@ -153,11 +156,13 @@ class ArrayBackend(SweepBackend):
         return self.slurm.array_dryrun(template, cfg, array_job(plan, template, k), workspace)
 
     def dryrun(
-        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None = None
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: Workspace | None = None
     ) -> str:
         return str(self._request(plan, cfg, workspace))
 
-    def submit(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> str:
+    def submit(
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: Workspace | None
+    ) -> str:
         info = self._request(plan, cfg, workspace)
         try:
             job_id = str(self.slurm.schedule(info))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -35,12 +34,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from xrun.component import call_component, get_component
 from xrun.config import Config
 from xrun.config import load as load_config
-from xrun.errors import AppNotFoundError, UsageError
+from xrun.errors import UsageError
 from xrun.schedulers.api import LogQuery, get_scheduler, scheduler_names
 from xrun.schedulers.options import resolve_run_options
 from xrun.specs import AppDef, AppStatus, macros, make_app_handle
 from xrun.sweeps.handles import Target, backend_for, resolve
-from xrun.sweeps.records import check_trial
 from xrun.tracker.submit import job_env, run_id
 
 if TYPE_CHECKING:
@@ -48,13 +46,13 @@ if TYPE_CHECKING:
 
     from xrun.schedulers.api import (
         AppDryRunInfo,
-        DescribeAppResponse,
         ListAppResponse,
         Scheduler,
         Stream,
         runopts,
     )
     from xrun.schedulers.stacks import AppStacks
+    from xrun.schedulers.workspace import Workspace
     from xrun.sweeps.backend import SweepBackend
     from xrun.sweeps.plan import Sweep, SweepPlan
     from xrun.sweeps.status import SweepStatus
@@ -164,17 +162,16 @@ class Runner:
         app: AppDef,
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
         parent_run_id: str | None = None,
     ) -> AppDryRunInfo[Any]:
         """The scheduler's request for ``app``, not executed (print it to see what would run):
-        the same request :meth:`run` executes with the same ``workspace``."""
+        the same request :meth:`run` executes with the same ``workspace`` (None: none; the
+        scheduler's :meth:`~xrun.schedulers.api.Scheduler.open_workspace` says what it is)."""
         job = self.with_job_env(app, scheduler, parent_run_id)
         sched = self.scheduler(scheduler)
-        run_cfg = self.run_cfg(scheduler, cfg)
-        if workspace is None:  # a plugin's submit_dryrun may predate the workspace
-            return sched.submit_dryrun(job, run_cfg)
-        return sched.submit_dryrun(job, run_cfg, workspace=workspace)
+        ws = sched.open_workspace(workspace)  # once: the request carries the value
+        return sched.submit_dryrun(job, self.run_cfg(scheduler, cfg), ws)
 
     def dryrun_component(
         self,
@@ -182,7 +179,7 @@ class Runner:
         component_args: Sequence[str],
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
         parent_run_id: str | None = None,
     ) -> AppDryRunInfo[Any]:
         app = self.component_app(component, component_args)
@@ -200,13 +197,14 @@ class Runner:
         app: AppDef,
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
         parent_run_id: str | None = None,
     ) -> str:
         """Submit ``app``; returns its handle ``scheduler://session/app_id`` at once."""
         sched = self.scheduler(scheduler)
+        ws = sched.open_workspace(workspace)  # once: the request carries the value
         job = self.with_job_env(app, scheduler, parent_run_id)
-        app_id = sched.submit(job, self.run_cfg(scheduler, cfg), workspace=workspace)
+        app_id = sched.submit(job, self.run_cfg(scheduler, cfg), ws)
         return make_app_handle(scheduler, self.session_name, app_id)
 
     def run_component(
@@ -215,28 +213,28 @@ class Runner:
         component_args: Sequence[str],
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
         parent_run_id: str | None = None,
     ) -> str:
         app = self.component_app(component, component_args)
         return self.run(app, scheduler, cfg, workspace, parent_run_id)
 
     # ------------------------------------------------------------------ watching
-    # Every verb below takes any handle: an app's, a sweep's, or a trial's (SWEEP/TRIAL).
+    # Every verb below takes any handle: an app's, a sweep's, or a trial's (SWEEP/TRIAL); the
+    # handle's target has the verb (see :mod:`xrun.sweeps.handles`).
     def target(self, handle: str, max_rest: int = 0) -> Target:
-        """What ``handle`` names (see :mod:`xrun.sweeps.handles`)."""
-        return resolve(handle, max_rest)
+        """What ``handle`` names, with the verbs, asking this runner's schedulers."""
+        return resolve(handle, self.scheduler, max_rest)
+
+    def _target(self, handle: str | Target) -> Target:
+        """A CLI command resolves its handle once (:meth:`target`) and hands the verbs the
+        Target; an API caller hands them the handle's text."""
+        return handle if isinstance(handle, Target) else self.target(handle)
 
     def status(self, app_handle: str | Target) -> AppStatus | SweepStatus | None:
         """The app's (or trial's) status; a sweep's: every trial's (a
         :class:`~xrun.sweeps.status.SweepStatus`). None when unknown."""
-        t = _resolved(app_handle)
-        if t.is_sweep:
-            backend, sweep_id = self._sweep(t)
-            if t.trial is None:
-                return backend.status(sweep_id)
-            return backend.trial_status(sweep_id, t.trial)
-        return _app_status(self._scheduler_of(t).describe(t.handle.app_id))
+        return self._target(app_handle).status()
 
     def wait(
         self, app_handle: str | Target, wait_interval: float = 10, *, timeout: float | None = None
@@ -245,38 +243,13 @@ class Runner:
         unknown. ``wait_interval``: the longest time between two looks at a trial (TorchX's
         poll interval); an app's scheduler is told when the app ends (local_cwd: a pidfd on
         its supervisor) or polls faster, so an app's end is seen sooner."""
-        t = _resolved(app_handle)
-        if not t.is_sweep:
-            return _app_status(self._scheduler_of(t).wait(t.handle.app_id, timeout))
-        backend, sweep_id = self._sweep(t)
-        if t.trial is None:
-            return backend.wait(sweep_id, timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        poll = max(0.0, min(wait_interval, backend.wait_poll_s))
-        while True:
-            st = backend.trial_status(sweep_id, t.trial)
-            if st is None or st.is_terminal():
-                return st
-            if deadline is not None and time.monotonic() >= deadline:
-                return st
-            time.sleep(poll)
+        return self._target(app_handle).wait(wait_interval, timeout)
 
     def describe(self, app_handle: str | Target) -> AppDef | None:
         """The app as the scheduler knows it (name = app id); a trial's AppDef; a sweep's
         template AppDef (``{{NAME}}`` placeholders; trial 0's when each trial differs). None
         when unknown."""
-        t = _resolved(app_handle)
-        if t.is_sweep:
-            backend, sweep_id = self._sweep(t)
-            if backend.status(sweep_id) is None:
-                return None
-            plan = backend.plan(sweep_id)
-            if t.trial is not None:
-                check_trial(sweep_id, t.trial, len(plan))
-                return plan.app(t.trial)
-            return plan.template if plan.template is not None else plan.app(0)
-        resp = self._scheduler_of(t).describe(t.handle.app_id)
-        return None if resp is None else AppDef(name=t.handle.app_id, roles=list(resp.roles))
+        return self._target(app_handle).describe()
 
     def log_lines(
         self,
@@ -296,42 +269,20 @@ class Runner:
         return self.logs(app_handle, query)
 
     def logs(self, handle: str | Target, query: LogQuery) -> Iterable[str]:
-        """:meth:`log_lines` with the query as one value."""
-        t = _resolved(handle)
-        if t.is_sweep and t.trial is None:
-            raise UsageError(
-                f"{handle} is a sweep: its logs are its trials', name one as {handle}/TRIAL "
-                "(`xrun log SWEEP` prints every trial's)"
-            )
-        if t.trial is not None:
-            backend, sweep_id = self._sweep(t)
-            return backend.logs(sweep_id, t.trial, query)
-        return self._scheduler_of(t).logs(t.handle.app_id, query)
+        """:meth:`log_lines` with the query as one value (a sweep's: UsageError, name a
+        trial)."""
+        return self._target(handle).logs(query)
 
     def roles(self, handle: str | Target) -> dict[str, int] | None:
         """The app's or trial's roles and their replica counts (``xrun log`` targets); None
         when unknown."""
-        t = _resolved(handle)
-        if t.trial is not None:
-            backend, sweep_id = self._sweep(t)
-            return backend.roles(sweep_id, t.trial)
-        app = self.describe(t)
-        return None if app is None else {r.name: r.num_replicas for r in app.roles}
+        return self._target(handle).roles()
 
     def cancel(self, app_handle: str | Target, *, missing_ok: bool = True) -> None:
         """Stop the app, the trial, or every trial of the sweep (they end CANCELLED). An
         unknown handle does nothing, as in TorchX; ``missing_ok=False`` raises
         AppNotFoundError instead (``xrun cancel``: exit 1)."""
-        t = _resolved(app_handle)
-        try:
-            if t.is_sweep:
-                backend, sweep_id = self._sweep(t)
-                backend.cancel(sweep_id, t.trial)
-                return
-            self._scheduler_of(t).cancel(t.handle.app_id)
-        except AppNotFoundError:
-            if not missing_ok:
-                raise
+        self._target(app_handle).cancel(missing_ok)
 
     def stop(self, app_handle: str) -> None:
         """:meth:`cancel` (TorchX's older name; it warns as TorchX's does)."""
@@ -344,28 +295,11 @@ class Runner:
 
     def stacks(self, handle: str | Target, timeout: float = 10.0) -> AppStacks:
         """Every rank's Python stack (all threads) of a running app (or trial), read by each
-        node's agent (py-spy); ``xrun stacks`` prints them grouped."""
-        from xrun.schedulers.stacks import AppStacks, check_timeout  # benchmark 5: no dry run
+        node's agent (py-spy); ``xrun stacks`` prints them grouped. A sweep's: UsageError."""
+        from xrun.schedulers.stacks import check_timeout  # benchmark 5: no dry run
 
-        check_timeout(timeout)
-        t = _resolved(handle)
-        if t.is_sweep and t.trial is None:
-            raise UsageError(
-                f"{handle} is a sweep: name one of its trials, {handle}/TRIAL "
-                "(`xrun status` lists them)"
-            )
-        if t.trial is not None:  # the trial's own app (Slurm: its array task)
-            backend, sweep_id = self._sweep(t)
-            row = backend.trial(sweep_id, t.trial)
-            if row is None:
-                raise AppNotFoundError(f"sweep {t.handle} not found")
-            app_id = row.app_id
-            if not app_id:
-                raise UsageError(f"trial {t.trial} of {t.handle} has not started; no stacks yet")
-            sched = backend.sched
-        else:
-            sched, app_id = self._scheduler_of(t), t.handle.app_id
-        return AppStacks.of(app_id, sched.stacks(app_id, timeout))
+        check_timeout(timeout)  # before the handle is looked at, as `xrun stacks` does
+        return self._target(handle).stacks(timeout)
 
     def list(self, scheduler: str) -> list[ListAppResponse]:
         """The apps ``scheduler`` knows in this session."""
@@ -375,12 +309,6 @@ class Runner:
     def sweep_backend(self, scheduler: str, session: str | None = None) -> SweepBackend:
         """How ``scheduler`` runs sweeps (see :func:`xrun.sweeps.handles.backend_for`)."""
         return backend_for(self.scheduler(scheduler, session))
-
-    def _sweep(self, t: Target) -> tuple[SweepBackend, str]:
-        return self.sweep_backend(t.handle.scheduler, t.handle.session), t.handle.app_id
-
-    def _scheduler_of(self, t: Target) -> Scheduler[Any]:
-        return self.scheduler(t.handle.scheduler, t.handle.session)
 
     def sweep_plan(self, component: str, args: Sequence[str], sweep: Sweep) -> SweepPlan:
         """The trials of ``component`` called with ``args`` (``{{name}}`` placeholders)."""
@@ -396,7 +324,7 @@ class Runner:
         sweep: Sweep | None,
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
     ) -> str:
         """Submit a sweep; returns its handle at once. ``app``: an AppDef whose strings hold
         ``{{name}}`` placeholders, each trial of ``sweep`` filling in its values (or a plan
@@ -410,8 +338,9 @@ class Runner:
         else:
             plan = plan_from_app(app, sweep)
         backend = self.sweep_backend(scheduler)
+        ws = backend.sched.open_workspace(workspace)  # once, for every trial
         plan = self.with_sweep_job_env(plan, scheduler)
-        sweep_id = backend.submit(plan, self.run_cfg(scheduler, cfg), workspace)
+        sweep_id = backend.submit(plan, self.run_cfg(scheduler, cfg), ws)
         return make_app_handle(scheduler, self.session_name, sweep_id)
 
     def with_sweep_job_env(self, plan: SweepPlan, scheduler: str) -> SweepPlan:
@@ -429,35 +358,11 @@ class Runner:
         sweep: Sweep,
         scheduler: str,
         cfg: Mapping[str, object] | None = None,
-        workspace: str | None = None,
+        workspace: Workspace | str | None = None,
     ) -> str:
         return self.run_sweep(
             self.sweep_plan(component, args, sweep), None, scheduler, cfg, workspace
         )
-
-    # Thin aliases of the verbs above, for code written before they took any handle.
-    def sweep_status(self, handle: str) -> AppStatus | SweepStatus | None:
-        return self.status(handle)
-
-    def wait_sweep(
-        self, handle: str, timeout: float | None = None
-    ) -> AppStatus | SweepStatus | None:
-        return self.wait(handle, timeout=timeout)
-
-    def cancel_sweep(self, handle: str, trial: int | None = None) -> None:
-        self.cancel(handle if trial is None else f"{handle}/{trial}")
-
-    def sweep_log_lines(
-        self,
-        handle: str,
-        trial: int,
-        role: str,
-        k: int = 0,
-        regex: str | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
-        return self.log_lines(f"{handle}/{trial}", role, k, regex, None, None, should_tail, streams)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -476,16 +381,6 @@ class Runner:
     ) -> Literal[False]:
         self.close()
         return False
-
-
-def _resolved(handle: str | Target) -> Target:
-    """A CLI command resolves its handle once (:meth:`Runner.target`) and hands the verbs the
-    Target; an API caller hands them the handle's text."""
-    return handle if isinstance(handle, Target) else resolve(handle)
-
-
-def _app_status(resp: DescribeAppResponse | None) -> AppStatus | None:
-    return None if resp is None else resp.app_status()
 
 
 def _epoch(t: datetime.datetime | float | None) -> float | None:

@@ -260,3 +260,36 @@ def test_stall_timeout_reaches_the_agent_and_is_checked() -> None:
     assert "--stall-timeout" not in dist.ddp(script="t.py").roles[0].args[1]
     with pytest.raises(UsageError, match=r"--stall_timeout -1 is invalid; expected seconds from 0"):
         dist.ddp(script="t.py", stall_timeout=-1)
+
+
+def test_stall_silent_timeout_reaches_the_agent_and_is_checked() -> None:
+    """dist.ddp/dist.spmd --stall_silent_timeout N is the agent's --stall-silent-timeout N (the
+    silent limit, default max(10 x stall_timeout, 600 s)); without --stall_timeout the
+    watchdog is off, so the limit alone is refused rather than ignored."""
+    args = dist.ddp(script="t.py", stall_timeout=5, stall_silent_timeout=90).roles[0].args[1]
+    assert "--stall-timeout 5 --stall-silent-timeout 90 " in args
+    spmd = dist.spmd(script="t.py", h="cpu.small", stall_timeout=7, stall_silent_timeout=70)
+    assert "--stall-silent-timeout 70 " in spmd.roles[0].args[1]
+    assert "--stall-silent-timeout" not in dist.ddp(script="t.py", stall_timeout=5).roles[0].args[1]
+    with pytest.raises(UsageError, match=r"--stall_silent_timeout -3 is invalid; expected sec"):
+        dist.ddp(script="t.py", stall_timeout=5, stall_silent_timeout=-3)
+    with pytest.raises(UsageError, match=r"--stall_silent_timeout 90 needs --stall_timeout"):
+        dist.ddp(script="t.py", stall_silent_timeout=90)
+
+
+@pytest.mark.parametrize("value", ["abc", "2.5", "-1", "1e9"])
+def test_stall_silent_timeout_garbage_is_one_line_exit_2(tmp_path: Path, value: str) -> None:
+    (tmp_path / "t.py").write_text("print(1)\n")
+    p = subprocess.run(
+        [sys.executable, "-m", "xrun", "run", "--dryrun", "-s", "local_cwd", "dist.ddp"]
+        + ["--stall_timeout", "5", "--stall_silent_timeout", value, "--script", "t.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert len(p.stderr.splitlines()) == 1, p.stderr
+    assert (
+        p.stderr.startswith("xrun: error: dist.ddp: --stall_silent_timeout") and value in p.stderr
+    )

@@ -1,8 +1,8 @@
 """``python -m benchmarks --smoke`` runs every measure and writes well-formed JSON.
 
 No time is asserted here (the machine running the suite is busy): only that the harness runs
-each of the sixteen measures (1-8 of issue #6, 9-10 of issue #18, 11-14 of issue #14, 15-16
-of issue #24), that every contender has either figures or a stated reason, and that no xrun
+each of the seventeen measures (1-8 of issue #6, 9-10 of issue #18, 11-14 of issue #14, 15-16
+of issue #24, 17 of issue #34), that every contender has either figures or a stated reason, and that no xrun
 contender failed to do the job.
 """
 
@@ -36,7 +36,7 @@ def test_smoke_run_emits_every_measure(
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1
     assert doc["machine"]["cpus"] >= 1
-    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 17)]
+    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 18)]
     for key, measure in doc["measures"].items():
         assert measure["title"] and measure["rows"], key
         for row in measure["rows"]:
@@ -65,7 +65,7 @@ def test_smoke_run_emits_every_measure(
     for key, name in (("9", "xrun sweep"), ("10", "xrun")):
         for row in doc["measures"][key]["rows"]:
             assert "median" in row["contenders"][name], (key, row)
-    for i in range(1, 17):
+    for i in range(1, 18):
         assert f"\n## {i}. " in proc.stdout
     _check_hang_autopsy(doc["measures"]["16"])
     # Issue #14's reliability smoke: no job failed, no worker aborted, under a port thief.

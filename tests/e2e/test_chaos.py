@@ -152,8 +152,9 @@ def test_sigkilled_workers_change_nothing(tmp_path: Path, reference: tuple) -> N
         f"only {len(driver.done)} kills happened:\n{kills}\n{text[-3000:]}"
     )
     assert result["world_size"] == 4
-    # The kills did force restarts (each resumed from a checkpoint, not from scratch).
-    assert len(re.findall(r"rank 0: resuming after epoch \d+", text)) >= 3, text[-3000:]
+    # The kills did force restarts (each resumed from a disk checkpoint or, the usual case since
+    # train_ddp commits every step, from the shared-memory snapshot; never from scratch).
+    assert len(re.findall(r"rank 0: resuming after (?:epoch|step) \d+", text)) >= 3, text[-3000:]
     _assert_checkpoints_sound(driver, Path(marker))
     assert not chaos.agents(marker) and not chaos.workers(marker), "processes outlived the job"
     if (result["params_sha256"], result["final_loss"]) != (ref["params_sha256"], ref["final_loss"]):

@@ -20,7 +20,7 @@ from tests.helpers import paths
 from tests.helpers.net import free_port
 from tests.helpers.paths import XRUN
 from tests.helpers.waiting import wait_for
-from xrun.schedulers.local_cwd.supervisor import is_alive
+from xrun.procs import is_alive
 
 TRAIN = str(paths.TRAIN)
 

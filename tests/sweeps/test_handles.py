@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,9 +13,10 @@ from tests.helpers.cli import Env
 from tests.helpers.waiting import wait_for
 from xrun.errors import UsageError
 from xrun.runner import Runner
+from xrun.schedulers.api import LogQuery
 from xrun.specs import AppDef, AppState, AppStatus, Role
 from xrun.sweeps import records
-from xrun.sweeps.handles import resolve
+from xrun.sweeps.handles import AppTarget, SweepTarget, TrialTarget, resolve
 from xrun.sweeps.plan import Sweep
 from xrun.sweeps.status import SweepStatus
 
@@ -31,16 +33,40 @@ def a_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_resolve_app_sweep_and_trial(a_sweep: str) -> None:
-    app = resolve("local_cwd://default/app-1")
-    assert (app.kind, str(app), app.rest) == ("app", "local_cwd://default/app-1", ())
-    sweep = resolve(a_sweep)
-    assert (sweep.kind, str(sweep), sweep.trial) == ("sweep", a_sweep, None)
-    trial = resolve(f"{a_sweep}/3")
-    assert (trial.kind, str(trial), trial.trial) == ("trial", f"{a_sweep}/3", 3)
-    target = resolve(f"{a_sweep}/3/trainer/0,1", max_rest=2)
-    assert (target.trial, target.rest) == (3, ("trainer", "0,1"))
-    log_app = resolve("local_cwd://default/app-1/trainer/", max_rest=2)
-    assert (log_app.kind, log_app.rest) == ("app", ("trainer",))
+    app = resolve("local_cwd://default/app-1", Runner().scheduler)
+    assert (type(app), str(app), app.rest) == (AppTarget, "local_cwd://default/app-1", ())
+    assert app.what() == "local_cwd://default/app-1"
+    sweep = resolve(a_sweep, Runner().scheduler)
+    assert (type(sweep), str(sweep), sweep.what()) == (
+        SweepTarget,
+        a_sweep,
+        f"every trial of {a_sweep}",
+    )
+    trial = resolve(f"{a_sweep}/3", Runner().scheduler)
+    assert isinstance(trial, TrialTarget)
+    assert (str(trial), trial.trial, trial.what()) == (f"{a_sweep}/3", 3, f"trial 3 of {a_sweep}")
+    target = resolve(f"{a_sweep}/3/trainer/0,1", Runner().scheduler, max_rest=2)
+    assert isinstance(target, TrialTarget) and (target.trial, target.rest) == (
+        3,
+        ("trainer", "0,1"),
+    )
+    log_app = resolve("local_cwd://default/app-1/trainer/", Runner().scheduler, max_rest=2)
+    assert (type(log_app), log_app.rest) == (AppTarget, ("trainer",))
+
+
+def test_a_verb_that_does_not_apply_is_one_usage_line(a_sweep: str) -> None:
+    """A sweep has no logs and no stacks of its own: the target says so, naming the trial form,
+    before any scheduler is asked (the schedulers here would fail if one were)."""
+
+    def no_scheduler(name: str, session: str) -> Any:
+        raise AssertionError(f"asked scheduler {name}")
+
+    sweep = resolve(a_sweep, no_scheduler)
+    with pytest.raises(UsageError, match="its logs are its trials', name one as") as e:
+        sweep.logs(LogQuery("trainer", 0))
+    with pytest.raises(UsageError, match="name one of its trials") as e2:
+        sweep.stacks(10.0)
+    assert "\n" not in str(e.value) + str(e2.value) and f"{a_sweep}/TRIAL" in str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +85,7 @@ def test_resolve_refuses_with_one_line(
     a_sweep: str, text: str, max_rest: int, message: str
 ) -> None:
     with pytest.raises(UsageError) as e:
-        resolve(text.format(sweep=a_sweep), max_rest)
+        resolve(text.format(sweep=a_sweep), Runner().scheduler, max_rest)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 

@@ -50,13 +50,7 @@ def main(ns: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ALREADY_ENDED
-    if target.kind == "sweep":
-        what = f"every trial of {target}"
-    elif target.kind == "trial":
-        what = f"trial {target.trial} of {target.handle}"
-    else:
-        what = str(target)
-    print(f"xrun: cancelled {what}", file=sys.stderr)
+    print(f"xrun: cancelled {target.what()}", file=sys.stderr)
     return 0
 
 

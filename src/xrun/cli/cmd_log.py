@@ -8,12 +8,10 @@ import argparse
 import sys
 
 from xrun.cli.common import not_found, progress
-from xrun.cli.logprint import LogPrinter, LogTarget, app_targets, log_targets
+from xrun.cli.logprint import LogPrinter, LogTarget, log_targets
 from xrun.errors import UsageError
 from xrun.runner import Runner
 from xrun.schedulers.api import Stream
-from xrun.sweeps.handles import Target
-from xrun.sweeps.status import LIVE
 
 _FORM = (
     "HANDLE[/ROLE[/REPLICA[,REPLICA...]]] (a trial: SWEEP_HANDLE/TRIAL[/ROLE[/REPLICA,...]]), "
@@ -48,10 +46,19 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def main(ns: argparse.Namespace) -> int:
     with Runner() as runner:
         target = runner.target(ns.target, max_rest=2)
-        if target.kind == "sweep":
-            targets = _sweep_targets(runner, target, ns.follow)
-        else:
-            targets = _targets(runner, target, ns.target, ns.follow)
+        role = target.rest[0] if target.rest and target.rest[0] else None
+        replicas = _replica_ids(ns.target, target.rest[1]) if len(target.rest) > 1 else None
+        found = target.log_parts(ns.follow)  # an app or a trial: itself; a sweep: every trial
+        if found is None:
+            raise not_found(str(target))
+        parts, notes = found
+        for note in notes:
+            progress(note)
+        targets = [
+            LogTarget(handle, r, k, f"{prefix}{r}/{k}")
+            for handle, what, roles, prefix in parts
+            for r, k in log_targets(what, roles, role, replicas)
+        ]
         printer = LogPrinter(
             runner,
             targets,
@@ -59,53 +66,10 @@ def main(ns: argparse.Namespace) -> int:
             follow=ns.follow,
             regex=ns.regex,
             streams=Stream(ns.streams) if ns.streams else None,
-            always_prefix=target.kind == "sweep",
+            always_prefix=any(prefix for _, _, _, prefix in parts),  # a sweep's name the trial
         )
         printer.run()
     return 0
-
-
-def _targets(runner: Runner, target: Target, text: str, follow: bool) -> list[LogTarget]:
-    """An app's or a trial's replicas, as ``ROLE`` and ``REPLICA,...`` narrow them."""
-    handle = str(target)
-    role = target.rest[0] if target.rest and target.rest[0] else None
-    replicas = _replica_ids(text, target.rest[1]) if len(target.rest) > 1 else None
-    roles = runner.roles(target)
-    if roles is None:
-        raise not_found(handle)
-    what = f"trial {handle}" if target.kind == "trial" else f"app {handle}"
-    if target.kind == "trial" and not follow:
-        _say_if_not_run(runner, target)
-    pairs = log_targets(what, roles, role, replicas)
-    return [LogTarget(handle, r, k, f"{r}/{k}") for r, k in pairs]
-
-
-def _sweep_targets(runner: Runner, target: Target, follow: bool) -> list[LogTarget]:
-    """Every replica of every trial (trials that never ran have no lines; ``-f`` waits for
-    them), labelled ``TRIAL/role/replica``."""
-    backend = runner.sweep_backend(target.handle.scheduler, target.handle.session)
-    sweep_id = target.handle.app_id
-    st = backend.status(sweep_id)
-    if st is None:
-        raise not_found(str(target))
-    out: list[LogTarget] = []
-    for i in range(len(st.trials)):
-        roles = backend.roles(sweep_id, i)
-        out += app_targets(f"{target.handle}/{i}", roles, prefix=f"{i}/")
-    if not follow:
-        waiting = [t for t in st.trials if t.started is None]
-        if waiting:
-            progress(f"{len(waiting)} trial(s) of {target} have not run; -f waits for them")
-    return out
-
-
-def _say_if_not_run(runner: Runner, target: Target) -> None:
-    backend = runner.sweep_backend(target.handle.scheduler, target.handle.session)
-    assert target.trial is not None  # a trial's target
-    t = backend.trial(target.handle.app_id, target.trial)
-    if t is not None and t.started is None:
-        how = "; -f waits for it" if t.state in LIVE else ""
-        progress(f"trial {target.trial} of {target.handle} has not run ({t.state.name}){how}")
 
 
 def _replica_ids(target: str, text: str) -> list[int]:

@@ -22,6 +22,7 @@ from xrun.cli.run_args import (
     load_app,
     parse_cfg,
     resolve_component,
+    workspace_arg,
 )
 from xrun.component import HelpRequested, format_help, get_component
 from xrun.runner import Runner
@@ -79,14 +80,15 @@ def cmd_run(ns: RunOptions, component: str | None, comp_args: list[str]) -> int:
 
             reject_app_placeholders(app, component)
         scheduler = ns.scheduler or runner.config.default_scheduler() or DEFAULT_SCHEDULER
+        workspace = workspace_arg(runner, scheduler, ns.workspace)
         if ns.dryrun:
             info = runner.dryrun(
-                app, scheduler, cfg, workspace=ns.workspace, parent_run_id=ns.parent_run_id
+                app, scheduler, cfg, workspace=workspace, parent_run_id=ns.parent_run_id
             )
             _print_dryrun(app, scheduler, str(info))
             return 0
         handle = runner.run(
-            app, scheduler, cfg, workspace=ns.workspace, parent_run_id=ns.parent_run_id
+            app, scheduler, cfg, workspace=workspace, parent_run_id=ns.parent_run_id
         )
         print(handle, flush=True)
         progress(f"submitted {handle}")

@@ -24,7 +24,7 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def main(ns: argparse.Namespace) -> int:
     with Runner() as runner:
         target = runner.target(ns.handle)
-        if (ns.sort is not None or ns.desc) and target.kind != "sweep":
+        if (ns.sort is not None or ns.desc) and not target.sortable:
             raise UsageError(f"--sort/--desc order a sweep's trials; {ns.handle} is no sweep")
         status = runner.status(target)
         if status is None:

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from xrun.config import current_dir
 from xrun.errors import UsageError
 from xrun.runner import Runner
+from xrun.schedulers.api import WorkspaceBuilder
 from xrun.specs import AppDef, appdef_from_yaml
 
 if TYPE_CHECKING:
@@ -207,6 +209,16 @@ def load_app(runner: Runner, component: str, comp_args: list[str]) -> AppDef:
 
         return appdef_from_yaml(read_text(component, "spec"), source=component)
     return runner.component_app(component, comp_args)
+
+
+def workspace_arg(runner: Runner, scheduler: str, given: str | None) -> str | None:
+    """``--workspace`` as the Runner takes it, None meaning none. Where the defaults are made:
+    on a scheduler that builds the workspace into its images (docker) no ``--workspace`` is
+    the cwd, so the job runs the code as it is now, and ``--workspace ''`` builds none (the
+    role images run unchanged); elsewhere both are none (the job runs in the cwd)."""
+    if given is None and isinstance(runner.scheduler(scheduler), WorkspaceBuilder):
+        return current_dir()
+    return given or None
 
 
 def is_sweep(ns: RunOptions) -> bool:

@@ -17,6 +17,7 @@ from xrun.cli.run_args import (
     load_app,
     parse_cfg,
     resolve_component,
+    workspace_arg,
 )
 from xrun.component import HelpRequested, format_help, get_component
 from xrun.errors import AppNotFoundError, UsageError
@@ -53,11 +54,13 @@ def cmd_run_sweep(ns: RunOptions, component: str | None, comp_args: list[str]) -
             return 0
         scheduler = ns.scheduler or runner.config.default_scheduler() or DEFAULT_SCHEDULER
         backend = runner.sweep_backend(scheduler)
+        workspace = workspace_arg(runner, scheduler, ns.workspace)
         if ns.dryrun:
-            request = backend.dryrun(plan, runner.run_cfg(scheduler, cfg), ns.workspace)
+            ws = backend.sched.open_workspace(workspace)  # as Runner.run_sweep opens it
+            request = backend.dryrun(plan, runner.run_cfg(scheduler, cfg), ws)
             print_dryrun(plan, scheduler, backend, request)
             return 0
-        handle = runner.run_sweep(plan, None, scheduler, cfg, workspace=ns.workspace)
+        handle = runner.run_sweep(plan, None, scheduler, cfg, workspace=workspace)
         print(handle, flush=True)
         k, why = backend.parallel(plan)
         progress(f"submitted sweep {handle}: {len(plan)} trial(s), {_parallel(k, why)}")

@@ -28,6 +28,7 @@ from xrun.sweeps.status import SweepStatus, TrialStatus
 
 if TYPE_CHECKING:  # types only: a backend is handed its scheduler, it never looks one up
     from xrun.schedulers.api import LogQuery, Scheduler
+    from xrun.schedulers.workspace import Workspace
 
 # How often wait() asks for the status of a running sweep.
 WAIT_POLL_S = 0.5
@@ -51,13 +52,15 @@ class SweepBackend(abc.ABC):
     # ---- submitting
     @abc.abstractmethod
     def dryrun(
-        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None = None
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: Workspace | None = None
     ) -> str:
         """What ``--dryrun`` prints after the trial table: the request(s) :meth:`submit` would
         make with the same ``workspace``, not executed."""
 
     @abc.abstractmethod
-    def submit(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> str:
+    def submit(
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: Workspace | None
+    ) -> str:
         """Start the sweep; returns its id at once (the trials go on without the caller)."""
 
     @abc.abstractmethod

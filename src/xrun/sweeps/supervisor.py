@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from xrun.errors import XrunError
+from xrun.procs import proc_start_time
 from xrun.schedulers.api import DescribeAppResponse, Scheduler, get_scheduler
-from xrun.schedulers.local_cwd.supervisor import proc_start_time
 from xrun.specs import AppDef, AppState, is_terminal
 from xrun.sweeps import records
 from xrun.sweeps.plan import SweepPlan
@@ -196,7 +196,8 @@ class TrialsSupervisor:
     def start(self, i: int, t: dict[str, Any]) -> None:
         t["started"] = time.time()
         try:
-            t["app_id"] = self.sched.submit(trial_app(self.plan, i), self.cfg, workspace="")
+            # the workspace, if any, is in the images already (TrialsBackend.submit built it)
+            t["app_id"] = self.sched.submit(trial_app(self.plan, i), self.cfg)
         except Exception as e:  # noqa: BLE001 - the trial fails, the sweep goes on
             t.update(state="FAILED", ended=time.time(), msg=f"submit failed: {e}")
             _log(f"trial {i}: submit failed: {type(e).__name__}: {e}")

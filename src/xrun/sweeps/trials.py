@@ -23,12 +23,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from xrun.config import current_dir
-from xrun.schedulers.api import LogQuery
-from xrun.schedulers.local_cwd.request import visible_gpus
-from xrun.schedulers.local_cwd.supervisor import is_alive, proc_start_time
-from xrun.specs import AppDef, AppState, AppStatus, Role
+from xrun.procs import is_alive, proc_start_time, visible_gpus
+from xrun.schedulers.api import LogQuery, WorkspaceBuilder
+from xrun.specs import AppDef, AppState, AppStatus
 from xrun.sweeps import records
 from xrun.sweeps.backend import SweepBackend, describe_parallel, make_sweep_id
 from xrun.sweeps.plan import SweepPlan
@@ -45,6 +45,9 @@ from xrun.sweeps.supervisor import (
     unsettled,
 )
 from xrun.tracker.submit import set_parent
+
+if TYPE_CHECKING:
+    from xrun.schedulers.workspace import Workspace
 
 SUPERVISOR_MODULE = "xrun.sweeps.supervisor"
 # How long `cancel` waits for the supervisor to stop every trial and exit.
@@ -84,33 +87,24 @@ class TrialsBackend(SweepBackend):
         return default_parallel(plan.app(0))
 
     def dryrun(
-        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None = None
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: Workspace | None = None
     ) -> str:
         k, why = self.parallel(plan)
-        app = trial_app(plan, 0)
-        info = (
-            self.sched.submit_dryrun(app, cfg)
-            if workspace is None  # a plugin's submit_dryrun may predate the workspace
-            else self.sched.submit_dryrun(app, cfg, workspace=workspace)
-        )
+        info = self.sched.submit_dryrun(trial_app(plan, 0), cfg, workspace)
         return (
             f"# {self.backend}: each trial is one app like trial 0's below (its own values "
             f"filled in), {describe_parallel(k, why)}, started by a detached sweep supervisor\n"
             f"{info}"
         )
 
-    def submit(self, plan: SweepPlan, cfg: Mapping[str, object], workspace: str | None) -> str:
+    def submit(
+        self, plan: SweepPlan, cfg: Mapping[str, object], workspace: Workspace | None
+    ) -> str:
         k, why = self.parallel(plan)
         # bad input, the workspace's included: before anything runs (or is built)
-        app0 = trial_app(plan, 0)
-        if workspace is None:  # a plugin's submit_dryrun may predate the workspace
-            self.sched.submit_dryrun(app0, cfg)
-        else:
-            self.sched.submit_dryrun(app0, cfg, workspace=workspace)
-        resolve = getattr(self.sched, "resolve_workspace", None)
-        ws = resolve(workspace) if resolve is not None else workspace
-        if ws:
-            self._build_images(plan, ws, cfg)
+        info = self.sched.submit_dryrun(trial_app(plan, 0), cfg, workspace)
+        if workspace is not None and isinstance(self.sched, WorkspaceBuilder):
+            self._build_images(plan, self.sched, workspace, info.cfg)
         sweep_id = make_sweep_id(plan.name)
         # every trial's tracker run is a child of the sweep's (docs/tracking.md)
         set_parent([a for a in (plan.template, *(plan.apps or [])) if a], self.handle(sweep_id))
@@ -130,22 +124,15 @@ class TrialsBackend(SweepBackend):
         _start_supervisor(path)
         return sweep_id
 
-    def _build_images(self, plan: SweepPlan, workspace: str, cfg: Mapping[str, object]) -> None:
-        """Build the workspace into each distinct image once, for every trial (docker)."""
+    @staticmethod
+    def _build_images(
+        plan: SweepPlan, builder: WorkspaceBuilder, workspace: Workspace, opts: Any
+    ) -> None:
+        """Build the workspace into each distinct image once, for every trial (docker): the
+        trials' roles, each pointed at its image's build (in image order, as they are built)."""
         apps = [plan.template] if plan.template is not None else list(plan.apps or [])
-        images = sorted({r.image for a in apps if a is not None for r in a.roles})
-        probe = AppDef(
-            name=plan.name,
-            roles=[
-                Role(name=f"r{i}", image=img, entrypoint="true") for i, img in enumerate(images)
-            ],
-        )
-        self.sched.build_workspace(probe, workspace, cfg)
-        built = {img: r.image for img, r in zip(images, probe.roles, strict=True)}
-        for a in apps:
-            if a is not None:
-                for r in a.roles:
-                    r.image = built[r.image]
+        roles = sorted((r for a in apps if a is not None for r in a.roles), key=lambda r: r.image)
+        builder.build_workspace(roles, workspace, opts)
 
     # ------------------------------------------------------------------ watching
     def status(self, sweep_id: str) -> SweepStatus | None:

@@ -276,9 +276,12 @@ def test_second_job_on_a_busy_endpoint_fails_fast_and_the_first_is_unharmed(
     # Two 2x2 jobs, one endpoint (localhost:P), different run ids. The store lives in an agent of
     # the first job and ends with it, so the second job is refused at once (exit 2, one line
     # naming the fix) instead of running until the first job's end pulls its store away.
+    # The first job's workers sleep long enough that it is still running when the second job's
+    # agents have started on a loaded machine (with 1 s, at load 15 it had ended before they
+    # connected, and the second job rightly ran on a free port).
     port = free_port()
 
-    def job(run_id: str, out: Path) -> list[subprocess.Popen[str]]:
+    def job(run_id: str, out: Path, work: str) -> list[subprocess.Popen[str]]:
         out.mkdir()
         return [
             popen(
@@ -298,21 +301,21 @@ def test_second_job_on_a_busy_endpoint_fails_fast_and_the_first_is_unharmed(
                     FAST,
                     BEHAVE,
                     str(out),
-                    "sleep:1",
+                    work,
                 ),
             )
             for _ in range(2)
         ]
 
-    first = job("one", tmp_path / "one")
+    first = job("one", tmp_path / "one", "sleep:20")
     wait_for(lambda: serving(port), what="the first job's rendezvous store")
-    t0 = time.monotonic()
-    second = job("two", tmp_path / "two")
+    second = job("two", tmp_path / "two", "sleep:1")
     for a in second:
         assert a.wait(timeout=20) == 2
         err = a.communicate()[1]
         assert err.count("\n") == 1 and "run id 'one'" in err and "own --rdzv-endpoint port" in err
-    assert time.monotonic() - t0 < 5
+    # Fast: refused while the first job still runs, not when its end pulls the store away.
+    assert all(a.poll() is None for a in first)
     for a in first:
         assert a.wait(timeout=40) == 0, a.communicate()[1]
     assert len(events(tmp_path / "one")) == 4 and not events(tmp_path / "two")

@@ -8,12 +8,13 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.cgroup import enter, memory_cgroup
-from tests.helpers.paths import REPO
+from tests.helpers.paths import PY, REPO
 from tests.helpers.waiting import wait_for
 
 from .helpers import agent, run
@@ -126,6 +127,35 @@ def test_a_signal_from_outside_is_named(tmp_path: Path, sig: signal.Signals) -> 
     assert "stopped by the agent with SIGTERM; rank 1 failed first" in err
 
 
+def test_a_raised_keyboard_interrupt_is_not_a_signal_from_outside(tmp_path: Path) -> None:
+    # M1: Python ends an uncaught KeyboardInterrupt by raising SIGINT on itself (exit -2), so
+    # the status alone reads like a Ctrl-C; the traceback says the code raised it
+    err, cause, _ = _fail(tmp_path, "interrupt")
+    assert cause == "KeyboardInterrupt raised in the worker (rank 1, faults.py:57)", err
+    assert "raise KeyboardInterrupt" in _root(err)
+
+
+def test_a_sigint_from_outside_names_where_it_hit(tmp_path: Path) -> None:
+    p = subprocess.Popen(
+        agent("--nproc-per-node", "2", "--tee", "3", FAULTS, "sleep", "1", str(tmp_path)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: (tmp_path / "pid.1").exists(), timeout=30)
+        time.sleep(1)  # past the pid file, into its sleep
+        os.kill(int((tmp_path / "pid.1").read_text()), signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    # the frame it hit (its sleep; on a slow machine perhaps the one before it)
+    want = "killed by SIGINT from outside the agent (KeyboardInterrupt) (rank 1, faults.py:"
+    assert err.rstrip().splitlines()[-1].startswith(PREFIX + want), err
+
+
 def test_the_agents_own_shutdown_timeout_kill_is_said(tmp_path: Path) -> None:
     err, cause, _ = _fail(tmp_path, "raise", "--shutdown-timeout", "1", FAULT_PEERS="ignore-term")
     assert cause.startswith("ValueError: bad shape in batch 7 (rank 1")
@@ -144,6 +174,30 @@ def test_oom_kill_under_a_memory_limit_is_decoded() -> None:
     last = p.stderr.rstrip().splitlines()[-1]
     assert last.startswith(f"{PREFIX}killed by the OOM killer: out of memory (SIGKILL; memory ")
     assert f"{cg.name}: oom_kill 0 -> 1)" in last and last.endswith("(rank 1)"), last
+
+
+def test_a_kill_9_is_not_pinned_on_another_processs_oom_kill(tmp_path: Path) -> None:
+    # P2: the agent shares its memory cgroup with another process (a second job, the user's
+    # shell) that the OOM killer kills; a kill -9 of the agent's worker afterwards is a kill -9
+    cmd = agent("--nproc-per-node", "1", "--tee", "3", FAULTS, "sleep", "0", str(tmp_path))
+    hog = [PY, "-c", "h = []\nwhile True: h.append(bytearray(b'x' * (64 << 20)))"]
+    with memory_cgroup() as cg:
+        p = subprocess.Popen(enter(cg, cmd), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: (tmp_path / "pid.0").exists(), timeout=30)
+            other = subprocess.Popen(enter(cg, hog))
+            assert other.wait(timeout=120) == -signal.SIGKILL  # the OOM killer's victim
+            os.kill(int((tmp_path / "pid.0").read_text()), signal.SIGKILL)
+            _, err = p.communicate(timeout=60)
+        finally:
+            p.kill()
+            p.wait()
+    last = err.decode().rstrip().splitlines()[-1]
+    assert last.startswith(
+        f"{PREFIX}killed by SIGKILL from outside the agent (kill -9; the kernel's log names pid "
+        f"{other.pid} as the OOM killer's victim in memory cgroup "
+    ), last
+    assert f"{cg.name}: oom_kill 0 -> 1) (rank 0)" in last, last
 
 
 def test_the_restart_message_names_the_cause(tmp_path: Path) -> None:

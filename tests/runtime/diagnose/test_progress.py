@@ -178,6 +178,26 @@ def _line_of(text: str) -> int:
     return next(i for i, ln in enumerate(HANG.read_text().splitlines(), 1) if text in ln)
 
 
+@pytest.mark.timeout(120)
+def test_a_first_line_to_a_pipe_before_the_agents_first_look_is_a_sign_of_life(
+    tmp_path: Path,
+) -> None:
+    """A worker that prints at once (before the agent's first /proc sample), to the agent's own
+    pipe (no --log-dir), then hangs: its line is its sign of life, so --stall-timeout holds it,
+    not the 600 s silent limit (the first sample used to be only a baseline)."""
+    script = tmp_path / "early.py"
+    script.write_text(
+        "import time\n\ndef stuck_here():\n    time.sleep(600)\n\n"
+        "print('up', flush=True)\nstuck_here()\n"
+    )
+    t0 = time.monotonic()
+    p = run(agent("--nproc-per-node", "1", "--stall-timeout", "2", str(script)), timeout=100)
+    assert p.returncode == 1, p.stderr
+    assert "up" in p.stdout
+    assert any("stuck_here (early.py:4)" in ln for ln in _stall_lines(p.stderr)), p.stderr
+    assert time.monotonic() - t0 < 2 + 10 + 30  # the timeout + 10 s, + a loaded start-up
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("silent_limit", ["", "5"])
 def test_before_its_first_sign_of_life_a_worker_has_the_silent_limit(

@@ -130,3 +130,41 @@ def test_no_ptrace_permission_is_one_line_naming_the_fix() -> None:
         "no permission to read pid 42 (ptrace): run as the worker's user with "
         "kernel.yama.ptrace_scope=0 (sysctl), or give the container CAP_SYS_PTRACE"
     )
+
+
+def _fake_pyspy(tmp_path: Path, seconds: float) -> Path:
+    """A py-spy that answers an empty dump after ``seconds``."""
+    exe = tmp_path / "py-spy"
+    exe.write_text(f"#!/bin/sh\nsleep {seconds}\necho '[]'\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_the_stacks_are_read_when_py_spy_exits_not_at_a_later_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """collect wakes on py-spy's exit. Popen.wait(timeout) polled instead, sleeping 1, 2, 4 ...
+    50 ms between looks: a dump that ended just after a look was seen up to 50 ms late, which
+    made a restart's added time jump by 32-50 ms with a few ms of py-spy's own time
+    (benchmark 7). Counting the sleeps, not timing them: a loaded host delays any wake-up."""
+    monkeypatch.setenv(PYSPY_ENV, str(_fake_pyspy(tmp_path, 0.2)))
+    sleeps: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (sleeps.append(s), real_sleep(s))[1])
+    r = collect({0: (0, 11), 1: (1, 12)}, timeout=30)
+    monkeypatch.undo()
+    assert r == {
+        0: {"local_rank": 0, "pid": 11, "threads": []},
+        1: {"local_rank": 1, "pid": 12, "threads": []},
+    }
+    assert sleeps == []
+
+
+def test_a_py_spy_that_does_not_answer_costs_the_timeout_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PYSPY_ENV, str(_fake_pyspy(tmp_path, 60)))
+    t0 = time.monotonic()
+    r = collect({0: (0, 11)}, timeout=0.5)
+    assert time.monotonic() - t0 < 20  # 0.5 s, with room for a loaded host
+    assert r[0]["error"] == "py-spy did not answer within 0.5s"

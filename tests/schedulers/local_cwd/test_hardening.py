@@ -17,8 +17,8 @@ import pytest
 from tests.helpers.box import tmpfs
 from tests.helpers.waiting import wait_for
 from xrun.errors import SchedulerError
+from xrun.procs import is_alive
 from xrun.schedulers.local_cwd import LocalCwdScheduler, create_scheduler, procs, statedir
-from xrun.schedulers.local_cwd.supervisor import is_alive
 from xrun.specs import AppDef, AppState, Role
 
 

@@ -21,13 +21,13 @@ import pytest
 from tests.helpers.waiting import wait_for
 from xrun.contract import RANK0_HOST_ENV
 from xrun.errors import AppNotFoundError, UsageError
+from xrun.procs import is_alive
 from xrun.schedulers.api import Stream, get_scheduler
 from xrun.schedulers.local_cwd import (
     LocalCwdScheduler,
     assign_gpus,
     create_scheduler,
 )
-from xrun.schedulers.local_cwd.supervisor import is_alive
 from xrun.specs import AppDef, AppState, Resource, Role
 
 

@@ -175,11 +175,11 @@ def test_python_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         handle = runner.run_sweep(
             app, Sweep({"word": ["a", "b", "c"]}, max_parallel=3), "local_cwd"
         )
-        st = runner.wait_sweep(handle, timeout=60)
+        st = runner.wait(handle, timeout=60)
         assert st is not None and st.state == AppState.SUCCEEDED, st
         assert [t.values["word"] for t in st.trials] == ["a", "b", "c"]
         assert {t.state for t in st.trials} == {AppState.SUCCEEDED}
-        lines = list(runner.sweep_log_lines(handle, 1, "echo", 0))
+        lines = list(runner.log_lines(f"{handle}/1", "echo", 0))
     for w in "abc":
         assert (tmp_path / f"{w}.txt").read_text() == f"{w}-{w}\n"
     assert lines == ["b-b\n"]

@@ -1,0 +1,516 @@
+"""Training state kept in the node's shared memory: commit it every step, restore it on restart.
+
+A worker-side helper (the agent never imports it; torch is imported inside the functions only)::
+
+    from xrun.runtime.snapshot import Snapshotter
+
+    snap = Snapshotter(every=1)                  # where: see below; off when no restart can follow
+    restored = snap.restore(model, opt, fallback=load_disk_checkpoint)   # every rank calls it
+    start = restored.step if isinstance(restored, Restored) else ...     # else: fallback()'s value
+    for step in range(start, total):
+        train_one_step(step)
+        snap.commit(step + 1, model=model, optimizer=opt, extra={"sampler_pos": ...})
+
+``commit(step, ...)`` writes the model's and the optimizer's ``state_dict()``, the RNG states
+(python, numpy if imported, torch CPU, CUDA if initialised) and ``extra`` into a memory-mapped
+file on ``/dev/shm``: each tensor's raw bytes are copied into a preallocated region (one
+``copy_``, no pickling of tensor data, no syscall), the small rest (names, shapes, optimizer
+hyper-parameters, RNG tuples) is pickled. The state therefore survives the worker's death (it is
+in the node's memory, not the process's) but not the node's. ``benchmarks/snapshot.py`` measures
+the cost; docs/recovery.md has the figures and the recipe.
+
+**Never a half-written snapshot.** Two slots per rank, written in turn. A commit first
+invalidates the slot it is about to overwrite, copies the data, writes the pickled rest, and
+writes the slot's header last; the header carries the step, a generation, the lineage (below)
+and a CRC32 of itself and of the pickled rest. A slot whose header is missing, torn or whose
+CRC does not match is never loaded, and the other slot still holds the previous step. So the
+header *is* the "current" pointer: restore takes the newest valid slot. The tensor bytes are not
+checksummed (a CRC32 of 100 MB costs ~0.1 s, more than the copy): the write order above is what
+guarantees they are complete, because a process killed mid-commit never wrote the header.
+
+**Ranks agree.** After a kill the ranks' newest snapshots can differ by one step (the dead rank
+died mid-commit, its peers finished). ``restore`` gathers every rank's valid steps (one
+``all_gather_object``, when ``torch.distributed`` is initialised) and loads the newest step that
+*every* rank holds; two slots make sure one exists. When none does (a rank moved to another
+node, the world size changed, first start), every rank returns ``fallback``'s value instead.
+Snapshots carry a *lineage*: a token drawn when training starts from something other than a
+snapshot (a disk checkpoint, scratch); restoring keeps it. Only the newest lineage found in any
+rank's directory on any node is restorable, so an old but self-consistent set of snapshots left
+by ranks that have since moved elsewhere is never mistaken for the latest state.
+
+**Where, and cleanup.** ``$XRUN_SNAPSHOT_DIR/rank-<RANK>`` when that is set (the agent will set
+it per job and remove it when the job ends); else ``/dev/shm/xrun-snapshots-<uid>/<run id>/
+rank-<RANK>``, the run id being ``XRUN_RUN_ID`` or ``TORCHELASTIC_RUN_ID``. With neither (a plain
+``python train.py``), or when ``TORCHELASTIC_MAX_RESTARTS`` says no restart can follow this
+attempt, commits are no-ops: nothing could ever restore them. Files are removed: by
+``close(remove=True)`` when training ends (the job's whole dir on the node); by the last allowed
+attempt, right after its ``restore`` (each rank its own; it commits nothing); at a job's first start (restart count 0: whatever is there is
+stale); and, for the default root, any job directory that no live process holds (a shared
+``flock``) and that no attempt entered for ``GC_IDLE_S`` is deleted when a Snapshotter starts.
+Memory: two slots per rank, each the size of the state (``posix_fallocate``d up front, so a full
+``/dev/shm`` turns snapshots off with one warning instead of a SIGBUS mid-step).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import pickle
+import random
+import shutil
+import struct
+import sys
+import time
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xrun.contract import RUN_ID_ENV
+
+DIR_ENV = "XRUN_SNAPSHOT_DIR"  # set by the agent (per job); wins over the default below
+RUN_ID_ENVS = (RUN_ID_ENV, "TORCHELASTIC_RUN_ID")
+DEFAULT_ROOT = "/dev/shm"
+GC_IDLE_S = 600.0  # an unlocked job dir untouched this long belongs to a job that is gone
+
+MAGIC = b"XRSNAP01"
+_BODY = struct.Struct("<QqII16sqQQQI")  # gen, step, world, rank, lineage, birth, data, meta...
+_HEAD = struct.Struct("<8sI")  # magic, crc32(body)
+HEADER_BYTES = 4096  # the header has a page of its own; data starts on the next page
+ALIGN = 64  # every tensor starts on a cache line (and on any dtype's element size)
+SLOTS = ("slot-0", "slot-1")
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What ``restore`` loaded from shared memory: the step committed, and ``extra``."""
+
+    step: int
+    extra: Any
+    generation: int
+
+
+@dataclass(frozen=True)
+class _Header:
+    generation: int
+    step: int
+    world: int
+    rank: int
+    lineage: bytes
+    birth: int
+    data_len: int
+    meta_off: int
+    meta_len: int
+    meta_crc: int
+
+
+class _T:
+    """Placeholder for the i-th tensor in the pickled skeleton."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_T, (self.i,))
+
+
+def read_header(path: str | os.PathLike[str]) -> _Header | None:
+    """The slot's header when the slot is complete: None when it is absent, was never
+    completed, or its header or pickled part fails its CRC."""
+    try:
+        with open(path, "rb") as f:
+            h = _parse_header(f.read(_HEAD.size + _BODY.size))
+            if h is None or zlib.crc32(os.pread(f.fileno(), h.meta_len, h.meta_off)) != h.meta_crc:
+                return None
+    except OSError:
+        return None
+    return h
+
+
+def _parse_header(raw: bytes) -> _Header | None:
+    if len(raw) < _HEAD.size + _BODY.size:
+        return None
+    magic, crc = _HEAD.unpack_from(raw)
+    body = raw[_HEAD.size : _HEAD.size + _BODY.size]
+    if magic != MAGIC or zlib.crc32(body) != crc:
+        return None
+    return _Header(*_BODY.unpack(body))
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class Snapshotter:
+    """Commits a training loop's state to shared memory; restores the newest complete one.
+
+    ``every``: commit every N-th step (``commit`` returns False for the others); 0 turns it off.
+    ``dir``: the job's snapshot directory (default: from the environment, see the module doc).
+    ``enabled``: force on or off (default: on when a restart can follow and a directory is known).
+    """
+
+    def __init__(
+        self,
+        every: int = 1,
+        *,
+        dir: str | os.PathLike[str] | None = None,  # noqa: A002 - the natural name
+        enabled: bool | None = None,
+    ) -> None:
+        if every < 0:
+            raise ValueError(f"every={every} is invalid: expected an integer >= 0")
+        self.every = every
+        self.rank = _env_int("RANK", 0)
+        self.world = _env_int("WORLD_SIZE", 1)
+        self.restart = _env_int("TORCHELASTIC_RESTART_COUNT", 0)
+        self.last_attempt = self.restart >= _env_int("TORCHELASTIC_MAX_RESTARTS", 1 << 30)
+        self.job_dir = Path(dir) if dir is not None else _default_job_dir()
+        on = self.job_dir is not None and every > 0 and not self.last_attempt
+        self.enabled = on if enabled is None else (enabled and self.job_dir is not None)
+        self._broken = ""  # why commits stopped (e.g. /dev/shm full)
+        self._maps: list[tuple[int, mmap.mmap, Any] | None] = [None, None]  # (size, mm, u8)
+        self._newest = -1  # the slot holding the newest commit (-1: none yet)
+        self._generation = 0
+        self._lineage: tuple[bytes, int] | None = None  # set by restore
+        self._lock_fd = -1
+        self._default_dir = dir is None and not os.environ.get(DIR_ENV)
+        if self.job_dir is not None:
+            self._enter()
+
+    # ------------------------------------------------------------------ layout on disk
+    @property
+    def rank_dir(self) -> Path:
+        assert self.job_dir is not None
+        return self.job_dir / f"rank-{self.rank}"
+
+    def _enter(self) -> None:
+        """Create the dirs (private to this user), hold the job's lock, collect abandoned jobs."""
+        assert self.job_dir is not None
+        self.job_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.job_dir.mkdir(mode=0o700, exist_ok=True)
+        if self.job_dir.stat().st_uid != os.getuid():
+            raise PermissionError(f"{self.job_dir} belongs to another user: not using it")
+        lock = self.job_dir / "lock"
+        self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_SH)  # held while this process lives
+        os.utime(lock)  # "an attempt entered now": keeps the dir from the collector below
+        if self._default_dir:
+            _collect_abandoned(self.job_dir.parent, keep=self.job_dir)
+        if self.restart == 0:
+            # A job's first start: a snapshot here is another job's that reused the run id.
+            shutil.rmtree(self.rank_dir, ignore_errors=True)
+        self.rank_dir.mkdir(mode=0o700, exist_ok=True)
+
+    def _slot(self, i: int, size: int) -> tuple[mmap.mmap, Any]:
+        """Slot i mapped with at least ``size`` bytes, allocated up front (ENOSPC, not SIGBUS)."""
+        import torch
+
+        cur = self._maps[i]
+        if cur is not None and cur[0] >= size:
+            return cur[1], cur[2]
+        self._unmap(i)
+        size = max(size + size // 8, 1 << 20)  # some slack: state dicts grow a little (Adam)
+        size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+        fd = os.open(self.rank_dir / SLOTS[i], os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, b"\0" * len(MAGIC), 0)  # invalid until a commit completes
+            os.posix_fallocate(fd, 0, size)
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # fault pages in now
+            mm = mmap.mmap(fd, size, flags=flags)
+        finally:
+            os.close(fd)
+        u8 = torch.frombuffer(mm, dtype=torch.uint8)
+        self._maps[i] = (size, mm, u8)
+        return mm, u8
+
+    def _unmap(self, i: int) -> None:
+        cur, self._maps[i] = self._maps[i], None
+        if cur is not None:
+            mm = cur[1]
+            del cur  # the tensor over the map first: a map with an exported buffer cannot close
+            mm.close()
+
+    # ------------------------------------------------------------------ commit
+    def commit(
+        self, step: int, *, model: Any = None, optimizer: Any = None, extra: Any = None
+    ) -> bool:
+        """Save the state after ``step`` steps; True when written (False: not an N-th step, or
+        off). Call ``restore`` first: it is where the ranks agree on the lineage."""
+        if not self.enabled or self._broken or step % self.every:
+            return False
+        if self._lineage is None:
+            raise RuntimeError("Snapshotter.commit before restore(): call restore() once first")
+        tree = {
+            "model": model.state_dict() if model is not None else None,
+            "optimizer": optimizer.state_dict() if optimizer is not None else None,
+            "extra": extra,
+            "rng": _rng_state(),
+        }
+        tensors: list[Any] = []
+        skeleton = _flatten(tree, tensors)
+        table, off = [], HEADER_BYTES
+        for t in tensors:
+            nbytes = t.numel() * t.element_size()
+            table.append((str(t.dtype).removeprefix("torch."), tuple(t.shape), off, str(t.device)))
+            off = -(-(off + nbytes) // ALIGN) * ALIGN
+        meta = pickle.dumps((skeleton, table), protocol=pickle.HIGHEST_PROTOCOL)
+        slot = 1 - self._newest if self._newest >= 0 else 0
+        try:
+            mm, u8 = self._slot(slot, off + len(meta))
+        except OSError as e:
+            self._broken = f"{self.rank_dir}: {e}"
+            print(f"xrun.snapshot: rank {self.rank}: snapshots off: {e}", file=sys.stderr)
+            shutil.rmtree(self.rank_dir, ignore_errors=True)
+            return False
+        mm[: len(MAGIC)] = b"\0" * len(MAGIC)  # 1. invalidate: a kill from here on leaves no
+        for t, (_, shape, at, _) in zip(tensors, table, strict=True):  # 2. the bytes
+            n = t.numel() * t.element_size()
+            u8[at : at + n].view(t.dtype).view(shape).copy_(t)
+        mm[off : off + len(meta)] = meta  # 3. the rest
+        self._generation += 1
+        lineage, birth = self._lineage
+        body = _BODY.pack(
+            self._generation, step, self.world, self.rank, lineage, birth, off - HEADER_BYTES,
+            off, len(meta), zlib.crc32(meta),
+        )  # fmt: skip
+        mm[: _HEAD.size + _BODY.size] = _HEAD.pack(MAGIC, zlib.crc32(body)) + body  # 4. last
+        self._newest = slot
+        return True
+
+    # ------------------------------------------------------------------ restore
+    def restore(self, model: Any = None, optimizer: Any = None, *, fallback: Any = None) -> Any:
+        """Load the newest snapshot every rank holds into ``model``/``optimizer`` and the RNGs;
+        return a ``Restored``. Without one, return ``fallback()`` (a callable), the
+        ``torch.load`` of ``fallback`` (a path that exists) or None. Every rank must call it
+        (a collective when torch.distributed is initialised)."""
+        mine = self._candidates() if self.enabled or self.last_attempt else {}
+        newest = self._newest_lineage()
+        proposal = (os.urandom(16), time.time_ns())
+        reports = _gather((mine, newest, proposal))
+        lineage = max(r[1] for r in reports)[1]  # the newest lineage seen anywhere
+        common = set.intersection(*({k for k in r[0] if k[0] == lineage} for r in reports))
+        chosen = max(common, key=lambda k: k[1]) if common else None
+        if chosen is None:
+            self._lineage = reports[0][2]  # rank 0's fresh token: a new lineage, shared by all
+            self._after_restore()
+            return _call_fallback(fallback)
+        slot, header = mine[chosen]
+        tree = self._load(slot, header)
+        if model is not None:
+            model.load_state_dict(tree["model"])
+        if optimizer is not None:
+            optimizer.load_state_dict(tree["optimizer"])
+        _set_rng_state(tree["rng"])
+        self._lineage = (header.lineage, header.birth)
+        self._generation = header.generation
+        self._newest = slot  # the next commit overwrites the other slot, never this one
+        self._after_restore()
+        return Restored(step=header.step, extra=tree["extra"], generation=header.generation)
+
+    def _after_restore(self) -> None:
+        if self.last_attempt and self.job_dir is not None:
+            # No restart can follow: nothing will read a snapshot again.
+            self._remove_mine()
+
+    def _candidates(self) -> dict[tuple[bytes, int], tuple[int, _Header]]:
+        """(lineage, step) -> (slot, header) of this rank's valid slots for this world."""
+        out: dict[tuple[bytes, int], tuple[int, _Header]] = {}
+        if self.job_dir is None or self.restart == 0:
+            return out
+        for i, name in enumerate(SLOTS):
+            h = read_header(self.rank_dir / name)
+            if h is not None and (h.world, h.rank) == (self.world, self.rank):
+                key = (h.lineage, h.step)
+                if key not in out or out[key][1].generation < h.generation:
+                    out[key] = (i, h)
+        return out
+
+    def _newest_lineage(self) -> tuple[int, bytes]:
+        """(birth, token) of the newest lineage in any rank's slots on this node."""
+        best = (-1, b"")
+        if self.job_dir is None or self.restart == 0:
+            return best
+        for path in self.job_dir.glob("rank-*/slot-*"):
+            h = read_header(path)
+            if h is not None and h.world == self.world:
+                best = max(best, (h.birth, h.lineage))
+        return best
+
+    def _load(self, slot: int, h: _Header) -> Any:
+        import torch
+
+        with open(self.rank_dir / SLOTS[slot], "rb") as f:
+            # Copy-on-write: writable for torch.frombuffer, and never written back.
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        try:
+            meta = mm[h.meta_off : h.meta_off + h.meta_len]
+            if zlib.crc32(meta) != h.meta_crc:  # nobody writes between gather and load
+                raise RuntimeError(f"{self.rank_dir / SLOTS[slot]} changed while restoring")
+            skeleton, table = pickle.loads(meta)
+            u8 = torch.frombuffer(mm, dtype=torch.uint8)
+            tensors = []
+            for dtype, shape, at, device in table:
+                dt = getattr(torch, dtype)
+                n = _numel(shape) * torch.empty(0, dtype=dt).element_size()
+                t = u8[at : at + n].view(dt).view(shape).clone()  # owned: the map goes below
+                tensors.append(t if device == "cpu" else t.to(device))
+            del u8  # the export must go before the map can close
+        finally:
+            mm.close()
+        return _unflatten(skeleton, tensors)
+
+    # ------------------------------------------------------------------ cleanup
+    def close(self, remove: bool = False) -> None:
+        """Unmap the slots. ``remove=True`` once training is over (after the last collective,
+        every rank done): delete the job's snapshots on this node, every rank's, including
+        those of ranks an elastic shrink took away."""
+        for i in range(len(self._maps)):
+            self._unmap(i)
+        self._newest = -1
+        if remove and self.job_dir is not None:
+            shutil.rmtree(self.job_dir, ignore_errors=True)
+            self._release()
+
+    def _remove_mine(self) -> None:
+        """This rank's snapshots only (its peers may still be loading theirs)."""
+        self.close()
+        if self.job_dir is not None:
+            shutil.rmtree(self.rank_dir, ignore_errors=True)
+            if not any(self.job_dir.glob("rank-*")):
+                shutil.rmtree(self.job_dir, ignore_errors=True)
+            self._release()
+
+    def _release(self) -> None:
+        self.enabled = False
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+
+# ---------------------------------------------------------------------- helpers
+def _default_job_dir() -> Path | None:
+    explicit = os.environ.get(DIR_ENV)
+    if explicit:
+        return Path(explicit)
+    run_id = next((os.environ[k] for k in RUN_ID_ENVS if os.environ.get(k)), None)
+    if run_id is None or not os.path.isdir(DEFAULT_ROOT):
+        return None
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    return Path(DEFAULT_ROOT) / f"xrun-snapshots-{os.getuid()}" / safe
+
+
+def _collect_abandoned(root: Path, keep: Path) -> None:
+    """Delete job dirs no live process holds and no attempt entered for GC_IDLE_S."""
+    for job in root.iterdir():
+        if job == keep or not job.is_dir():
+            continue
+        lock = job / "lock"
+        try:
+            if time.time() - lock.stat().st_mtime < GC_IDLE_S:
+                continue
+            fd = os.open(lock, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live worker holds it
+        finally:
+            os.close(fd)  # releases the lock too
+        shutil.rmtree(job, ignore_errors=True)
+
+
+def _gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (rank order); just ``[obj]`` without an initialised group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return [obj]
+    if dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _call_fallback(fallback: Any) -> Any:
+    if fallback is None:
+        return None
+    if callable(fallback):
+        return fallback()
+    if os.path.exists(fallback):
+        import torch
+
+        return torch.load(fallback, weights_only=True)
+    return None
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _flatten(obj: Any, tensors: list[Any]) -> Any:
+    """The tree with each strided tensor replaced by ``_T(i)`` (its bytes go to the slot)."""
+    torch = sys.modules["torch"]
+    if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.is_quantized:
+        tensors.append(obj.detach())
+        return _T(len(tensors) - 1)
+    if type(obj) in (list, tuple):
+        return type(obj)(_flatten(v, tensors) for v in obj)
+    if type(obj) in (dict, OrderedDict):
+        out = type(obj)((k, _flatten(v, tensors)) for k, v in obj.items())
+        meta = getattr(obj, "_metadata", None)  # a module state_dict's versions
+        if meta is not None:
+            out._metadata = meta
+        return out
+    return obj  # anything else is pickled whole
+
+
+def _unflatten(obj: Any, tensors: list[Any]) -> Any:
+    if isinstance(obj, _T):
+        return tensors[obj.i]
+    if type(obj) in (list, tuple):
+        return type(obj)(_unflatten(v, tensors) for v in obj)
+    if type(obj) in (dict, OrderedDict):
+        out = type(obj)((k, _unflatten(v, tensors)) for k, v in obj.items())
+        meta = getattr(obj, "_metadata", None)
+        if meta is not None:
+            out._metadata = meta
+        return out
+    return obj
+
+
+def _rng_state() -> dict[str, Any]:
+    import torch
+
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        state["numpy"] = np.random.get_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        np.random.set_state(state["numpy"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+__all__ = ["DIR_ENV", "Restored", "Snapshotter", "read_header"]

@@ -1,0 +1,58 @@
+"""This machine's processes and GPUs, as the kernel tells them: what local_cwd's apps and the
+sweeps' supervisors both ask (a pid is told apart from a later process that reuses it by its
+start time, stored next to it).
+
+Standard library only and nothing else from xrun: local_cwd's supervisor imports it while
+running with ``-S`` (see :mod:`xrun.schedulers.local_cwd.supervisor`).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22).
+
+    Stored next to every pid so a recycled pid is never mistaken for our process. None when the
+    process does not exist, is a zombie, or there is no /proc (then only the pid is checked).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces and parentheses: the fields we want follow the LAST ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):  # exited, not yet reaped: as good as dead
+        return None
+    return int(fields[19])
+
+
+def is_alive(pid: int | None, start: int | None) -> bool:
+    """Whether ``pid`` is still the process that was started at ``start`` (see above)."""
+    if not pid:
+        return False
+    if os.path.isdir("/proc/self"):
+        now = proc_start_time(pid)
+        return now is not None and (start is None or now == start)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids replicas may use: ``CUDA_VISIBLE_DEVICES`` if set, else the NVIDIA driver's."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
+        return []

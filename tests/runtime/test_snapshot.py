@@ -1,0 +1,332 @@
+"""xrun.runtime.snapshot: training state in shared memory, restored bit for bit, never half.
+
+Real torch models and optimizers, real files on a tmpfs (/dev/shm, or the test's own small
+tmpfs for a full one), real processes SIGKILLed mid-commit. The multi-rank agreement and the
+resume of a real job are in tests/e2e/test_snapshot_resume.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.helpers.box import tmpfs
+from xrun.runtime import snapshot
+from xrun.runtime.snapshot import Restored, Snapshotter, read_header
+
+
+@pytest.fixture
+def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A job dir on /dev/shm (removed afterwards) and the env of a first start, rank 0 of 1."""
+    for k in ("RANK", "WORLD_SIZE", "TORCHELASTIC_MAX_RESTARTS", "XRUN_RUN_ID", snapshot.DIR_ENV):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    d = Path("/dev/shm") / f"xrun-test-{os.getpid()}-{tmp_path.name}"
+    yield d
+    subprocess.run(["rm", "-rf", str(d)], check=False)
+
+
+def restart(monkeypatch: pytest.MonkeyPatch, n: int = 1) -> None:
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(n))
+
+
+def make(seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    return model, opt
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, steps: int) -> None:
+    for _ in range(steps):
+        x = torch.randn(4, 8)  # the global RNG: restored too, or the runs part ways
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal trees, tensors compared bit for bit (dtype and shape included)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def draws() -> tuple[float, float]:
+    return random.random(), float(np.random.rand())
+
+
+def test_restore_is_bit_identical_and_training_goes_on_alike(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, opt = make(0)
+    snap = Snapshotter(dir=shm)
+    assert snap.restore(model, opt) is None  # first start: nothing to restore
+    train(model, opt, 3)
+    extra = {"sampler_pos": 37, "odd": torch.arange(5, dtype=torch.int16)[::2]}  # not contiguous
+    assert snap.commit(3, model=model, optimizer=opt, extra=extra)
+    want_model, want_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    # What python's and numpy's RNGs give right after the commit (torch's is checked by
+    # training on: each step draws its batch from it).
+    want_draws = draws()
+    train(model, opt, 4)  # then the undisturbed run goes on
+    snap.close()
+
+    restart(monkeypatch)
+    model2, opt2 = make(1)  # other weights, empty optimizer state, other RNG states
+    random.seed(5)
+    np.random.seed(5)
+    got = Snapshotter(dir=shm).restore(model2, opt2)
+    assert isinstance(got, Restored) and got.step == 3
+    assert got.extra["sampler_pos"] == 37 and torch.equal(got.extra["odd"], extra["odd"])
+    assert same(model2.state_dict(), want_model)
+    assert same(opt2.state_dict(), want_opt)
+    assert draws() == want_draws
+    train(model2, opt2, 4)
+    assert same(model2.state_dict(), model.state_dict())
+    assert same(opt2.state_dict(), opt.state_dict())
+
+
+def test_every_nth_step_and_the_newest_of_two_slots(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snap = Snapshotter(every=2, dir=shm)
+    snap.restore()
+    assert [snap.commit(s, extra=s) for s in range(1, 8)] == [
+        False, True, False, True, False, True, False,
+    ]  # fmt: skip
+    steps = sorted(h.step for p in (shm / "rank-0").glob("slot-*") if (h := read_header(p)))
+    assert steps == [4, 6]
+    restart(monkeypatch)
+    got = Snapshotter(dir=shm).restore()
+    assert isinstance(got, Restored) and (got.step, got.extra) == (6, 6)
+
+
+def test_commit_needs_restore_first(shm: Path) -> None:
+    with pytest.raises(RuntimeError, match="restore"):
+        Snapshotter(dir=shm).commit(1, extra=1)
+
+
+# A child that commits a 48 MiB state whose every byte depends on the step, forever; it prints
+# each step once committed. With DIE_AT, it dies (os._exit) halfway through that step's commit.
+CHILD = """\
+import os, sys, torch
+from xrun.runtime.snapshot import Snapshotter
+snap = Snapshotter(dir=sys.argv[1])
+snap.restore()
+die_at = int(sys.argv[2])
+state = {f"t{i}": torch.empty(3 * 2**20, dtype=torch.float32) for i in range(4)}
+real_copy, n = torch.Tensor.copy_, [0]
+def copy_(dst, src, *a, **k):
+    n[0] += 1
+    if step == die_at and n[0] == 2:  # the second tensor of the dying step, half written
+        real_copy(dst[: dst.numel() // 2], src[: src.numel() // 2])
+        os._exit(17)
+    return real_copy(dst, src, *a, **k)
+torch.Tensor.copy_ = copy_
+step = 0
+while True:
+    step += 1
+    for i, t in enumerate(state.values()):
+        t.fill_(step * 10 + i)
+    n[0] = 0
+    snap.commit(step, extra=state)
+    print(step, flush=True)
+"""
+
+
+def _child(shm: Path, die_at: int = 0) -> subprocess.Popen[str]:
+    env = {**os.environ, "TORCHELASTIC_RESTART_COUNT": "0"}
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(shm), str(die_at)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _check_restored(shm: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    restart(monkeypatch)
+    got = Snapshotter(dir=shm).restore()
+    assert isinstance(got, Restored)
+    for i, t in enumerate(got.extra.values()):
+        assert bool((t == got.step * 10 + i).all()), f"step {got.step}: tensor {i} is mixed"
+    return got.step
+
+
+def test_a_commit_cut_halfway_is_never_loaded(shm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    child = _child(shm, die_at=5)
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == 17 and out.split() == ["1", "2", "3", "4"], out
+    # Step 5 went to the slot step 3 was in: that slot is invalid now, step 4 is intact.
+    assert sorted(h.step for p in (shm / "rank-0").glob("slot-*") if (h := read_header(p))) == [4]
+    assert _check_restored(shm, monkeypatch) == 4
+
+
+@pytest.mark.timeout(240)
+def test_sigkill_at_random_moments_never_leaves_a_mixed_snapshot(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(3)
+    for _ in range(4):
+        child = _child(shm)
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "1"  # past start-up: commits are under way
+        time.sleep(rng.uniform(0.0, 0.4))
+        child.send_signal(signal.SIGKILL)
+        out, _ = child.communicate(timeout=60)
+        last = int(out.split()[-1]) if out.split() else 1
+        step = _check_restored(shm, monkeypatch)
+        assert step >= last  # every step the child reported committed is there
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+
+
+@pytest.mark.parametrize("where", ["header", "pickled part"])
+def test_a_corrupt_slot_is_skipped(shm: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    snap = Snapshotter(dir=shm)
+    snap.restore()
+    snap.commit(1, extra="one")
+    snap.commit(2, extra="two")
+    snap.close()
+    path = next(p for p in (shm / "rank-0").glob("slot-*") if read_header(p).step == 2)  # type: ignore[union-attr]
+    h = read_header(path)
+    assert h is not None
+    at = 20 if where == "header" else h.meta_off + h.meta_len // 2
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    assert read_header(path) is None
+    restart(monkeypatch)
+    got = Snapshotter(dir=shm).restore()
+    assert isinstance(got, Restored) and (got.step, got.extra) == (1, "one")
+
+
+def test_fallback_when_no_snapshot(shm: Path, tmp_path: Path) -> None:
+    model, _ = make(0)
+    snap = Snapshotter(dir=shm)
+    assert snap.restore(fallback=lambda: "from disk") == "from disk"
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"step": 7}, ckpt)
+    assert Snapshotter(dir=shm).restore(fallback=str(ckpt)) == {"step": 7}
+    assert Snapshotter(dir=shm).restore(fallback=str(tmp_path / "none.pt")) is None
+
+
+def test_a_first_start_ignores_and_wipes_what_a_reused_run_id_left(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snap = Snapshotter(dir=shm)
+    snap.restore()
+    snap.commit(1, extra="old job")
+    snap.close()
+    # A new job with the same dir starts (restart 0): the old job's state is not its own.
+    assert Snapshotter(dir=shm).restore(fallback=lambda: "disk") == "disk"
+    assert list((shm / "rank-0").iterdir()) == []
+
+
+def test_only_the_newest_lineage_is_restored(shm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank dirs left by ranks that moved elsewhere hold an older, self-consistent state: it must
+    lose to a newer lineage found in any rank dir of the node."""
+    snap = Snapshotter(dir=shm)
+    snap.restore()
+    snap.commit(30, extra="old")
+    snap.close()
+    restart(monkeypatch)
+    monkeypatch.setenv("RANK", "1")  # later: this node hosts rank 1, started from disk at 20
+    other = Snapshotter(dir=shm)
+    assert other.restore() is None  # rank 1 has nothing here: a new lineage
+    other.commit(21, extra="new")
+    other.close()
+    restart(monkeypatch, 2)
+    monkeypatch.setenv("RANK", "0")  # and rank 0 again: its step 30 is stale
+    assert Snapshotter(dir=shm).restore(fallback=lambda: "disk") == "disk"
+
+
+def test_cleanup(shm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "2")  # a rank an elastic shrink took away left its snapshots
+    gone = Snapshotter(dir=shm)
+    gone.restore()
+    gone.commit(1, extra=1)
+    monkeypatch.setenv("RANK", "0")
+    snap = Snapshotter(dir=shm)
+    snap.restore()
+    snap.commit(1, extra=1)
+    snap.close(remove=True)  # training over: the job's dir goes, every rank's snapshots
+    assert not shm.exists()
+    gone.close()
+    # The last allowed attempt restores, then removes: no restart could read a snapshot again.
+    snap = Snapshotter(dir=shm)
+    snap.restore()
+    snap.commit(1, extra=1)
+    snap.close()
+    restart(monkeypatch)
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    last = Snapshotter(dir=shm)
+    got = last.restore()
+    assert isinstance(got, Restored) and got.step == 1
+    assert not last.commit(2, extra=2) and not shm.exists()
+
+
+def test_off_without_a_place_or_a_restart_to_come(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k in snapshot.RUN_ID_ENVS:
+        monkeypatch.delenv(k, raising=False)
+    plain = Snapshotter()  # plain `python train.py`: no run id
+    assert not plain.enabled and plain.restore() is None and not plain.commit(1, extra=1)
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0")
+    assert not Snapshotter(dir=shm).enabled  # --max-restarts 0: nothing could restore it
+
+
+def test_abandoned_job_dirs_are_collected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shm: Path
+) -> None:
+    monkeypatch.setattr(snapshot, "DEFAULT_ROOT", str(tmp_path))
+    root = tmp_path / f"xrun-snapshots-{os.getuid()}"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "live")
+    live = Snapshotter()  # holds its job's lock
+    assert live.job_dir == root / "live"
+    old = time.time() - 2 * snapshot.GC_IDLE_S
+    for name in ("gone", "recent"):
+        (root / name / "rank-0").mkdir(parents=True)
+        (root / name / "lock").touch()
+    os.utime(root / "gone" / "lock", (old, old))
+    os.utime(root / "live" / "lock", (old, old))  # idle, but a live process holds it
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "next")
+    Snapshotter()
+    assert sorted(p.name for p in root.iterdir()) == ["live", "next", "recent"]
+
+
+def test_a_full_shm_turns_snapshots_off_not_the_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shm: Path
+) -> None:
+    with tmpfs(tmp_path / "box", size="4m") as box:
+        snap = Snapshotter(dir=box / "job")
+        snap.restore()
+        big = torch.zeros(2 * 2**20)  # 8 MiB: cannot fit
+        assert not snap.commit(1, extra=big)
+        assert not snap.commit(2, extra=big)  # off for good, quietly
+        assert not (box / "job" / "rank-0").exists()
+
+
+def test_importing_it_does_not_import_torch() -> None:
+    code = "import sys, xrun.runtime.snapshot; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
