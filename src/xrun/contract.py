@@ -118,8 +118,11 @@ def tracker_config_env(name: str) -> str:
 
 
 # A graceful stop (``xrun.runtime.stop``, ``xrun.runtime.stopping``): the agent names the flag
-# dir in every worker's environment; Slurm's batch script gives the agents the grace (seconds)
-# and the file they note a stop request in (it requeues the job once when that file is set).
+# dir in every worker's environment. The grace in seconds: how long the agent lets workers that
+# watch for stop requests save before it stops them; each scheduler sets it to its own grace
+# (local_cwd's stop_grace_s, docker's stop_timeout, Slurm's GraceTime or warning lead). Slurm's
+# batch script also names the file the agents note a stop request in (it requeues the job once
+# when that file is set).
 STOP_DIR_ENV = "XRUN_STOP_DIR"
 STOP_GRACE_ENV = "XRUN_STOP_GRACE"
 STOP_RECORD_ENV = "XRUN_STOP_RECORD"
