@@ -51,6 +51,10 @@ MEASURES: dict[str, tuple[str, str]] = {
         "training state in shared memory: the cost of a commit (issue #34)",
         "snapshot:measure_17",
     ),
+    "18": (
+        "recovery drill: kill -9 of a worker -> next full-world step, --recover warm (issue #34)",
+        "recovery:measure_18",
+    ),
 }
 
 

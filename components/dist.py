@@ -30,6 +30,7 @@ from xrun.contract import (
     MAX_NPROC_PER_NODE,
     RDZV_BACKENDS,
     RDZV_PORT_ENV,
+    RECOVER_MODES,
     RESTARTS_IN_PLACE,
     SCRIPT,
 )
@@ -72,6 +73,7 @@ def ddp(
     tee: int = 3,
     stall_timeout: int = 0,
     stall_silent_timeout: int = 0,
+    recover: str = "off",
 ) -> AppDef:
     """Distributed data parallel: NNODES replicas, each running NPROC workers of a script.
 
@@ -96,6 +98,7 @@ def ddp(
         tee: which worker streams also go to the console: 0 none, 1 stdout, 2 stderr, 3 both
         stall_timeout: seconds in which no worker works (CPU, I/O) nor shows a sign of life (a line, a write, a beat) before the attempt ends with every rank's stack as its root cause; a silent start-up or busy phase has max(10x, 600 s) (the agent's --stall-timeout, docs/diagnose.md); 0: off
         stall_silent_timeout: with stall_timeout, seconds the workers may show no sign of life (no line, write, beat or timer request) at all, busy or not, before the attempt ends the same way (the agent's --stall-silent-timeout); 0: max(10 x stall_timeout, 600 s)
+        recover: how a failed attempt's workers are replaced: off (cold interpreters, as torchrun) or warm (pre-started interpreters that imported what the workers import; the agents, the store and the rendezvous stay; costs one idle interpreter per worker, see docs/runtime.md)
     """
     size = parse_j(j)
     resource = get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
@@ -119,6 +122,7 @@ def ddp(
             tee=tee,
             stall_timeout=stall_timeout,
             stall_silent_timeout=stall_silent_timeout,
+            recover=recover,
         )
     )
 
@@ -214,6 +218,7 @@ class DistJob(Value):
     tee: int = 3
     stall_timeout: int = 0  # the agent's --stall-timeout; 0: off
     stall_silent_timeout: int = 0  # the agent's --stall-silent-timeout; 0: its default
+    recover: str = "off"  # the agent's --recover: off or warm
 
     def validate(self) -> None:
         """UsageError naming the option, its value and the expected form."""
@@ -254,6 +259,10 @@ class DistJob(Value):
             raise UsageError(
                 f"{c}: --stall_silent_timeout {self.stall_silent_timeout} needs --stall_timeout: "
                 "the watchdog is off without it"
+            )
+        if self.recover not in RECOVER_MODES:
+            raise UsageError(
+                f"{c}: --recover {self.recover!r} is invalid; expected {' or '.join(RECOVER_MODES)}"
             )
         if self.max_retries < 0:
             raise UsageError(f"{c}: --max_retries {self.max_retries} is invalid; expected >= 0")
@@ -330,6 +339,8 @@ class DistJob(Value):
             cmd += ["--stall-timeout", str(self.stall_timeout)]
         if self.stall_silent_timeout:
             cmd += ["--stall-silent-timeout", str(self.stall_silent_timeout)]
+        if self.recover != "off":
+            cmd += ["--recover", self.recover]
         if self.script is not None:
             cmd += [shlex.quote(self.script)]
         else:

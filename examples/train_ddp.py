@@ -23,6 +23,14 @@ undisturbed run, however often the job is killed and restarted (e.g. by the runt
   a rank on a new node, another world size) from the disk checkpoint as above. The commits are
   skipped when no restart can follow (``--max-restarts 0``, plain ``python``, torchrun's default).
 
+* a stop request (a preemption, a time limit's warning, ``xrun cancel``, ``docker stop``,
+  SIGTERM to the local_cwd supervisor: ``xrun.runtime.stop``, docs/runtime.md "Preemption")
+  is checked after every step: every rank gets it after the same step S, finishes it, rank 0
+  saves ``step-S.pt`` atomically (parameters, optimizer, RNG state and S, the data position),
+  prints ``stopping at step S: checkpoint saved``, and every rank exits 0 (on Slurm the batch
+  script then requeues the job once). The next start prints ``resuming from step S`` and
+  trains on from there, bit for bit as if it had never stopped.
+
 ``--print-steps``: rank 0 prints ``step S`` (S counts from the start of training) once every
 rank has committed step S, so a restart never prints a step twice unless it trained it twice.
 
@@ -50,10 +58,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from xrun.runtime import stop
 from xrun.runtime.snapshot import Restored, Snapshotter
 
 IN_FEATURES, HIDDEN, BATCH = 16, 32, 32
 _CKPT_RE = re.compile(r"epoch-(\d+)\.pt$")
+_STOP_RE = re.compile(r"step-(\d+)\.pt$")  # a stop request's checkpoint, mid-epoch
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -143,6 +153,86 @@ def save_checkpoint(fs: fsspec.AbstractFileSystem, root: str, epoch: int, model:
     fs.mv(tmp, final)
 
 
+def latest_stop_checkpoint(fs: fsspec.AbstractFileSystem, root: str) -> tuple[int, str] | None:
+    """(step, path) of the newest complete stop checkpoint (see save_stop_checkpoint)."""
+    try:
+        names = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return None
+    found = [(int(m.group(1)), n) for n in names if (m := _STOP_RE.search(str(n)))]
+    return max(found) if found else None
+
+
+def save_stop_checkpoint(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    step: int,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+) -> None:
+    """At a stop request: everything a resume needs to go on bit for bit, after ``step``
+    (counted from the start: it is also the data position), written then renamed."""
+    fs.makedirs(root, exist_ok=True)
+    final = f"{root.rstrip('/')}/step-{step:08d}.pt"
+    tmp = f"{final}.tmp-{os.getpid()}"
+    state = {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "rng": torch.get_rng_state(),
+    }
+    with fs.open(tmp, "wb") as f:
+        torch.save(state, f)
+    fs.mv(tmp, final)
+
+
+def load_stop_checkpoint(
+    fs: fsspec.AbstractFileSystem, path: str, model: nn.Module, opt: torch.optim.Optimizer
+) -> int:
+    with fs.open(path, "rb") as f:
+        state = torch.load(f, weights_only=True)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    return int(state["step"])
+
+
+def resume(
+    snap: Snapshotter,
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    spe: int,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    rank: int,
+) -> int:
+    """The steps already completed: every rank, the newest step all ranks hold in shared
+    memory; else rank 0 from the disk (the others' answer is not used: rank 0 broadcasts)."""
+    restored = snap.restore(model, opt)
+    if isinstance(restored, Restored):
+        if rank == 0:
+            print(f"rank 0: resuming after step {restored.step} from shared memory", flush=True)
+        return restored.step
+    return resume_from_disk(fs, root, spe, model, opt) if rank == 0 else 0
+
+
+def resume_from_disk(
+    fs: fsspec.AbstractFileSystem, root: str, spe: int, model: nn.Module, opt: torch.optim.Optimizer
+) -> int:
+    """Rank 0: load the newest checkpoint (a stop's or an epoch's); the steps it completed."""
+    found = latest_checkpoint(fs, root)
+    stopped = latest_stop_checkpoint(fs, root)
+    if stopped and (not found or stopped[0] > found[0] * spe):
+        step = load_stop_checkpoint(fs, stopped[1], model, opt)
+        print(f"resuming from step {step}", flush=True)
+        return step
+    if found:
+        epoch = load_checkpoint(fs, found[1], model)
+        print(f"rank 0: resuming after epoch {epoch} from {found[1]}", flush=True)
+        return epoch * spe
+    return 0
+
+
 def load_checkpoint(fs: fsspec.AbstractFileSystem, path: str, model: nn.Module) -> int:
     with fs.open(path, "rb") as f:
         state = torch.load(f, weights_only=True)
@@ -172,18 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     model = make_model(args.seed)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)  # the parameters DDP will wrap
     snap = Snapshotter(every=args.snapshot_every)
-    # Every rank: the newest step all ranks hold in shared memory, or None (then the disk).
-    restored = snap.restore(model, opt)
-    done = torch.tensor([0])  # steps already completed
-    if isinstance(restored, Restored):
-        done[0] = restored.step
-        if rank == 0:
-            print(f"rank 0: resuming after step {restored.step} from shared memory", flush=True)
-    elif rank == 0:
-        found = latest_checkpoint(fs, root)
-        if found:
-            done[0] = load_checkpoint(fs, found[1], model) * spe
-            print(f"rank 0: resuming after epoch {int(done[0]) // spe} from {found[1]}", flush=True)
+    done = torch.tensor([resume(snap, fs, root, spe, model, opt, rank)])  # steps completed
     dist.broadcast(done, src=0)
     start = int(done[0])
     ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
@@ -198,13 +277,24 @@ def main(argv: list[str] | None = None) -> int:
     ddp(x).sum().backward()
     opt.zero_grad(set_to_none=True)
 
-    def completed(step: int) -> None:
-        """Step ``step`` (counted from the start) is done: commit it, then say so."""
+    def completed(step: int) -> bool:
+        """Step ``step`` (counted from the start) is done: commit it, then say so; True when
+        every rank is to stop after it (then the state is saved)."""
         snap.commit(step, model=model, optimizer=opt)
         if args.print_steps:
             dist.barrier()  # every rank has committed: a restart resumes after this step
             if rank == 0:
                 print(f"step {step}", flush=True)
+        # Cheap (one stat()) until a stop is requested; then every rank gets True after the
+        # same step, so nobody waits in a collective for a rank that has left.
+        if not stop.requested(step):
+            return False
+        if rank == 0:
+            save_stop_checkpoint(fs, root, step, model, opt)
+            print(f"stopping at step {step}: checkpoint saved", flush=True)
+        dist.barrier()  # the checkpoint is complete before any rank leaves
+        snap.close(remove=True)  # the disk holds it all; the node's memory goes back
+        return True
 
     for epoch in range(start // spe + 1, args.epochs + 1):
         first = start % spe if epoch == start // spe + 1 else 0
@@ -216,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             opt.step()
             if args.step_sleep:
                 time.sleep(args.step_sleep)
-            if step < spe - 1:  # an epoch's last step is committed after its checkpoint
-                completed((epoch - 1) * spe + step + 1)
+            # an epoch's last step is committed after its checkpoint
+            if step < spe - 1 and completed((epoch - 1) * spe + step + 1):
+                return 0
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         mean /= world
@@ -228,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         dist.barrier()
         # Committed once the checkpoint exists: a resume after this step starts the next epoch
         # and never skips an epoch's checkpoint.
-        completed(epoch * spe)
+        if completed(epoch * spe):
+            return 0
 
     # The final loss on a fixed evaluation batch: defined even when a resumed run had nothing
     # left to train.

@@ -184,6 +184,7 @@ class Agent:
         )
         # graceful stops: workers that watch get a flag and the grace, not the signal
         self._stop = StopControl(config.run_id, config.shutdown_timeout)
+        self._pool: Any = None  # --recover warm: workers.pool.WarmPool (False: cannot serve)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -227,6 +228,8 @@ class Agent:
             if self._timer is not None:
                 self._timer.stop()
             self._stop.remove()
+            if self._pool:
+                self._pool.close()
             undo_diag()
             restore()
             # A failed worker's files stay: the failure report points at them.
@@ -422,6 +425,8 @@ class Agent:
         if self._events is not None:
             world = (info.group_rank, info.group_world_size, info.world_size, info.rank_offset)
             self._events.ranks_assigned(time.monotonic() - t0, self._restart_count, world)
+        pool = self._warm_pool()
+        warm_before = pool.warm_starts if pool else 0
         pc = start_processes(
             name=cfg.role,
             entrypoint=self.entrypoint,
@@ -433,8 +438,11 @@ class Agent:
             duplicate_stdout_filters=cfg.duplicate_stdout_filters,
             duplicate_stderr_filters=cfg.duplicate_stderr_filters,
             stop_timeout=cfg.shutdown_timeout,
+            warm_pool=pool,
             **logs,
         )
+        if pool and pool.warm_starts > warm_before:
+            _log(f"{pool.warm_starts - warm_before} of {n} workers started warm (--recover warm)")
         if self._timer is not None:
             self._timer.watch(pc.pids())
         # After the start, not before: the workers are starting meanwhile (an interpreter takes
@@ -446,7 +454,20 @@ class Agent:
         timer = self._timer
         beats = (lambda: timer.requests) if timer is not None else None
         self._diag.attach(pc, info, self._logs.run_dir, kv, beats)
+        if self._pool:
+            # Replacing the survivors of a failure is what makes it fast: reading their stacks
+            # first (py-spy, up to 3 s) is not worth it here.
+            pc.before_stop = None
+            self._pool.refill(pc.envs)  # after the start: the new workers go first
         return pc
+
+    def _warm_pool(self) -> Any:
+        """The pool of warm interpreters (``--recover warm``), made at the first start."""
+        if self._pool is None and self.config.recover == "warm":
+            from .workers.pool import pool_for  # benchmark 1: --recover warm only
+
+            self._pool = pool_for(self.entrypoint, self.args, self.config, _log)
+        return self._pool or None
 
     def _logs_for_attempt(self, n: int) -> tuple[dict[str, Any], Callable[[int], str]]:
         """start_processes' log arguments for the next attempt, and each rank's error file

@@ -27,6 +27,7 @@ from xrun.contract import (
     MAX_RESTARTS,
     RDZV_BACKENDS,
     RDZV_ENDPOINT_DEFAULT_PORT,
+    RECOVER_MODES,
 )
 from xrun.errors import UsageError
 from xrun.limits import capped_int, check_duration, is_digits, shown, to_float
@@ -162,6 +163,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="xrun: with --stall-timeout, how long the workers may stay silent (no line, "
         "write, beat nor timer request) while busy or before their first sign of life "
         "(default 0: max(10 x --stall-timeout, 600 s)).",
+    )
+    opt(
+        "--recover",
+        default="off",
+        help="xrun: how a failed attempt's workers are replaced: off (cold interpreters, as "
+        "torchrun) or warm (pre-started interpreters that imported what the workers import; "
+        "docs/recovery.md).",
+    )
+    opt(
+        *both("warm-pool-size"),
+        default="0",
+        help="xrun: with --recover warm, the warm interpreters each agent keeps (default 0: "
+        "--nproc-per-node).",
     )
     opt(
         *both("event-log-handler"),
@@ -448,6 +462,10 @@ def parse(
             f"expected {', '.join(EVENT_HANDLERS)}"
         )
 
+    if ns.recover not in RECOVER_MODES:
+        raise UsageError(
+            f"--recover {shown(ns.recover)} is invalid: expected {' or '.join(RECOVER_MODES)}"
+        )
     cfg = LaunchConfig(
         min_nodes=min_nodes,
         max_nodes=max_nodes,
@@ -478,6 +496,8 @@ def parse(
         duplicate_stdout_filters=comma_list(ns.duplicate_stdout_filters) or None,
         duplicate_stderr_filters=comma_list(ns.duplicate_stderr_filters) or None,
         virtual_local_rank=ns.virtual_local_rank,
+        recover=ns.recover,
+        warm_pool_size=_int("--warm-pool-size", ns.warm_pool_size),
     )
     entrypoint: Callable[..., Any] | str
     if ns.run_path:

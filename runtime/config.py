@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import xrun
-from xrun.contract import MAX_NODES, MAX_NPROC_PER_NODE, RDZV_BACKENDS, RDZV_ROUND_ENV
+from xrun.contract import (
+    MAX_NODES,
+    MAX_NPROC_PER_NODE,
+    RDZV_BACKENDS,
+    RDZV_ROUND_ENV,
+    RECOVER_MODES,
+)
 from xrun.errors import UsageError
 from xrun.limits import check_count, check_duration
 from xrun.record import Value
@@ -92,6 +98,10 @@ class LaunchConfig:
     duplicate_stdout_filters: list[str] | None = None
     duplicate_stderr_filters: list[str] | None = None
     virtual_local_rank: bool = False
+    # xrun: how a failed attempt's workers are replaced ("off" or "warm", see RECOVER_MODES and
+    # docs/recovery.md); ``warm_pool_size``: the warm interpreters kept (0: nproc_per_node).
+    recover: str = "off"
+    warm_pool_size: int = 0
     # rdzv_endpoint parsed (None: standalone), by __post_init__ unless the command line, which
     # parsed it already, passes it: what the agent reads, never the text.
     endpoint: Endpoint | None = None
@@ -178,6 +188,11 @@ def validate(cfg: LaunchConfig) -> None:
         raise UsageError(
             f"monitor_interval {cfg.monitor_interval} is invalid: expected a number of seconds > 0"
         )
+    if cfg.recover not in RECOVER_MODES:
+        raise UsageError(
+            f"recover {cfg.recover!r} is invalid: expected {' or '.join(RECOVER_MODES)}"
+        )
+    check_count(cfg.warm_pool_size, "warm_pool_size", MAX_NPROC_PER_NODE, lo=0)
     parse_signals(cfg.signals_to_handle)
 
 

@@ -22,9 +22,11 @@ ahead and reads it by step s + 1; + 2 also keeps the store alive until every ran
 (the store's node leaves only after its own ranks stopped). Ranks that do not run in lockstep
 still stop, each at ``max(stop step, its step)``.
 
-A SIGTERM sent to the worker itself (at a preemption Slurm signals every process of the job
-step) counts as the flag: from the first call of ``requested`` on, a SIGTERM handler that only
-notes the request is installed, unless the program has its own.
+A SIGTERM, SIGUSR1 or SIGUSR2 sent to the worker itself counts as the flag (at a preemption
+Slurm signals every process of the job step, and srun passes the ``--signal`` warning of a time
+limit on to every process too, whose default action would end the worker at once): from the
+first call of ``requested`` on, a handler that only notes the request is installed for each of
+them that the program has not handled itself.
 
 Outside an xrun agent (no ``XRUN_STOP_DIR``) ``requested`` is always False. Only the standard
 library is imported here; torch's ``TCPStore`` is imported once a stop has been requested.
@@ -65,9 +67,10 @@ class _State:
 
 
 def _note_signals(st: _State) -> None:
-    """A SIGTERM sent to the worker itself (Slurm signals every process of a step at a
-    preemption, not only the agent) is a stop request too: the handler only notes it, the
-    loop saves at the agreed step. A handler the program installed itself is left alone."""
+    """A stop signal sent to the worker itself (Slurm signals every process of a step at a
+    preemption, and srun passes a time limit's ``--signal`` warning to every process, not only
+    the agent) is a stop request too: the handler only notes it, the loop saves at the agreed
+    step. A handler the program installed itself (or SIG_IGN) is left alone."""
     import signal
     import threading
 
@@ -77,8 +80,9 @@ def _note_signals(st: _State) -> None:
     def note(signum: int, frame: object) -> None:
         st.seen = True
 
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, note)
+    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, note)
 
 
 _state: _State | None = None

@@ -27,6 +27,8 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
+from xrun.contract import STOP_GRACE_ENV
+
 from .stop import FLAG, STOP_DIR_ENV
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["GRACE_ENV", "RECORD_ENV", "STOP_MARK", "StopControl", "stop_signal_of"]
 
 STOP_MARK = "xrun-stop:"  # a stale-round reason that is a stop request, not a restart
-GRACE_ENV = "XRUN_STOP_GRACE"
+GRACE_ENV = STOP_GRACE_ENV
 RECORD_ENV = "XRUN_STOP_RECORD"
 # SIGINT (Ctrl-C), SIGHUP and SIGQUIT keep their immediate meaning.
 _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2})

@@ -39,7 +39,8 @@ Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
 * join: ``i = ADD r/join 1`` gives the node its arrival index (1-based); then, without waiting
   for answers, ``SET r/node/i = "<nproc>\\t<sortkey>\\t<addr>"`` and two leases owned by the
   node's connection: ``r/lease/i`` (renewed by heartbeats; on expiry or disconnect it sets
-  ``r/stale``) and ``r/finlease/i`` (on disconnect it sets ``r/fin/i``: "gone").
+  ``r/stale``), ``r/finlease/i`` (on disconnect it sets ``r/fin/i``: "gone") and
+  ``r/leftlease/i`` (like the first, it sets ``r/left/i``).
 * seal: the round is sealed by whoever first adds ``SEAL`` (2**40) to ``r/join``: the node that
   arrives as number ``max_nodes``, or (once ``min_nodes`` are in) any node whose last-call timer
   expired with no new arrival, or any node that sees ``r/stale`` before the round formed (a
@@ -49,9 +50,14 @@ Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
   global rank of its first worker, the sizes: a few bytes; rank -1 for one left out),
   ``r/world`` (the sizes: the round formed) and ``cur = r + 1``. A later ``ADD r/join 1``
   returns >= ``SEAL`` (or > ``max_nodes``), so latecomers move on to round ``r + 1``.
-* one world at a time: round ``r + 1`` may seal only once ``r/stale`` is set. A node arriving
-  while a world with room runs sets ``r/stale`` ("waiting to join") so that world re-forms with
-  it; next to a full world it stands by (until join_timeout) instead of forming a second world.
+* one world at a time: round ``r + 1`` may seal only once ``r/stale`` is set *and* every member
+  of round ``r`` is out of it (``r/left/i``: set by the member right after it arrived in a later
+  round, or on finish/close/shutdown, or by a third lease, ``r/leftlease/i``, when its connection
+  closes or its heartbeats lapse), as torch's c10d opens a round once the last participant left
+  the previous one. So a world forms only after the previous world's workers stopped, and the
+  members re-forming are already counted in it. A node arriving while a world with room runs
+  sets ``r/stale`` ("waiting to join") so that world re-forms with it; next to a full world it
+  stands by (until join_timeout) instead of forming a second world.
 * everyone waits *on the server* for its own ``r/seat/i`` (or ``closed``, ``r/stale``, or the
   next arrival while the last call runs): O(1) messages and O(1) bytes per node, so N nodes
   cost the store O(N), not N copies of an N-node list. The member list is read only on demand

@@ -2,8 +2,14 @@
 
 When a node joins round ``r`` as arrival ``i`` it takes two leases owned by its connection:
 ``r/lease/i`` (renewed by heartbeats; on expiry or disconnect the store sets ``r/stale``) and
-``r/finlease/i`` (on disconnect the store sets ``r/fin/i``: "gone"). So a SIGKILLed agent is
-noticed at once (its socket closes) and a hung one after ``heartbeat_timeout``.
+``r/finlease/i`` (on disconnect the store sets ``r/fin/i``: "gone"), and ``r/leftlease/i``
+(renewed with the first; on expiry or disconnect the store sets ``r/left/i``). So a SIGKILLed
+agent is noticed at once (its socket closes) and a hung one after ``heartbeat_timeout``.
+
+``r/left/i`` says "arrival i is out of round r": its node took its place in a later round (set
+right after that arrival, so a node that re-forms is already counted in the next round when
+its old round lets go), released the round (finish, close, shutdown), died or hung. Round
+``r + 1`` forms only once every member of round ``r`` is out of it (see ``rounds.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Protocol
 from ..lazylog import LazyLogger
 from ..store.client import StoreClient
 from ..store.errors import StoreError
-from ..store.protocol import Op, lease_fields
+from ..store.protocol import Op, lease_fields, pack_bytes
 from .conf import RdzvConfig
 from .hosting import StoreLink
 from .keys import Keys
@@ -126,20 +132,32 @@ class Lease:
                 fire_on_disconnect=True,
             ),
         )
+        # Out of round r too if we die or hang before we leave it ourselves (the next round's
+        # sealer waits for it, see rounds.py).
+        client.post(
+            Op.LEASE,
+            lease_fields(
+                k.of(rnd, f"leftlease/{index}"),
+                self._cfg.heartbeat_timeout,
+                k.of(rnd, f"left/{index}"),
+                b"gone",
+                fire_on_disconnect=True,
+            ),
+        )
         with self._lock:
-            self.held = (rnd, index)
+            old, self.held = self.held, (rnd, index)
             start_beating = not self._beating
             self._beating = True
+        if old is not None and old != (rnd, index):
+            # Leave the old round only now, after our arrival in this one (queued before this, on
+            # the same connection): whoever sees our old ``left`` finds us counted here already.
+            for op, fields in self._releases(*old):
+                client.post(op, fields)
         if start_beating:
             HEARTBEATS.add(self, time.monotonic() + self._cfg.heartbeat_interval)
 
     def release(self, rnd: int, index: int) -> None:
         """Give up the leases of round ``rnd`` (if they are the ones held)."""
-        k = self._keys
-        releases = [
-            (Op.LEASE, (lease_fields(k.of(rnd, f"lease/{index}"), 0, "", b""),)),
-            (Op.LEASE, (lease_fields(k.of(rnd, f"finlease/{index}"), 0, "", b""),)),
-        ]
         with self._lock:
             if self.held != (rnd, index):
                 return
@@ -149,7 +167,19 @@ class Lease:
         with contextlib.suppress(StoreError):
             client = self._link.connected
             if client is not None:
-                client.post_now(*((op, f[0]) for op, f in releases))
+                client.post_now(*self._releases(rnd, index))
+
+    def _releases(self, rnd: int, index: int) -> list[tuple[Op, bytes]]:
+        """The requests that take arrival ``index`` out of round ``rnd``: its leases released
+        (ttl 0: they fire no more), then ``r/left/i`` set."""
+        k = self._keys
+        return [
+            *(
+                (Op.LEASE, lease_fields(k.of(rnd, f"{name}/{index}"), 0, "", b""))
+                for name in ("lease", "finlease", "leftlease")
+            ),
+            (Op.SET, pack_bytes(k.of(rnd, f"left/{index}").encode()) + pack_bytes(b"left")),
+        ]
 
     def leave(self) -> None:
         """Release whatever lease is held."""
@@ -183,7 +213,16 @@ class Lease:
                             self._keys.of(rnd, "stale"),
                             fire.encode(),
                         ),
-                    )
+                    ),
+                    (
+                        Op.LEASE,
+                        lease_fields(
+                            self._keys.of(rnd, f"leftlease/{index}"),
+                            cfg.heartbeat_timeout,
+                            self._keys.of(rnd, f"left/{index}"),
+                            b"gone",
+                        ),
+                    ),
                 )
             except StoreError as e:
                 # The store is gone (its host died): the watch fd reports that to the agent.

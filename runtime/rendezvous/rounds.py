@@ -54,7 +54,8 @@ class Rounds:
         block until it forms: ``(round, arrival index, seat)``."""
         cfg, c = self.cfg, self._link.client
         deadline = time.monotonic() + cfg.join_timeout
-        self._lease.leave()
+        # Our lease in round ``last_round`` is kept until we hold one in the next round
+        # (``Lease.take`` then leaves the old one): see "one world at a time".
         cur_closed = wait_fields([self._keys.cur, self._keys.closed, HOST_KEY], True, 0)
         first_add: int | None = None
         if last_round < 0:
@@ -150,7 +151,7 @@ class Rounds:
         seat_key = self._keys.of(rnd, f"seat/{index}")
         known = index  # the highest arrival count we know of
         if rnd > 0:
-            formed = self._await_previous_round_stale(rnd, index, deadline)
+            formed = self._await_previous_round(rnd, index, deadline)
             if formed is not None:
                 return formed
         if index == p.max_nodes:
@@ -193,16 +194,22 @@ class Rounds:
             count = c.add(self._keys.of(rnd, "join"), 0)
             known = p.max_nodes if count >= SEAL else max(known + 1, min(count, p.max_nodes))
 
-    def _await_previous_round_stale(self, rnd: int, index: int, deadline: float) -> Seat | None:
-        """Round ``rnd`` may form only once round ``rnd - 1`` is stale: otherwise nodes standing
-        by while a full world runs would form a second world of the same job (split brain).
-        None when the gate opened; our seat when ``rnd`` formed meanwhile."""
-        vals = self._link.client.wait(
-            [
-                self._keys.of(rnd - 1, "stale"),
-                self._keys.of(rnd, f"seat/{index}"),
-                self._keys.closed,
-            ],
+    def _await_previous_round(self, rnd: int, index: int, deadline: float) -> Seat | None:
+        """Round ``rnd`` may form only once round ``rnd - 1`` is stale *and* every member of it
+        is out of it (``r/left/i``, see ``leases.py``): otherwise nodes standing by while a
+        full world runs would form a second world of the same job, and a node that made a
+        world with room re-form could form one alone while that world's members are still
+        stopping their workers (split brain; on a busy machine, or with workers slow to stop,
+        the two sides then kept taking turns). A member re-forming sets its ``left`` only
+        after it arrived in the next round, so it is counted there when the gate opens; one
+        that died or hung is out once its connection closes or its heartbeats lapse. (torch's
+        c10d rendezvous, likewise, opens the next round once the last participant of the
+        complete one has left it.) None when the gate opened; our seat when ``rnd`` formed
+        meanwhile."""
+        c, k = self._link.client, self._keys
+        seat_key = k.of(rnd, f"seat/{index}")
+        vals = c.wait(
+            [k.of(rnd - 1, "stale"), seat_key, k.closed],
             want_all=False,
             timeout=max(0.0, deadline - time.monotonic()),
         )
@@ -215,7 +222,29 @@ class Rounds:
             )
         if vals[2] is not None:
             raise closed_error(vals[2])
-        return None if vals[1] is None else Seat.parse(vals[1])
+        if vals[1] is not None:
+            return Seat.parse(vals[1])
+        # Stale: who was in it? (A round goes stale only once it has begun to form: its member
+        # list follows, written with its seats.)
+        vals = c.wait(
+            [k.of(rnd - 1, "members"), k.closed],
+            want_all=False,
+            timeout=max(0.0, deadline - time.monotonic()),
+        )
+        if vals is not None and vals[1] is not None:
+            raise closed_error(vals[1])
+        if vals is not None:
+            assert vals[0] is not None
+            left = [k.of(rnd - 1, f"left/{i}") for i in World.parse(rnd - 1, vals[0]).indices if i]
+            if not left or c.wait(left, timeout=max(0.0, deadline - time.monotonic())):
+                return None
+        self._withdraw(rnd, index)
+        raise RendezvousTimeoutError(
+            f"rendezvous {self.params.run_id!r} at {self._link.endpoint}: round {rnd - 1} went "
+            f"stale, but its members did not leave it within join_timeout="
+            f"{self.cfg.join_timeout:g}s (their workers still stopping?); raise --rdzv-conf "
+            f"join_timeout or the agents' --shutdown-timeout grace below it"
+        )
 
     def _withdraw(self, rnd: int, index: int) -> None:
         # An empty node entry tells a later sealer to leave us out.

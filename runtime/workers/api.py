@@ -321,6 +321,7 @@ def start_processes(  # noqa: PLR0913 - torch 2.13's signature, plus xrun's keyw
     tee: Std | Mapping[int, Std] = Std.NONE,
     local_ranks_filter: set[int] | None = None,
     stop_timeout: float = 30,
+    warm_pool: Any = None,
 ) -> PContext:
     """Start ``len(args)`` workers of ``entrypoint`` and return their ``PContext``.
 
@@ -337,7 +338,8 @@ def start_processes(  # noqa: PLR0913 - torch 2.13's signature, plus xrun's keyw
     ``duplicate_std{out,err}_filters``: tee'd lines containing any of the strings also go to
     ``filtered_std{out,err}.log``. ``numa_options`` (torch's ``NumaOptions`` or anything with an
     ``affinity_mode``) binds each worker to the CPUs near GPU ``r``. ``stop_timeout``: how long
-    stopped workers get between SIGTERM and SIGKILL.
+    stopped workers get between SIGTERM and SIGKILL. ``warm_pool`` (``pool.WarmPool``, the
+    agent's ``--recover warm``): binaries it serves are run by its interpreters.
 
     Call it from the main (or another long-lived) thread: the kernel's parent-death signal,
     which takes the workers down with the agent, fires when the *thread* that forked them ends.
@@ -368,7 +370,7 @@ def start_processes(  # noqa: PLR0913 - torch 2.13's signature, plus xrun's keyw
     dest = logs_specs.reify(worker_envs)
 
     plan = OutputPlan.build(dest, name, n, log_line_prefixes)
-    launcher = Launcher(name, entrypoint, start_method, plan, numa_options)
+    launcher = Launcher(name, entrypoint, start_method, plan, numa_options, warm_pool)
     try:
         launcher.add_filters(dest, duplicate_stdout_filters, duplicate_stderr_filters)
         for r in range(n):

@@ -109,8 +109,10 @@ class Launcher:
         start_method: str,
         plan: OutputPlan,
         numa_options: Any = None,
+        warm_pool: Any = None,
     ) -> None:
         self.name = name
+        self.warm_pool = warm_pool  # --recover warm: pool.WarmPool, binaries only
         self.entrypoint = entrypoint
         self.start_method = start_method
         self.plan = plan
@@ -239,7 +241,14 @@ class Launcher:
         assert isinstance(self.entrypoint, str)
         cmd = [self.entrypoint, *map(str, args)]
         cpus = self._numa.cpus(rank) if self._numa is not None else None
+        warm = self.warm_pool.serves(cmd) if self.warm_pool is not None else None
         try:
+            if warm is not None:  # --recover warm: an interpreter of the pool runs it
+                proc = self.warm_pool.start(rank, warm, {**_inherited_env(), **env}, out, err, cpus)
+                self.workers.append(
+                    Worker(rank, proc.pid, proc, error_file, _pidfd(proc.pid), True)
+                )
+                return
             proc = subprocess.Popen(
                 cmd,
                 env={**_inherited_env(), **env},

@@ -23,6 +23,7 @@ from xrun.contract import (
     RANK0_HOST_ENV,
     RDZV_PORT_ENV,
     SCRIPT,
+    STOP_GRACE_ENV,
     TOKEN_ENV,
 )
 from xrun.errors import UsageError
@@ -171,6 +172,9 @@ def build_request(app: AppDef, opts: LocalOptions) -> LocalRequest:
                 # A runtime agent's per-attempt worker logs, under the app's dir (not a
                 # temporary dir nobody removes): <role>/<i>/workers/<run_id>/attempt_<n>/.
                 AGENT_LOG_DIR_ENV: os.path.join(paths.replica_dir(role.name, i), "workers"),
+                # A stop (cancel, SIGTERM to the supervisor) gives the workers stop_grace_s to
+                # save (runtime/stopping.py), not the agent's shorter shutdown timeout.
+                STOP_GRACE_ENV: f"{opts.stop_grace_s:g}",
             }
             if (role.name, i) in gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])

@@ -318,6 +318,13 @@ xrun_replica() {{
     local out="$XRUN_LOG_DIR/$XRUN_ROLE/$XRUN_REPLICA_ID" child rc
     echo "${{SLURMD_NODENAME:-$(hostname)}}" >"$out.node"
     rm -f "$out.exit"
+    # A requeued job's attempts append to the same files: one line marks where each starts.
+    if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then
+        local sep
+        sep="==== xrun: attempt ${{SLURM_RESTART_COUNT}} of job ${{SLURM_JOB_ID}} (requeued) on ${{SLURMD_NODENAME:-$(hostname)}} at $(date '+%F %T') ===="
+        echo "$sep" >>"$out.stdout"
+        echo "$sep" >>"$out.stderr"
+    fi
     "$@" >>"$out.stdout" 2>>"$out.stderr" &
     child=$!
     trap 'kill -TERM "$child" 2>/dev/null' TERM

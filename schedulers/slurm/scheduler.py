@@ -116,6 +116,7 @@ from .status import (
     parse_scontrol,
     parse_squeue_json,
     parse_squeue_text,
+    preemptions,
 )
 
 if TYPE_CHECKING:
@@ -412,7 +413,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             msg = f"requeued after attempt {worst.restarts - 1 if worst.restarts else 0}: {msg}"
         preempted = _read_lines(os.path.join(log_dir, "preempted")) if log_dir else []
         if preempted:
-            msg += f"; preempted {len(preempted)} time(s) (last: {preempted[-1].strip()})"
+            msg += f"; {preemptions(preempted)}"
         statuses = []
         for i, (role, n) in enumerate(roles.items()):
             comp = recs[i] if i < len(recs) else worst

@@ -316,3 +316,20 @@ def fold_state(records: list[SlurmJobRecord]) -> tuple[AppState, SlurmJobRecord]
     ranked = sorted(records, key=lambda r: order.index(app_state(r.state)))
     worst = ranked[0]
     return app_state(worst.state), worst
+
+
+def preemptions(lines: list[str]) -> str:
+    """The job's ``preempted`` file (``<epoch> <SIG> restart=<attempt>`` per stop, written by
+    the batch script) as status says it: every one, in order, not only the last."""
+    import time
+
+    each = []
+    for line in lines:
+        parts = line.split()
+        try:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(parts[0])))
+            attempt = parts[2].removeprefix("restart=")
+            each.append(f"attempt {attempt} at {when} ({parts[1]})")
+        except (IndexError, ValueError):
+            each.append(line.strip())  # a line this code did not write: shown as it is
+    return f"preempted {len(lines)} time(s): {', '.join(each)}"

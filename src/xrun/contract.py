@@ -65,6 +65,9 @@ BEAT_FILE_ENV = "XRUN_BEAT_FILE"
 # too, where TORCHELASTIC_RESTART_COUNT is each agent's own failure count. The tracker keys a
 # job's attempts by it (xrun.tracker.attempts).
 RDZV_ROUND_ENV = "XRUN_ROUND"
+# The agent's --recover (dist.ddp's recover): "off", torchrun's cold restart, or "warm", a
+# restarted rank taken from the agent's pool of pre-started interpreters (docs/recovery.md).
+RECOVER_MODES = ("off", "warm")
 
 # Sweeps (``xrun run --sweep``): every worker of trial i gets its values as
 # ``XRUN_SWEEP_<NAME>`` (the parameter's name upper-cased), its index and the sweep's size.
@@ -99,3 +102,8 @@ APP_DIR_ENV = "XRUN_APP_DIR"
 # The runtime agent's last stderr line after a failure: ``<prefix><cause> (rank R, file:line)``.
 # docker and slurm keep only a replica's output, so their status reads the cause from it.
 ROOT_CAUSE_PREFIX = "xrun-agent: root cause: "
+
+# A graceful stop's grace in seconds (runtime/stopping.py): how long the agent lets workers
+# that watch for stop requests save before it stops them. Each scheduler sets it to its own
+# grace: local_cwd's stop_grace_s, docker's stop_timeout, Slurm's GraceTime or warning lead.
+STOP_GRACE_ENV = "XRUN_STOP_GRACE"

@@ -293,3 +293,11 @@ def test_stall_silent_timeout_garbage_is_one_line_exit_2(tmp_path: Path, value: 
     assert (
         p.stderr.startswith("xrun: error: dist.ddp: --stall_silent_timeout") and value in p.stderr
     )
+
+
+def test_recover_reaches_the_agent_and_is_checked() -> None:
+    """dist.ddp --recover warm is the agent's --recover warm; off (default): no flag, as before."""
+    assert "--recover warm " in dist.ddp(script="t.py", recover="warm").roles[0].args[1]
+    assert "--recover" not in dist.ddp(script="t.py").roles[0].args[1]
+    with pytest.raises(UsageError, match=r"--recover 'hot' is invalid; expected off or warm"):
+        dist.ddp(script="t.py", recover="hot")

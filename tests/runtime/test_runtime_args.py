@@ -279,6 +279,15 @@ def test_log_line_prefix() -> None:
     assert log_line_prefix("${role_name}-${rank}|", "w", 1, 5) == "w-5|"
 
 
+def test_recover_defaults_off_and_parses() -> None:
+    cfg, _, _ = parse(["s.py"])
+    assert (cfg.recover, cfg.warm_pool_size) == ("off", 0)
+    cfg, _, _ = parse(["--recover", "warm", "--warm-pool-size", "3", "s.py"])
+    assert (cfg.recover, cfg.warm_pool_size) == ("warm", 3)
+    with pytest.raises(UsageError, match="recover 'hot' is invalid"):
+        LaunchConfig(recover="hot")
+
+
 def test_launch_config_validates() -> None:
     with pytest.raises(UsageError, match="0 < MIN <= MAX"):
         LaunchConfig(min_nodes=2, max_nodes=1)
@@ -315,6 +324,9 @@ BAD = [
     (["--logs-specs", "x", "s.py"], "--logs-specs"),
     (["--event-log-handler", "x", "s.py"], "--event-log-handler"),
     (["--start-method", "thread", "s.py"], "'thread'"),
+    (["--recover", "hot", "s.py"], "--recover 'hot' is invalid: expected off or warm"),
+    (["--warm-pool-size", "-1", "s.py"], "--warm-pool-size '-1'"),
+    (["--warm-pool-size", "5000", "s.py"], "warm_pool_size 5000 is over the limit"),
     (["--bogus", "s.py"], "--bogus"),
     ([], "training_script"),
 ]

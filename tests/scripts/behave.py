@@ -11,6 +11,8 @@ time) to OUT_DIR/events.jsonl, then performs the actions in order:
   sleep-unless-world:W:S  sleep S seconds unless WORLD_SIZE is W
   sleep-env:VAR      sleep $VAR seconds (0 when unset): one agent's workers slower than another's
   trap-term          on SIGTERM write OUT_DIR/term.<RANK> and exit 0
+  slow-term:S        on SIGTERM take S seconds to stop (a checkpoint), then write the time to
+                     OUT_DIR/stopped.<pid> and exit 0
   ready              write OUT_DIR/ready.<RANK>.<restart> (the test waits for it)
   barrier:N          ready, then wait until N workers of this restart count are ready
   print:TEXT         print TEXT to stdout and "err:TEXT" to stderr
@@ -75,6 +77,14 @@ class Worker:
     def trap_term(self, arg: str) -> None:
         def on_term(signum: int, frame: object) -> None:
             write(os.path.join(self.out, f"term.{self.rank}"), signum)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    def slow_term(self, arg: str) -> None:
+        def on_term(signum: int, frame: object) -> None:
+            time.sleep(float(arg))
+            write(os.path.join(self.out, f"stopped.{os.getpid()}"), time.time())
             os._exit(0)
 
         signal.signal(signal.SIGTERM, on_term)

@@ -5,6 +5,7 @@ saves for longer than --shutdown-timeout is not killed inside the grace."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -65,8 +66,6 @@ def test_a_slow_saver_is_not_killed_inside_the_grace(
     tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     # --shutdown-timeout is 2 s; the grace (XRUN_STOP_GRACE) 30 s; rank 3 saves for 6 s.
-    import os
-
     env = {**os.environ, "XRUN_STOP_GRACE": "30"}
     a, b = _two_agents(procs, tmp_path, "3", "6", env=env)
     wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 4, timeout=120, what="4 ranks")
@@ -92,3 +91,30 @@ def test_workers_that_do_not_watch_still_get_the_signal(
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=20) == 128 + signal.SIGTERM
     assert (tmp_path / "term.0").exists()
+
+
+def test_a_warning_signal_sent_to_every_process_is_a_stop_not_a_death(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    # srun passes a time limit's --signal warning (USR2) on to every process of the step, the
+    # workers too: its default action would end them at once, with nothing saved.
+    p = popen(
+        procs,
+        agent(
+            "--nproc-per-node", "2", "--shutdown-timeout", "2",
+            "--signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2",  # as on Slurm
+            STOP_WORKER, str(tmp_path),
+        ),
+    )  # fmt: skip
+    wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 2, timeout=120, what="2 ranks")
+    workers = subprocess.run(
+        ["pgrep", "-P", str(p.pid)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert len(workers) == 2, workers
+    for pid in workers:
+        os.kill(int(pid), signal.SIGUSR2)
+    p.send_signal(signal.SIGUSR2)
+    assert p.wait(timeout=60) == 128 + signal.SIGUSR2, p.communicate()[1]
+    stopped = _stopped(tmp_path)
+    assert sorted(stopped) == [0, 1], stopped
+    assert len({s["step"] for s in stopped.values()}) == 1, stopped

@@ -130,3 +130,51 @@ def test_a_real_preemption_stops_at_one_step_requeues_once_and_resumes(
     resumes = {int(m) for log in logs for m in re.findall(r"resuming from step (\d+)", log)}
     assert len(stops) == 1 and stops == resumes, logs  # one agreed step, resumed from it
     assert all(log.count("checkpoint saved") == 1 and "done" in log for log in logs), logs
+
+
+def test_a_preempted_example_resumes_from_its_step_and_ends_bit_identical(
+    sched: SlurmScheduler, tmp_path: Path
+) -> None:
+    # examples/train_ddp.py, 2x2 on `low`, preempted mid-epoch: rank 0 saves the agreed step
+    # and says so, the requeued attempt says where it resumes, the final parameters are those
+    # of an undisturbed run of the same world size.
+    import json
+    import shutil
+
+    from tests.helpers.paths import TRAIN
+    from tests.helpers.stop_drill import EXAMPLE_ARGS, example_reference, example_stop_and_resume
+
+    reference = example_reference(tmp_path)
+    shutil.copy(TRAIN, tmp_path / TRAIN.name)
+    args = [*EXAMPLE_ARGS, "--step-sleep", "0.2", "--checkpoint-dir", str(tmp_path / "ckpt"),
+            "--out", str(tmp_path / "result.json")]  # fmt: skip
+    app = ddp(
+        *args, script=TRAIN.name, j="2x2", cpu=2, memMB=1024, max_retries=1,
+        rdzv_port=free_port(),
+    )  # fmt: skip
+    app.name = "preempt-me"
+    cfg = {"partition": "low", "exclusive": True, "job_name": "preempt-me"}
+    app_id = sched.submit(app, cfg, workspace=str(tmp_path))
+    role = app.roles[0].name
+    deadline = time.monotonic() + 180
+    while not any(
+        re.search(r"^(?:\[\w+\]:)?step 5$", _log(sched, app_id, role, k), re.M) for k in (0, 1)
+    ):
+        assert time.monotonic() < deadline, "the job did not train"
+        time.sleep(0.3)
+    nodes = subprocess.run(
+        ["squeue", "-h", "-j", app_id, "-o", "%N"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(
+        ["sbatch", "--parsable", "-p", "high", "-N2", f"--nodelist={nodes}", "-J", "preemptor",
+         "-o", "/dev/null", "--wrap", "sleep 1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    resp = _wait_end(sched, app_id, timeout=400)
+    log = "".join(_log(sched, app_id, role, k) for k in (0, 1))
+    assert resp.state == AppState.SUCCEEDED, f"{resp.msg}\n{log}"
+    assert resp.num_restarts == 1 and "preempted 1 time(s)" in resp.msg, resp.msg
+    step = example_stop_and_resume(log)
+    assert 5 <= step < 60, step  # mid-run: the resume had steps left to train
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["params_sha256"] == reference, (result, reference)
