@@ -24,6 +24,7 @@ from collections.abc import Mapping
 
 from xrun.contract import (
     ETCD_BACKENDS,
+    EXPERIMENT_ENV,
     MASTER_PORT_DEFAULT,
     MAX_DURATION_S,
     MAX_NODES,
@@ -351,8 +352,6 @@ class DistJob(Value):
 
 # The experiment of a --name without one (TorchX's default).
 DEFAULT_EXPERIMENT = "default-experiment"
-# Where a dist component tells the workers their experiment (TorchX's tracking variable).
-EXPERIMENT_ENV = "TORCHX_TRACKING_EXPERIMENT_NAME"
 
 
 def _app(job: DistJob) -> AppDef:

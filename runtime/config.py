@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import xrun
 from xrun.contract import (
+    JOB_ID_ENV,
     MAX_NODES,
     MAX_NPROC_PER_NODE,
     RDZV_BACKENDS,
@@ -304,7 +305,7 @@ def torchx_shim_path(env: Mapping[str, str]) -> str | None:
     workers of a job xrun started (``TORCHX_JOB_ID`` set) when no real TorchX is importable:
     a TorchX script's ``from torchx.tracker import app_run_from_env`` then works unchanged.
     Appended to ``PYTHONPATH``, after anything the user put there."""
-    if "TORCHX_JOB_ID" not in env:
+    if JOB_ID_ENV not in env:
         return None
     if not _TORCHX_FOUND:
         # benchmark 1: TORCHX_JOB_ID jobs only; xrun-agent's script never loads it

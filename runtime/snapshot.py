@@ -68,8 +68,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xrun.contract import RUN_ID_ENV
+
 DIR_ENV = "XRUN_SNAPSHOT_DIR"  # set by the agent (per job); wins over the default below
-RUN_ID_ENVS = ("XRUN_RUN_ID", "TORCHELASTIC_RUN_ID")
+RUN_ID_ENVS = (RUN_ID_ENV, "TORCHELASTIC_RUN_ID")
 DEFAULT_ROOT = "/dev/shm"
 GC_IDLE_S = 600.0  # an unlocked job dir untouched this long belongs to a job that is gone
 

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import os
 
+from xrun.contract import STOP_DIR_ENV
+
 __all__ = ["STOP_DIR_ENV", "requested", "stop_step"]
 
-STOP_DIR_ENV = "XRUN_STOP_DIR"  # set by the agent in every worker's environment
 FLAG = "stop"  # the file the agent creates in that dir at a stop request
 _ACKS = "xrun/stop/acks"
 _STEP = "xrun/stop/step"

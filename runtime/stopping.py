@@ -27,18 +27,16 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from xrun.contract import STOP_GRACE_ENV
+from xrun.contract import STOP_DIR_ENV, STOP_GRACE_ENV, STOP_RECORD_ENV
 
-from .stop import FLAG, STOP_DIR_ENV
+from .stop import FLAG
 
 if TYPE_CHECKING:
     from .workers.api import PContext
 
-__all__ = ["GRACE_ENV", "RECORD_ENV", "STOP_MARK", "StopControl", "stop_signal_of"]
+__all__ = ["STOP_MARK", "StopControl", "stop_signal_of"]
 
 STOP_MARK = "xrun-stop:"  # a stale-round reason that is a stop request, not a restart
-GRACE_ENV = STOP_GRACE_ENV
-RECORD_ENV = "XRUN_STOP_RECORD"
 # SIGINT (Ctrl-C), SIGHUP and SIGQUIT keep their immediate meaning.
 _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2})
 
@@ -94,7 +92,7 @@ class StopControl:
             os.close(os.open(os.path.join(self.dir, FLAG), os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError:
             pass
-        record = os.environ.get(RECORD_ENV)
+        record = os.environ.get(STOP_RECORD_ENV)
         if record:
             line = f"{int(time.time())} {signal.Signals(signum).name} {socket.gethostname()} {origin}\n"
             try:
@@ -104,7 +102,7 @@ class StopControl:
                 pass
 
     def grace(self) -> float:
-        raw = os.environ.get(GRACE_ENV, "")
+        raw = os.environ.get(STOP_GRACE_ENV, "")
         try:
             value = float(raw)
         except ValueError:

@@ -28,12 +28,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from xrun.contract import MAX_DURATION_S
+from xrun.contract import (
+    MAX_DURATION_S,
+    REPLICA_ID_ENV,
+    ROLE_ENV,
+    STACKS_FILE,
+    STACKS_REQUEST_FIFO,
+)
 from xrun.errors import UsageError
 from xrun.limits import shown
 
 __all__ = [
-    "STACKS_FILE",
     "STACKS_TIMEOUT_S",
     "AppStacks",
     "NodeStacks",
@@ -44,10 +49,6 @@ __all__ = [
     "is_agent",
 ]
 
-# The agent's request FIFO and answer file (xrun.runtime.diagnose.watch's REQUEST_FIFO and
-# STACKS_FILE; not imported from there: the CLI need not load the agent's modules).
-REQUEST_FIFO = "stacks.request"
-STACKS_FILE = "stacks.json"
 # How long the CLI waits for every agent: an agent answers within about 5 s (its own bound on
 # py-spy), plus the time to notice the signal.
 STACKS_TIMEOUT_S = 10.0
@@ -141,7 +142,7 @@ def request_fifo(pid: int) -> str:
         except OSError:
             continue  # closed meanwhile
         # A removed FIFO reads "PATH (deleted)": not a name, and not ours to write to.
-        if os.path.basename(target) == REQUEST_FIFO:
+        if os.path.basename(target) == STACKS_REQUEST_FIFO:
             return target
     return ""
 
@@ -249,7 +250,7 @@ def ask_here(timeout: float = STACKS_TIMEOUT_S, same: tuple[str, ...] = ()) -> N
         env = _environ(pid)
         if any(env.get(k) != v for k, v in mine.items()):
             continue
-        replica = f"{env.get('XRUN_ROLE', 'pid')}/{env.get('XRUN_REPLICA_ID', pid)}"
+        replica = f"{env.get(ROLE_ENV, 'pid')}/{env.get(REPLICA_ID_ENV, pid)}"
         if env.get("SLURMD_NODENAME"):  # a node's name, where one host may play several
             hosts[replica] = env["SLURMD_NODENAME"]
         how = target_of(pid)

@@ -2,7 +2,7 @@
 survivors' stacks a failure report shows.
 
 * **Stacks on demand.** A byte written to the FIFO ``<log_dir>/<run_id>/stacks.request``
-  (``REQUEST_FIFO``, 0600, made when the first worker group starts) asks for the workers'
+  (``STACKS_REQUEST_FIFO``, 0600, made when the first worker group starts) asks for the workers'
   stacks: the agent's select loop wakes on it, collects them and writes
   ``<log_dir>/<run_id>/stacks.json`` (``STACKS_FILE``), which the CLI gathers through the
   scheduler. No signal: a signal can end a job (SIGUSR1 is a Slurm job's pre-emption notice
@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from xrun.contract import BEAT_FILE_ENV
+from xrun.contract import BEAT_FILE_ENV, STACKS_FILE, STACKS_REQUEST_FIFO
 
 from ..events import Stalled
 from ..rendezvous import RendezvousError
@@ -53,10 +53,8 @@ if TYPE_CHECKING:
     from ..rendezvous.kv import KeyValue
     from ..workers.api import PContext
 
-__all__ = ["REQUEST_FIFO", "STACKS_FILE", "Diagnostics"]
+__all__ = ["Diagnostics"]
 
-REQUEST_FIFO = "stacks.request"
-STACKS_FILE = "stacks.json"
 # A stack request's own bound: a py-spy that hangs must not hold the agent's loop long.
 _REQUEST_TIMEOUT_S = 5.0
 _SURVIVORS_MAX_S = 3.0
@@ -136,7 +134,7 @@ class Diagnostics:
                 os.close(self.request_fd)
                 self.request_fd = -1
                 try:
-                    os.unlink(os.path.join(self._request_dir, REQUEST_FIFO))
+                    os.unlink(os.path.join(self._request_dir, STACKS_REQUEST_FIFO))
                 except OSError:
                     pass
 
@@ -146,7 +144,7 @@ class Diagnostics:
         """Make the stack-request FIFO in ``run_dir`` and hold it open for reading and writing:
         O_RDWR, so that it never reads as closed (EOF) between writers and a writer's open
         succeeds exactly while this agent lives (the CLI finds it in ``/proc/PID/fd``)."""
-        path = os.path.join(run_dir, REQUEST_FIFO)
+        path = os.path.join(run_dir, STACKS_REQUEST_FIFO)
         try:
             os.mkfifo(path, 0o600)
             self.request_fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)

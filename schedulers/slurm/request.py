@@ -30,7 +30,16 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from xrun.contract import AGENT_LOG_DIR_ENV, RANK0_HOST_ENV
+from xrun.contract import (
+    AGENT_LOG_DIR_ENV,
+    AGENT_SIGNALS_ENV,
+    RANK0_HOST_ENV,
+    REPLICA_ID_ENV,
+    ROLE_ENV,
+    STOP_GRACE_ENV,
+    STOP_RECORD_ENV,
+    TOKEN_ENV,
+)
 from xrun.errors import UsageError
 from xrun.specs import AppDef, BindMount, Role, macros
 
@@ -45,7 +54,7 @@ LOG_SUBDIR = "slurm-logs"
 
 # Sentinels for the macros whose value is only known inside a task: substituted first, then
 # turned into double-quoted variable references after the rest of the word is single-quoted.
-_TASK_VARS = {"@@XRUN_APP_ID@@": "SLURM_JOB_ID", "@@XRUN_REPLICA_ID@@": "XRUN_REPLICA_ID"}
+_TASK_VARS = {"@@XRUN_APP_ID@@": "SLURM_JOB_ID", "@@XRUN_REPLICA_ID@@": REPLICA_ID_ENV}
 # task_env(NAME): any other variable of the task's environment (a sweep trial's values).
 _ENV_SENTINEL = "@@XRUN_ENV:"
 _SENTINEL_RE = re.compile(
@@ -274,11 +283,11 @@ def _sbatch_line(opt: str) -> str:
 def _role_command(role: Role, offset: int, img_root: str) -> str:
     """The code one task runs with ``bash -c``: who am I, the role's env, the command."""
     lines = [
-        f"export XRUN_ROLE={shlex.quote(role.name)}",
-        f"export XRUN_REPLICA_ID=$((SLURM_PROCID - {offset}))",
+        f"export {ROLE_ENV}={shlex.quote(role.name)}",
+        f"export {REPLICA_ID_ENV}=$((SLURM_PROCID - {offset}))",
         # A runtime agent's per-attempt worker logs: beside the replica's own, not in a
         # temporary dir on the node that nobody removes (the role's env may say otherwise).
-        f'export {AGENT_LOG_DIR_ENV}="$XRUN_LOG_DIR/$XRUN_ROLE/$XRUN_REPLICA_ID.workers"',
+        f'export {AGENT_LOG_DIR_ENV}="$XRUN_LOG_DIR/${ROLE_ENV}/${REPLICA_ID_ENV}.workers"',
     ]
     for k, v in role.env.items():
         lines.append(f"export {k}={shell_word(v, img_root)}")
@@ -296,26 +305,26 @@ export XRUN_LOG_DIR={log_dir}
 export {rank0_env}
 # A per-job secret for the rendezvous store, made at run time so that it is in no file, no
 # command line and no `ps` output; srun hands the environment on to every task.
-XRUN_RDZV_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
-export XRUN_RDZV_TOKEN
+{token_env}=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
+export {token_env}
 export PYTHONUNBUFFERED=1
 {path_line}mkdir -p {mkdirs}
 rm -f "$XRUN_LOG_DIR/requeued"  # this attempt has started (see the end of the script)
 # A graceful stop (xrun.runtime.stop): the agents note it here and give their workers the grace
 # to save: the partition's GraceTime at a preemption (the tasks get SIGTERM at once, this shell
 # nothing), else the warning's lead time.
-export XRUN_STOP_RECORD="$XRUN_LOG_DIR/stop-requests"
-rm -f "$XRUN_STOP_RECORD"
-XRUN_STOP_GRACE=$(scontrol show partition "${{SLURM_JOB_PARTITION%%,*}}" 2>/dev/null | tr ' ' '\n' | sed -n 's/^GraceTime=//p')
-[ "${{XRUN_STOP_GRACE:-0}}" -gt 0 ] 2>/dev/null || XRUN_STOP_GRACE={grace}
-export XRUN_STOP_GRACE
+export {stop_record_env}="$XRUN_LOG_DIR/stop-requests"
+rm -f "${stop_record_env}"
+{stop_grace_env}=$(scontrol show partition "${{SLURM_JOB_PARTITION%%,*}}" 2>/dev/null | tr ' ' '\n' | sed -n 's/^GraceTime=//p')
+[ "${{{stop_grace_env}:-0}}" -gt 0 ] 2>/dev/null || {stop_grace_env}={grace}
+export {stop_grace_env}
 
 # Runs one replica: logs and exit code beside each other under $XRUN_LOG_DIR/<role>/<replica>.
 # The command runs in the background so that this shell can pass signals on (srun forwards the
 # preemption signal here; the runtime agent forwards it to its workers).
 # shellcheck disable=SC2317  # run by the tasks (export -f), not by this shell
 xrun_replica() {{
-    local out="$XRUN_LOG_DIR/$XRUN_ROLE/$XRUN_REPLICA_ID" child rc
+    local out="$XRUN_LOG_DIR/${role_env}/${replica_id_env}" child rc
     echo "${{SLURMD_NODENAME:-$(hostname)}}" >"$out.node"
     rm -f "$out.exit"
     # A requeued job's attempts append to the same files: one line marks where each starts.
@@ -369,9 +378,9 @@ done
 # The tasks got a stop request this shell did not (a preemption's SIGTERM inside its GraceTime):
 # the workers stopped at an agreed step and saved. Slurm counts a job that ends itself inside the
 # grace as done, so it is requeued here, once.
-if [ "$XRUN_PREEMPTED" -eq 0 ] && [ "$XRUN_ENDED_BY_SLURM" -eq 0 ] && [ -s "$XRUN_STOP_RECORD" ]; then
-    echo "xrun: the replicas stopped on request ($(head -n1 "$XRUN_STOP_RECORD"))" >&2
-    echo "$(date +%s) $(head -n1 "$XRUN_STOP_RECORD" | cut -d' ' -f2 | sed 's/^SIG//') restart=${{SLURM_RESTART_COUNT:-0}}" >>"$XRUN_LOG_DIR/preempted"
+if [ "$XRUN_PREEMPTED" -eq 0 ] && [ "$XRUN_ENDED_BY_SLURM" -eq 0 ] && [ -s "${stop_record_env}" ]; then
+    echo "xrun: the replicas stopped on request ($(head -n1 "${stop_record_env}"))" >&2
+    echo "$(date +%s) $(head -n1 "${stop_record_env}" | cut -d' ' -f2 | sed 's/^SIG//') restart=${{SLURM_RESTART_COUNT:-0}}" >>"$XRUN_LOG_DIR/preempted"
     XRUN_PREEMPTED=1
 fi
 
@@ -448,7 +457,7 @@ def build_request(
     if sig:
         path_line += (
             f"# The runtime agent passes SIG{sig} on to its workers (a checkpoint hook) too.\n"
-            f"export PET_SIGNALS_TO_HANDLE={_AGENT_SIGNALS},SIG{sig}\n"
+            f"export {AGENT_SIGNALS_ENV}={_AGENT_SIGNALS},SIG{sig}\n"
         )
         replica_trap = f"    trap 'kill -{sig} \"$child\" 2>/dev/null' {sig}\n"
         batch_trap = _SIGNAL_HANDLER + f"trap 'xrun_on_signal {sig}' {sig}\n"
@@ -456,6 +465,11 @@ def build_request(
         _PRELUDE.format(
             log_dir=log_dir,
             rank0_env=RANK0_HOST_ENV,
+            token_env=TOKEN_ENV,
+            stop_record_env=STOP_RECORD_ENV,
+            stop_grace_env=STOP_GRACE_ENV,
+            role_env=ROLE_ENV,
+            replica_id_env=REPLICA_ID_ENV,
             path_line=path_line,
             mkdirs=mkdirs,
             replica_trap=replica_trap,
@@ -494,7 +508,12 @@ def build_request(
         srun = "srun --kill-on-bad-exit=1 "
     lines.append(srun + " \\\n    : ".join(groups) + " &")
     lines.append(
-        _EPILOGUE.format(max_retries=max_retries, fail_retries=fail_retries, batch_trap=batch_trap)
+        _EPILOGUE.format(
+            max_retries=max_retries,
+            fail_retries=fail_retries,
+            batch_trap=batch_trap,
+            stop_record_env=STOP_RECORD_ENV,
+        )
     )
 
     # On the command line, not an #SBATCH line: those cannot quote, and a user's comment may

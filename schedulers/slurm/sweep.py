@@ -29,7 +29,7 @@ from xrun.sweeps.backend import SweepBackend
 from xrun.sweeps.plan import SweepPlan
 from xrun.sweeps.records import check_trial
 from xrun.sweeps.status import SweepStatus, TrialStatus
-from xrun.tracking import set_parent
+from xrun.tracker.submit import set_parent
 
 from ..api import LogQuery, Scheduler
 from ..logs import iter_log_lines

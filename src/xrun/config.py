@@ -47,7 +47,7 @@ FILENAME = ".xrunconfig"
 COMPONENT_PREFIX = "component:"
 CLI_RUN = "cli:run"
 _CLI_RUN_KEYS = ("scheduler", "component")
-# Experiment tracking, TorchX's sections (see xrun.tracking): [torchx:tracker] lists the
+# Experiment tracking, TorchX's sections (see xrun.tracker.submit): [torchx:tracker] lists the
 # trackers, [tracker:NAME] holds one's config.
 TRACKERS = "torchx:tracker"
 TRACKER_PREFIX = "tracker:"

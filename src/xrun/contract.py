@@ -57,6 +57,11 @@ MAX_RESTARTS = 2**31 - 1
 # never falls back to a temporary dir that outlives the job.
 AGENT_LOG_DIR_ENV = "PET_LOG_DIR"
 
+# The agent's extra stop signals beside SIGTERM, as torchrun's env default for
+# ``--signals-to-handle`` (the runtime reads every flag's default from ``PET_<FLAG>``): Slurm's
+# batch script adds the ``--signal`` warning's to it.
+AGENT_SIGNALS_ENV = "PET_SIGNALS_TO_HANDLE"
+
 # The file a worker touches to tell its agent's stall watchdog it made progress
 # (``xrun.runtime.diagnose.beat.beat()``); the agent sets it per worker when a stall timeout is on.
 BEAT_FILE_ENV = "XRUN_BEAT_FILE"
@@ -99,11 +104,42 @@ AGENT_ONLY_ENV = (TOKEN_ENV, TOKEN_FILE_ENV, EXIT_RECORD_ENV)
 # and ``status`` still find the app's processes by it (``/proc/PID/environ``).
 APP_DIR_ENV = "XRUN_APP_DIR"
 
+# Experiment tracking: TorchX 0.7.0's variables, which the runner sets in every role's
+# environment and ``xrun.tracker`` reads in the job (``xrun.tracker.submit``), plus xrun's
+# stable run id (``<scheduler>_<session>_<app id>``; it also turns the embedded default tracker
+# on in a job xrun started). The dist components set the experiment (``--name EXP/RUN``).
+JOB_ID_ENV = "TORCHX_JOB_ID"
+PARENT_RUN_ID_ENV = "TORCHX_PARENT_RUN_ID"
+TRACKERS_ENV = "TORCHX_TRACKERS"
+EXPERIMENT_ENV = "TORCHX_TRACKING_EXPERIMENT_NAME"
+RUN_ID_ENV = "XRUN_RUN_ID"
+
+
+def tracker_config_env(name: str) -> str:
+    """``TORCHX_TRACKER_<NAME>_CONFIG``: where tracker ``name``'s config travels to the job."""
+    return f"TORCHX_TRACKER_{name.upper()}_CONFIG"
+
+
+# A graceful stop (``xrun.runtime.stop``, ``xrun.runtime.stopping``): the agent names the flag
+# dir in every worker's environment. The grace in seconds: how long the agent lets workers that
+# watch for stop requests save before it stops them; each scheduler sets it to its own grace
+# (local_cwd's stop_grace_s, docker's stop_timeout, Slurm's GraceTime or warning lead). Slurm's
+# batch script also names the file the agents note a stop request in (it requeues the job once
+# when that file is set).
+STOP_DIR_ENV = "XRUN_STOP_DIR"
+STOP_GRACE_ENV = "XRUN_STOP_GRACE"
+STOP_RECORD_ENV = "XRUN_STOP_RECORD"
+
+# ``xrun stacks``: each agent holds a FIFO of this name open in its run dir (the CLI finds it in
+# ``/proc/PID/fd`` and writes to it) and answers with a file of the second name beside it.
+STACKS_REQUEST_FIFO = "stacks.request"
+STACKS_FILE = "stacks.json"
+
+# A Slurm replica's role and index, exported by the batch script in each task (the stacks
+# helper reads them back from an agent's ``/proc/PID/environ`` to name it).
+ROLE_ENV = "XRUN_ROLE"
+REPLICA_ID_ENV = "XRUN_REPLICA_ID"
+
 # The runtime agent's last stderr line after a failure: ``<prefix><cause> (rank R, file:line)``.
 # docker and slurm keep only a replica's output, so their status reads the cause from it.
 ROOT_CAUSE_PREFIX = "xrun-agent: root cause: "
-
-# A graceful stop's grace in seconds (runtime/stopping.py): how long the agent lets workers
-# that watch for stop requests save before it stops them. Each scheduler sets it to its own
-# grace: local_cwd's stop_grace_s, docker's stop_timeout, Slurm's GraceTime or warning lead.
-STOP_GRACE_ENV = "XRUN_STOP_GRACE"

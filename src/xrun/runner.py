@@ -39,7 +39,7 @@ from xrun.schedulers.api import LogQuery, get_scheduler, scheduler_names
 from xrun.schedulers.options import resolve_run_options
 from xrun.specs import AppDef, AppStatus, macros, make_app_handle
 from xrun.sweeps.handles import Target, backend_for, resolve
-from xrun.tracking import job_env, run_id
+from xrun.tracker.submit import job_env, run_id
 
 if TYPE_CHECKING:
     import datetime
@@ -144,7 +144,7 @@ class Runner:
 
     def with_job_env(self, app: AppDef, scheduler: str, parent_run_id: str | None = None) -> AppDef:
         """A copy of ``app`` whose roles' env tells the replicas their job (``TORCHX_JOB_ID``,
-        the tracking variables: see :mod:`xrun.tracking`); ``app`` itself is untouched, so the
+        the tracking variables: see :mod:`xrun.tracker.submit`); ``app`` itself is untouched, so the
         YAML ``--dryrun`` prints runs again on any scheduler."""
         out = copy.deepcopy(app)
         env = job_env(

@@ -131,7 +131,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "xrun.jobspec",
         "xrun.named_resources",
         "xrun.config",
-        "xrun.tracking",
         "xrun.sweeps.plan",
         "xrun.sweeps.status",
         "xrun.sweeps.records",
@@ -245,3 +244,67 @@ def _python_files() -> list[Path]:
 def test_no_module_over_600_lines(path: Path) -> None:
     n = len(path.read_text().splitlines())
     assert n <= MAX_LINES, f"{path.relative_to(REPO)} has {n} lines; split it by job"
+
+
+def _contract_names() -> dict[str, str]:
+    """xrun.contract's string constants (``NAME = "value"``): the names that cross a process."""
+    tree = ast.parse(MODULES["xrun.contract"].read_text())
+    return {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+# Modules that cannot import xrun.contract keep a copy under the contract's own NAME, checked
+# equal below: local_cwd's supervisor runs as a script (`python -S supervisor.py`, no xrun).
+_COPIES = {"xrun.schedulers.local_cwd.supervisor": {"EXIT_RECORD_ENV"}}
+
+
+def test_names_that_cross_a_process_are_written_once() -> None:
+    """A name both sides of a process boundary use (an env var, a file) is spelled only in
+    xrun.contract; everything else imports it, so a rename cannot reach one side only. A string
+    literal equal to one elsewhere in the package (docstrings aside) is a second home."""
+    names = _contract_names()
+    owned = {value: name for name, value in names.items()}
+    assert {"TORCHX_JOB_ID", "XRUN_RUN_ID", "stacks.json", "XRUN_STOP_GRACE"} <= set(owned)
+    bad = []
+    for module, path in MODULES.items():
+        if module == "xrun.contract":
+            continue
+        tree = ast.parse(path.read_text())
+        copies = set()
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in _COPIES.get(module, ())
+            ):
+                value = ast.literal_eval(node.value)
+                if value != names[node.targets[0].id]:
+                    bad.append(
+                        f"{path.relative_to(REPO)}:{node.lineno}: {value!r} is not contract's"
+                    )
+                copies.add(id(node.value))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value in owned
+                and id(node) not in docstrings | copies
+            ):
+                bad.append(
+                    f"{path.relative_to(REPO)}:{node.lineno} writes {node.value!r}: "
+                    f"import xrun.contract.{owned[node.value]}"
+                )
+    assert not bad, "\n".join(bad)

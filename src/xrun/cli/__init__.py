@@ -1,9 +1,10 @@
 """The ``xrun`` command line: the top layer. Nothing below it imports it.
 
 One module per command (``cmd_<name>.py``, each owning its arguments: ``add_arguments`` for
-argparse and ``main(ns)``); this module only maps a command to its module and errors to exit
-codes: 0 success; 1 the job failed or the handle is unknown; 2 a usage or validation error,
-printed as ONE line ``xrun: error: <message>`` without a traceback.
+argparse and ``main(ns)``), listed once in ``xrun.cli.common.COMMANDS``; this module only
+dispatches and maps errors to exit codes: 0 success; 1 the job failed or the handle is unknown;
+2 a usage or validation error, printed as ONE line ``xrun: error: <message>`` without a
+traceback.
 """
 
 from __future__ import annotations
@@ -11,25 +12,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from types import ModuleType
 
-from xrun.cli.common import PROG, one_line
+from xrun.cli.common import PROG, command_module, one_line
 from xrun.cli.run_args import RunOptions, parse_run_options, split_run_argv
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError, printable
-
-COMMANDS = (
-    "run",
-    "status",
-    "log",
-    "describe",
-    "cancel",
-    "list",
-    "stacks",
-    "builtins",
-    "runopts",
-    "configure",
-    "tracker",
-)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,56 +64,6 @@ def _dispatch(args: list[str]) -> int:
         return 2
     code = command_module(ns.command).main(ns)
     return code
-
-
-def command_module(name: str) -> ModuleType:
-    """The module of command ``name``, imported when that command runs: benchmark 5 (`xrun run
-    --dryrun`) pays for run's imports only, not for what `xrun log` or `configure` need."""
-    if name == "run":
-        from xrun.cli import cmd_run
-
-        return cmd_run
-    if name == "status":
-        from xrun.cli import cmd_status
-
-        return cmd_status
-    if name == "log":
-        from xrun.cli import cmd_log
-
-        return cmd_log
-    if name == "describe":
-        from xrun.cli import cmd_describe
-
-        return cmd_describe
-    if name == "cancel":
-        from xrun.cli import cmd_cancel
-
-        return cmd_cancel
-    if name == "list":
-        from xrun.cli import cmd_list
-
-        return cmd_list
-    if name == "stacks":
-        from xrun.cli import cmd_stacks
-
-        return cmd_stacks
-    if name == "builtins":
-        from xrun.cli import cmd_builtins
-
-        return cmd_builtins
-    if name == "runopts":
-        from xrun.cli import cmd_runopts
-
-        return cmd_runopts
-    if name == "configure":
-        from xrun.cli import cmd_configure
-
-        return cmd_configure
-    if name == "tracker":
-        from xrun.cli import cmd_tracker
-
-        return cmd_tracker
-    raise UsageError(f"unknown command {name!r}; commands: {', '.join(COMMANDS)}")
 
 
 if __name__ == "__main__":

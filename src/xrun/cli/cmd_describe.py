@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from xrun.cli.cmd_status import HANDLE_HELP
-from xrun.cli.common import not_found
+from xrun.cli.common import HANDLE_HELP, not_found
 from xrun.runner import Runner
 from xrun.specs import appdef_to_yaml
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from xrun.cli.common import not_found
+from xrun.cli.common import HANDLE_HELP, not_found
 from xrun.errors import UsageError
 from xrun.runner import Runner
 from xrun.sweeps.metrics import sort_trials, trial_metrics
 from xrun.sweeps.status import SweepStatus
-
-HANDLE_HELP = "SCHEDULER://SESSION/APP_ID, a sweep's handle, or a trial's SWEEP_HANDLE/TRIAL"
 
 
 def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

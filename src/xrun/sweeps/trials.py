@@ -44,7 +44,7 @@ from xrun.sweeps.supervisor import (
     trial_app,
     unsettled,
 )
-from xrun.tracking import set_parent
+from xrun.tracker.submit import set_parent
 
 if TYPE_CHECKING:
     from xrun.schedulers.workspace import Workspace

@@ -11,11 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 
+from xrun.contract import JOB_ID_ENV, PARENT_RUN_ID_ENV, TRACKERS_ENV, tracker_config_env
 from xrun.record import Record
 
-ENV_TORCHX_TRACKERS = "TORCHX_TRACKERS"
-ENV_TORCHX_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
-ENV_TORCHX_JOB_ID = "TORCHX_JOB_ID"
+# TorchX's API names for the variables xrun.contract owns.
+ENV_TORCHX_TRACKERS = TRACKERS_ENV
+ENV_TORCHX_PARENT_RUN_ID = PARENT_RUN_ID_ENV
+ENV_TORCHX_JOB_ID = JOB_ID_ENV
 UNDEFINED = "<UNDEFINED>"  # TorchX's job id for a process no launcher started
 
 
@@ -77,4 +79,4 @@ class TrackerBase(ABC):
 
 def tracker_config_env_var_name(entrypoint_key: str) -> str:
     """``TORCHX_TRACKER_<NAME>_CONFIG``: where a tracker's config travels to the job."""
-    return f"TORCHX_TRACKER_{entrypoint_key.upper()}_CONFIG"
+    return tracker_config_env(entrypoint_key)

@@ -24,12 +24,12 @@ import os
 import re
 from collections.abc import Mapping
 
+from xrun.contract import EXPERIMENT_ENV
 from xrun.tracker.base import Lineage, TrackerArtifact, TrackerBase, TrackerSource
 
 JOB_TAG = "xrun.job_id"
 SOURCES_TAG = "xrun.sources"
 ARTIFACT_TAG = "xrun.artifact."
-EXPERIMENT_ENV = "TORCHX_TRACKING_EXPERIMENT_NAME"
 DEFAULT_EXPERIMENT = "xrun"
 _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 

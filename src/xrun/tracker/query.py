@@ -35,7 +35,7 @@ def tracker(config: Config | None = None) -> TrackerBase:
     from xrun.config import load
     from xrun.tracker.check import check_trackers
     from xrun.tracker.resolve import build
-    from xrun.tracking import configured
+    from xrun.tracker.submit import configured
 
     found = configured(config if config is not None else load())
     if found is None:  # the embedded default, read as it is (nothing created by a read)

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from xrun.contract import RUN_ID_ENV, TRACKERS_ENV, tracker_config_env
+
 if TYPE_CHECKING:
     from xrun.tracker.base import TrackerBase
 
@@ -40,11 +42,6 @@ class Tracker(NamedTuple):
     config: str | None
     name_source: str
     config_source: str
-
-
-# Set by the runner in every job xrun starts (see xrun.tracking): the embedded default applies
-# only there, never to a script run by hand.
-RUN_ID_ENV = "XRUN_RUN_ID"
 
 
 def _load_path(path: str) -> Any:
@@ -94,18 +91,17 @@ def build(name: str, config: str | None) -> TrackerBase:
 def from_environ(env: Mapping[str, str]) -> list[TrackerBase]:
     """The backends of the job whose environment is ``env``. In a worker a tracker that cannot
     be built is reported on stderr and left out, as TorchX does: tracking must not end a job."""
-    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
-    from xrun.tracker.base import ENV_TORCHX_TRACKERS, tracker_config_env_var_name
-
-    if ENV_TORCHX_TRACKERS not in env:
+    if TRACKERS_ENV not in env:
+        # RUN_ID_ENV: set by the runner in every job xrun starts (xrun.tracker.submit): the
+        # embedded default applies only there, never to a script run by hand.
         if RUN_ID_ENV not in env:
             return []
         names: list[str | None] = [None]  # the embedded default
     else:
-        names = [n.strip() for n in env[ENV_TORCHX_TRACKERS].split(",") if n.strip()]
+        names = [n.strip() for n in env[TRACKERS_ENV].split(",") if n.strip()]
     out: list[TrackerBase] = []
     for name in names:
-        config = env.get(tracker_config_env_var_name(name)) if name else None  # None: default
+        config = env.get(tracker_config_env(name)) if name else None  # None: default
         try:
             out.append(_build_in_job(name or "fsspec", config))
         except Exception as e:  # any backend's failure: reported, not raised

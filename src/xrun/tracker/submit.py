@@ -1,5 +1,6 @@
-"""What every replica learns about its job for experiment tracking: TorchX's variables, and
-xrun's stable run id.
+"""The launching side of tracking: what every replica learns about its job, TorchX's variables
+and xrun's stable run id (names: :mod:`xrun.contract`), and the trackers the submitter
+configured. The runner and the sweeps call it; a job's side is :mod:`xrun.tracker.api`.
 
 The runner sets, in every role's environment (TorchX 0.7.0's ``Runner.dryrun`` does the same):
 
@@ -27,19 +28,17 @@ import os
 from typing import TYPE_CHECKING
 
 from xrun.config import TRACKER_PREFIX, TRACKERS, Config
+from xrun.contract import (
+    JOB_ID_ENV,
+    PARENT_RUN_ID_ENV,
+    RUN_ID_ENV,
+    TRACKERS_ENV,
+    tracker_config_env,
+)
 
 if TYPE_CHECKING:
     from xrun.specs import AppDef
     from xrun.tracker.resolve import Tracker
-
-JOB_ID_ENV = "TORCHX_JOB_ID"
-PARENT_RUN_ID_ENV = "TORCHX_PARENT_RUN_ID"
-TRACKERS_ENV = "TORCHX_TRACKERS"
-RUN_ID_ENV = "XRUN_RUN_ID"
-
-
-def tracker_config_env(name: str) -> str:
-    return f"TORCHX_TRACKER_{name.upper()}_CONFIG"
 
 
 def configured(config: Config) -> list[Tracker] | None:
