@@ -198,30 +198,9 @@ _NO_ENV: Mapping[str, str] = {}
 
 class DistJob(Value):
     """What ``dist.ddp`` and ``dist.spmd`` ask for, once their own options are resolved: the
-    one input of the role builder below. A plain value class: a dataclass costs every dry
-    run and local run (benchmarks 1 and 5) ~1 ms to make."""
+    one input of the role builder below. A :class:`xrun.record.Value`: a dataclass costs every
+    dry run and local run (benchmarks 1 and 5) ~1 ms to make."""
 
-    __slots__ = _fields = (
-        "component",
-        "script",
-        "module",
-        "script_args",
-        "image",
-        "name",
-        "resource",
-        "size",
-        "env",
-        "max_retries",
-        "rdzv_port",
-        "rdzv_backend",
-        "rdzv_conf",
-        "mounts",
-        "debug",
-        "tee",
-        "stall_timeout",
-        "stall_silent_timeout",
-        "recover",
-    )
     component: str  # the component's name, for error messages
     script: str | None
     module: str | None
@@ -230,62 +209,17 @@ class DistJob(Value):
     name: str
     resource: Resource
     size: JobSize
-    env: Mapping[str, str]
-    max_retries: int
-    rdzv_port: int
-    rdzv_backend: str
-    rdzv_conf: str | None
-    mounts: tuple[str, ...]
-    debug: bool
-    tee: int
-    stall_timeout: int  # the agent's --stall-timeout; 0: off
-    stall_silent_timeout: int  # the agent's --stall-silent-timeout; 0: its default
-    recover: str  # the agent's --recover: off or warm
-
-    def __init__(  # noqa: PLR0913 (one argument per field, as a dataclass's)
-        self,
-        component: str,
-        script: str | None,
-        module: str | None,
-        script_args: tuple[str, ...],
-        image: str,
-        name: str,
-        resource: Resource,
-        size: JobSize,
-        env: Mapping[str, str] = _NO_ENV,
-        max_retries: int = 0,
-        rdzv_port: int = MASTER_PORT_DEFAULT,
-        rdzv_backend: str = "c10d",
-        rdzv_conf: str | None = None,
-        mounts: tuple[str, ...] = (),
-        debug: bool = False,
-        tee: int = 3,
-        stall_timeout: int = 0,
-        stall_silent_timeout: int = 0,
-        recover: str = "off",
-    ) -> None:
-        Value.__init__(
-            self,
-            component,
-            script,
-            module,
-            script_args,
-            image,
-            name,
-            resource,
-            size,
-            env,
-            max_retries,
-            rdzv_port,
-            rdzv_backend,
-            rdzv_conf,
-            mounts,
-            debug,
-            tee,
-            stall_timeout,
-            stall_silent_timeout,
-            recover,
-        )
+    env: Mapping[str, str] = _NO_ENV
+    max_retries: int = 0
+    rdzv_port: int = MASTER_PORT_DEFAULT
+    rdzv_backend: str = "c10d"
+    rdzv_conf: str | None = None
+    mounts: tuple[str, ...] = ()
+    debug: bool = False
+    tee: int = 3
+    stall_timeout: int = 0  # the agent's --stall-timeout; 0: off
+    stall_silent_timeout: int = 0  # the agent's --stall-silent-timeout; 0: its default
+    recover: str = "off"  # the agent's --recover: off or warm
 
     def validate(self) -> None:
         """UsageError naming the option, its value and the expected form."""

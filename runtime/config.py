@@ -234,20 +234,6 @@ class WorkerGroup(Value):
     environment is computed from, save its local rank and error file. A plain value class: a
     dataclass costs every agent's start-up (benchmark 1) ~1.6 ms to make."""
 
-    __slots__ = _fields = (
-        "role",
-        "run_id",
-        "local_world_size",
-        "rank_offset",
-        "world_size",
-        "group_rank",
-        "group_world_size",
-        "master_addr",
-        "master_port",
-        "restart_count",
-        "max_restarts",
-        "rdzv_round",
-    )
     role: str
     run_id: str
     local_world_size: int  # workers on this node
@@ -259,38 +245,7 @@ class WorkerGroup(Value):
     master_port: int
     restart_count: int  # failure restarts used so far
     max_restarts: int
-    rdzv_round: int  # the rendezvous round this start belongs to (RDZV_ROUND_ENV)
-
-    def __init__(  # noqa: PLR0913 (one argument per field, as a dataclass's)
-        self,
-        role: str,
-        run_id: str,
-        local_world_size: int,
-        rank_offset: int,
-        world_size: int,
-        group_rank: int,
-        group_world_size: int,
-        master_addr: str,
-        master_port: int,
-        restart_count: int,
-        max_restarts: int,
-        rdzv_round: int = 0,
-    ) -> None:
-        Value.__init__(
-            self,
-            role,
-            run_id,
-            local_world_size,
-            rank_offset,
-            world_size,
-            group_rank,
-            group_world_size,
-            master_addr,
-            master_port,
-            restart_count,
-            max_restarts,
-            rdzv_round,
-        )
+    rdzv_round: int = 0  # the rendezvous round this start belongs to (RDZV_ROUND_ENV)
 
 
 def worker_env(

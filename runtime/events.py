@@ -19,43 +19,27 @@ __all__ = ["AgentEvent", "JobClosed", "RendezvousChanged", "Signalled", "Stalled
 class WorkersDone(Value):
     """Every worker exited 0, or one failed (the others may still run)."""
 
-    __slots__ = _fields = __match_args__ = ("result",)
     result: RunProcsResult
-
-    def __init__(self, result: RunProcsResult) -> None:
-        Value.__init__(self, result)
 
 
 class Signalled(Value):
     """The agent got one of the signals it handles."""
 
-    __slots__ = _fields = __match_args__ = ("signum",)
     signum: int
-
-    def __init__(self, signum: int) -> None:
-        Value.__init__(self, signum)
 
 
 class RendezvousChanged(Value):
     """The round is stale: a peer's worker failed, or a node joined or left."""
 
-    __slots__ = _fields = __match_args__ = ("reason",)
     reason: str
-
-    def __init__(self, reason: str) -> None:
-        Value.__init__(self, reason)
 
 
 class JobClosed(Value):
     """The job was closed: it ``failed`` (a peer gave up, the store was lost) or it finished
     without this node."""
 
-    __slots__ = _fields = __match_args__ = ("reason", "failed")
     reason: str
     failed: bool
-
-    def __init__(self, reason: str, failed: bool) -> None:
-        Value.__init__(self, reason, failed)
 
 
 class Stalled:

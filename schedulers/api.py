@@ -113,26 +113,13 @@ class LogQuery(Value):
     ~0.5 ms to make.
     """
 
-    __slots__ = _fields = ("role", "k", "regex", "since", "until", "follow", "streams")
     role: str
-    k: int
-    regex: str | None
-    since: float | None
-    until: float | None
-    follow: bool
-    streams: Stream | None
-
-    def __init__(
-        self,
-        role: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        follow: bool = False,
-        streams: Stream | None = None,
-    ) -> None:
-        Value.__init__(self, role, k, regex, since, until, follow, streams)
+    k: int = 0
+    regex: str | None = None
+    since: float | None = None
+    until: float | None = None
+    follow: bool = False
+    streams: Stream | None = None
 
     def stream_names(self) -> list[str]:
         """The files' stream names: ``["stdout"]``, ``["stderr"]`` or both."""

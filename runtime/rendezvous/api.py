@@ -55,18 +55,6 @@ class RendezvousParams(Value):
     the host. A plain value class, as are the others here: a dataclass costs every agent's
     start-up (benchmark 1) ~1.6 ms to make."""
 
-    __slots__ = _fields = (
-        "backend",
-        "endpoint",
-        "run_id",
-        "min_nodes",
-        "max_nodes",
-        "local_world_size",
-        "conf",
-        "node_rank",
-        "local_addr",
-        "private_store",
-    )
     backend: str
     endpoint: Endpoint  # parsed where it entered (Endpoint.parse), never re-read from text
     run_id: str
@@ -74,36 +62,9 @@ class RendezvousParams(Value):
     max_nodes: int
     local_world_size: int
     conf: Mapping[str, str]
-    node_rank: int
-    local_addr: str | None
-    private_store: bool
-
-    def __init__(  # noqa: PLR0913 (one argument per field, as a dataclass's)
-        self,
-        backend: str,
-        endpoint: Endpoint,
-        run_id: str,
-        min_nodes: int,
-        max_nodes: int,
-        local_world_size: int,
-        conf: Mapping[str, str],
-        node_rank: int = -1,
-        local_addr: str | None = None,
-        private_store: bool = False,
-    ) -> None:
-        Value.__init__(
-            self,
-            backend,
-            endpoint,
-            run_id,
-            min_nodes,
-            max_nodes,
-            local_world_size,
-            conf,
-            node_rank,
-            local_addr,
-            private_store,
-        )
+    node_rank: int = -1
+    local_addr: str | None = None
+    private_store: bool = False
 
 
 class Members:
@@ -121,9 +82,6 @@ class Members:
         return self._value
 
 
-_INFO_FIELDS = ("round", "group_rank", "group_world_size", "rank_offset", "world_size")
-
-
 class RendezvousInfo(Value):
     """What a formed round gives one node. The whole member list (``local_world_sizes``,
     ``addrs``) is read from the store only when asked for: a node needs its own place (its
@@ -131,14 +89,13 @@ class RendezvousInfo(Value):
     the whole list per node would make the rendezvous quadratic. ``members`` is neither
     compared nor printed."""
 
-    __slots__ = (*_INFO_FIELDS, "members")
-    _fields = _INFO_FIELDS
     round: int
     group_rank: int
     group_world_size: int
     rank_offset: int  # global rank of this node's local rank 0
     world_size: int  # workers in the world
     members: Members
+    __slots__ = ("members",)  # a slot, not a field
 
     def __init__(
         self,

@@ -45,7 +45,7 @@ _SECONDS_KEYS = (
 
 
 class RdzvConfig(Value):
-    """The typed form of ``--rdzv-conf`` (seconds for every timeout). A plain value class: a
+    """The typed form of ``--rdzv-conf`` (seconds for every timeout). A :class:`xrun.record.Value`: a
     dataclass costs every agent's start-up (benchmark 1) ~1 ms to make.
 
     - ``join_timeout``: how long next_rendezvous waits for a world to form (also: for the
@@ -67,41 +67,15 @@ class RdzvConfig(Value):
     - ``is_host``: torchrun's key: force (true) or forbid (false) serving the store on this node.
     """
 
-    __slots__ = _fields = (*_SECONDS_KEYS, "token_file", "is_host")
-    join_timeout: float
-    last_call_timeout: float
-    close_timeout: float
-    exit_barrier_timeout: float
-    heartbeat_interval: float
-    heartbeat_timeout: float
-    read_timeout: float
-    token_file: str | None
-    is_host: bool | None
-
-    def __init__(  # noqa: PLR0913 (one argument per field, as a dataclass's)
-        self,
-        join_timeout: float = 600.0,
-        last_call_timeout: float = 30.0,
-        close_timeout: float = 30.0,
-        exit_barrier_timeout: float = 300.0,
-        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
-        heartbeat_timeout: float = 15.0,
-        read_timeout: float = 60.0,
-        token_file: str | None = None,
-        is_host: bool | None = None,
-    ) -> None:
-        Value.__init__(
-            self,
-            join_timeout,
-            last_call_timeout,
-            close_timeout,
-            exit_barrier_timeout,
-            heartbeat_interval,
-            heartbeat_timeout,
-            read_timeout,
-            token_file,
-            is_host,
-        )
+    join_timeout: float = 600.0
+    last_call_timeout: float = 30.0
+    close_timeout: float = 30.0
+    exit_barrier_timeout: float = 300.0
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    heartbeat_timeout: float = 15.0
+    read_timeout: float = 60.0
+    token_file: str | None = None
+    is_host: bool | None = None
 
 
 _DEFAULTS = RdzvConfig()  # the example value in a refused timeout's message

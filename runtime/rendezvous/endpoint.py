@@ -34,13 +34,8 @@ class Endpoint(Value):
     frozen dataclass: making one costs the agent's start-up (benchmark 1) about half a
     millisecond."""
 
-    __slots__ = ("host", "port")
-    _fields = ("host", "port")
     host: str
     port: int
-
-    def __init__(self, host: str, port: int) -> None:
-        super().__init__(host, port)
 
     @classmethod
     def parse(cls, text: str, default_port: int = RDZV_ENDPOINT_DEFAULT_PORT) -> Endpoint:

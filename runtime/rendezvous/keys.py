@@ -61,14 +61,10 @@ class Seat(Value):
     are plain value classes: a dataclass costs every agent's start-up (benchmark 1) ~0.8 ms
     to make."""
 
-    __slots__ = _fields = ("rank", "rank_offset", "nodes", "world_size")
     rank: int
     rank_offset: int
     nodes: int
     world_size: int
-
-    def __init__(self, rank: int, rank_offset: int, nodes: int, world_size: int) -> None:
-        Value.__init__(self, rank, rank_offset, nodes, world_size)
 
     def encode(self) -> bytes:
         return f"{self.rank}\t{self.rank_offset}\t{self.nodes}\t{self.world_size}".encode()
@@ -85,20 +81,10 @@ class World(Value):
     arrival indices in rank order ("3,1,2"), nprocs run-length encoded ("8*1024" or "8*2,4*1"),
     then one advertised address per line."""
 
-    __slots__ = _fields = ("round", "indices", "local_world_sizes", "addrs")
     round: int
     indices: tuple[str, ...]  # arrival index (decimal) of each group rank
     local_world_sizes: tuple[int, ...]
     addrs: tuple[str, ...]
-
-    def __init__(
-        self,
-        round: int,
-        indices: tuple[str, ...],
-        local_world_sizes: tuple[int, ...],
-        addrs: tuple[str, ...],
-    ) -> None:
-        Value.__init__(self, round, indices, local_world_sizes, addrs)
 
     @classmethod
     def parse(cls, rnd: int, blob: bytes) -> World:

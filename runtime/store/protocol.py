@@ -187,26 +187,24 @@ def encode_request(rid: int, op: Op, *fields: bytes) -> bytes:
     return LEN.pack(len(body)) + body
 
 
+def request_fields(op: Op, *values: Any) -> bytes:
+    """The fields of an ``op`` request, as its layout (``LAYOUTS``) writes ``values``."""
+    return b"".join(field.write(v) for field, v in zip(LAYOUTS[op][1], values, strict=True))
+
+
 def wait_fields(keys: Sequence[str], want_all: bool, timeout: float | None) -> bytes:
     t = -1.0 if timeout is None else max(0.0, timeout)
-    head = bytes([0 if want_all else 1]) + F64.pack(t) + LEN.pack(len(keys))
-    return head + b"".join(pack_bytes(k.encode()) for k in keys)
+    return request_fields(Op.WAIT, want_all, t, keys)
 
 
 def add_fields(key: str, delta: int) -> bytes:
-    return pack_bytes(key.encode()) + I64.pack(delta)
+    return request_fields(Op.ADD, key, delta)
 
 
 def lease_fields(
     key: str, ttl: float, fire_key: str, fire_value: bytes, fire_on_disconnect: bool = False
 ) -> bytes:
-    return (
-        pack_bytes(key.encode())
-        + F64.pack(ttl)
-        + pack_bytes(fire_key.encode())
-        + pack_bytes(fire_value)
-        + bytes([1 if fire_on_disconnect else 0])
-    )
+    return request_fields(Op.LEASE, key, ttl, fire_key, fire_value, fire_on_disconnect)
 
 
 # -- answers (server side) ----------------------------------------------------------------------
@@ -301,15 +299,48 @@ class Ping(Request):
 
 Message = Hello | Credentials | Request
 
-_DECODERS: dict[int, Callable[[int, Reader], Request]] = {
-    Op.SET: lambda rid, r: Set(rid, r.str_(), r.bytes_()),
-    Op.ADD: lambda rid, r: Add(rid, r.str_(), r.i64()),
-    Op.WAIT: lambda rid, r: Wait(
-        rid, r.u8() == 0, r.f64(), tuple(r.str_() for _ in range(r.u32()))
-    ),
-    Op.DELETE: lambda rid, r: Delete(rid, r.str_()),
-    Op.LEASE: lambda rid, r: Lease(rid, r.str_(), r.f64(), r.str_(), r.bytes_(), bool(r.u8() & 1)),
-    Op.PING: lambda rid, _r: Ping(rid),
+
+# -- one layout per request, shared by the client's encoder and the server's decoder -------------
+# (as h11's READERS/WRITERS and torch_protocol._LAYOUTS): each field kind reads and writes itself.
+
+
+class _Field:
+    """One kind of wire field: how ``Reader`` reads it and how a value is written."""
+
+    __slots__ = ("read", "write")
+
+    def __init__(self, read: Callable[[Reader], Any], write: Callable[[Any], bytes]) -> None:
+        self.read, self.write = read, write
+
+
+def _read_keys(r: Reader) -> tuple[str, ...]:
+    return tuple(r.str_() for _ in range(r.u32()))
+
+
+def _write_keys(keys: Sequence[str]) -> bytes:
+    return LEN.pack(len(keys)) + b"".join(pack_bytes(k.encode()) for k in keys)
+
+
+STR = _Field(Reader.str_, lambda v: pack_bytes(v.encode()))  # keys are UTF-8
+BYTES = _Field(Reader.bytes_, pack_bytes)
+I64_ = _Field(Reader.i64, I64.pack)
+F64_ = _Field(Reader.f64, F64.pack)
+KEYS = _Field(_read_keys, _write_keys)  # count:u32, then that many STR
+WANT_ALL = _Field(lambda r: r.u8() == 0, lambda v: bytes([0 if v else 1]))  # mode: 0 all, 1 any
+FLAG = _Field(lambda r: bool(r.u8() & 1), lambda v: bytes([1 if v else 0]))  # flags bit 0
+
+# op -> (its request type, its fields after the head, in wire order; the type's fields after rid)
+LAYOUTS: dict[Op, tuple[Callable[..., Request], tuple[_Field, ...]]] = {
+    Op.SET: (Set, (STR, BYTES)),
+    Op.ADD: (Add, (STR, I64_)),
+    Op.WAIT: (Wait, (WANT_ALL, F64_, KEYS)),
+    Op.DELETE: (Delete, (STR,)),
+    Op.LEASE: (Lease, (STR, F64_, STR, BYTES, FLAG)),
+    Op.PING: (Ping, ()),
+}
+# by the op's byte: decode_request looks up what it read off the wire
+_BY_BYTE: dict[int, tuple[Callable[..., Request], tuple[Callable[[Reader], Any], ...]]] = {
+    int(op): (cls, tuple(f.read for f in fields)) for op, (cls, fields) in LAYOUTS.items()
 }
 
 
@@ -319,10 +350,12 @@ def decode_request(body: bytes) -> Request:
         rid, op = HEAD.unpack_from(body)
     except struct.error:
         raise ProtocolError(f"truncated frame: {len(body)} bytes, no request head") from None
-    decode = _DECODERS.get(op)
-    if decode is None:
+    layout = _BY_BYTE.get(op)
+    if layout is None:
         raise ProtocolError(f"unknown op {op}")
-    return decode(rid, Reader(body, HEAD.size))
+    cls, readers = layout
+    r = Reader(body, HEAD.size)
+    return cls(rid, *[read(r) for read in readers])
 
 
 class RequestParser:

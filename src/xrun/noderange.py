@@ -23,13 +23,8 @@ class NodeRange(Value):
     (:class:`xrun.record.Value`): benchmarks 1 and 5 both import it, and making a NamedTuple
     class costs about a millisecond (a dataclass a few hundred microseconds)."""
 
-    __slots__ = ("max", "min")
-    _fields = ("min", "max")
     min: int
     max: int
-
-    def __init__(self, min: int, max: int) -> None:  # noqa: A002 - the grammar's own words
-        super().__init__(min, max)
 
     @property
     def elastic(self) -> bool:

@@ -20,12 +20,8 @@ from xrun.runtime.rendezvous.keys import Seat
 
 
 class Point(Value):
-    __slots__ = _fields = ("x", "y")
     x: int
-    y: int
-
-    def __init__(self, x: int, y: int = 0) -> None:
-        Value.__init__(self, x, y)
+    y: int = 0
 
 
 class Box(Record):
@@ -80,10 +76,39 @@ def test_values_pickle_and_copy_as_frozen_dataclasses_do(copier):
 
 def test_value_needs_every_field():
     class Pair(Value):
-        __slots__ = _fields = ("a", "b")
+        a: int
+        b: int
 
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="Pair is missing the field 'b'"):
         Pair(1)
+    with pytest.raises(TypeError, match="Pair has no field 'c'"):
+        Pair(1, 2, c=3)
+    with pytest.raises(TypeError, match="Pair got 'a' twice"):
+        Pair(1, a=2)
+    with pytest.raises(TypeError, match="Pair takes 2 fields"):
+        Pair(1, 2, 3)
+
+
+def test_value_fields_come_from_annotations_once():
+    class Base(Value):
+        a: int
+        b: str = "x"
+
+    class Derived(Base):
+        c: tuple[int, ...] = ()
+        note: str
+        __slots__ = ("note",)  # a slot, not a field: neither compared nor printed
+
+    assert Derived._fields == Derived.__match_args__ == ("a", "b", "c")
+    assert Derived(1) == Derived(a=1, b="x", c=()) != Derived(1, c=(2,))
+    assert repr(Derived(1, "y")) == "Derived(a=1, b='y', c=())"
+    assert Base.__slots__ == ("a", "b") and Derived.__slots__ == ("c", "note")
+    d = Derived(2)
+    object.__setattr__(d, "note", "n")
+    assert d == Derived(2) and copy.copy(d).note == "n"
+    match d:
+        case Derived(a, b, c):
+            assert (a, b, c) == (2, "x", ())
 
 
 def test_record_is_mutable_and_still_compares_by_value():

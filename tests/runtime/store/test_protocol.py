@@ -29,6 +29,7 @@ from xrun.runtime.store.protocol import (
     encode_verdict,
     lease_fields,
     pack_bytes,
+    request_fields,
     wait_fields,
 )
 
@@ -73,6 +74,33 @@ def test_each_request_decodes_to_its_value(
 ) -> None:
     value = decode_request(frame[4:])
     assert type(value) is cls and fields(value) == expected
+
+
+@pytest.mark.parametrize(("frame", "cls", "expected"), REQUESTS)
+def test_each_decoded_request_encodes_back_to_its_bytes(
+    frame: bytes, cls: type, expected: tuple[Any, ...]
+) -> None:
+    # one layout per op serves both directions (LAYOUTS): a decoded value's fields, written
+    # again, are the frame it came from
+    rid, *values = expected
+    op = Op(frame[8])
+    assert encode_request(rid, op, request_fields(op, *values)) == frame
+
+
+def test_the_wire_bytes_of_each_request_are_pinned() -> None:
+    # the format of the docs and of older agents: byte for byte, whatever builds it
+    assert request_fields(Op.SET, "k", b"v") == bytes.fromhex("000000016b0000000176")
+    assert add_fields("n", -5) == bytes.fromhex("000000016e") + struct.pack("!q", -5)
+    assert wait_fields(["a"], False, None) == bytes.fromhex(
+        "01" + struct.pack("!d", -1.0).hex() + "00000001" + "0000000161"
+    )
+    assert lease_fields("l", 3.0, "f", b"x", True) == (
+        bytes.fromhex("000000016c")
+        + struct.pack("!d", 3.0)
+        + bytes.fromhex("0000000166" + "0000000178" + "01")
+    )
+    assert request_fields(Op.DELETE, "k") == bytes.fromhex("000000016b")
+    assert encode_request(7, Op.PING) == bytes.fromhex("00000005" + "00000007" + "06")
 
 
 def test_a_stream_split_anywhere_parses_the_same() -> None:
