@@ -36,10 +36,10 @@ from xrun.contract import (
     SCRIPT,
 )
 from xrun.errors import UsageError
-from xrun.jobspec import JobSize, parse_j, parse_nnodes
-from xrun.named_resources import get_named_resource
 from xrun.record import Value
 from xrun.specs import AppDef, Resource, Role, macros, parse_mounts
+from xrun.specs.jobspec import JobSize, parse_j, parse_nnodes
+from xrun.specs.named_resources import get_named_resource
 
 from . import DEFAULT_IMAGE
 

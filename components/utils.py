@@ -12,8 +12,8 @@ import sys
 
 from xrun.contract import SCRIPT
 from xrun.errors import UsageError
-from xrun.named_resources import get_named_resource
 from xrun.specs import AppDef, Resource, Role, parse_mounts
+from xrun.specs.named_resources import get_named_resource
 
 from . import DEFAULT_IMAGE
 

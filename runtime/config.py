@@ -301,7 +301,7 @@ _TORCHX_FOUND: list[bool] = []  # find_spec's answer, asked once per agent
 
 
 def torchx_shim_path(env: Mapping[str, str]) -> str | None:
-    """The folder with xrun's ``torchx.tracker`` stand-in (xrun/tracker/torchx_shim), for the
+    """The folder with xrun's ``torchx.tracker`` stand-in (xrun/torchx/shim), for the
     workers of a job xrun started (``TORCHX_JOB_ID`` set) when no real TorchX is importable:
     a TorchX script's ``from torchx.tracker import app_run_from_env`` then works unchanged.
     Appended to ``PYTHONPATH``, after anything the user put there."""
@@ -314,7 +314,7 @@ def torchx_shim_path(env: Mapping[str, str]) -> str | None:
         _TORCHX_FOUND.append(importlib.util.find_spec("torchx") is not None)
     if _TORCHX_FOUND[0]:
         return None
-    return os.path.join(os.path.dirname(xrun.__file__), "tracker", "torchx_shim")
+    return os.path.join(os.path.dirname(xrun.__file__), "torchx", "shim")
 
 
 def launch_worker_env(

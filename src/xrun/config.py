@@ -143,7 +143,7 @@ def _read(path: str) -> dict[str, dict[str, str]]:
     # No interpolation: '%' in a value (e.g. a Slurm time format) must stay as written.
     parser = configparser.ConfigParser(interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep memMB's case
-    from xrun.fields import read_text  # benchmark 5: only when a config file exists
+    from xrun.specs.fields import read_text  # benchmark 5: only when a config file exists
 
     # read_text: a size cap (a ~/.xrunconfig that is /dev/zero or a huge file is one line)
     text = read_text(path, "config file")

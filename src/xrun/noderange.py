@@ -1,4 +1,4 @@
-"""The ``[MIN:]N`` grammar of a node count, shared by ``-j`` (``jobspec.py``) and the runtime
+"""The ``[MIN:]N`` grammar of a node count, shared by ``-j`` (``specs/jobspec.py``) and the runtime
 agent's ``--nnodes`` (``runtime/args.py``): one fixed count ``N``, or an elastic ``MIN:MAX``.
 
 Parts are plain ASCII digits (no sign, no spaces, none of the other scripts' digits that

@@ -13,8 +13,8 @@ import pytest
 
 from xrun.components import DEFAULT_IMAGE, dist, utils
 from xrun.errors import UsageError
-from xrun.named_resources import get_named_resource, names
 from xrun.specs import AppDef, BindMount, Resource, VolumeMount, macros
+from xrun.specs.named_resources import get_named_resource, names
 
 RUNTIME_PREFIX = "exec python3 -m xrun.runtime"
 

@@ -21,8 +21,8 @@ from xrun.cli import main
 from xrun.component import analyze, call_component
 from xrun.config import load
 from xrun.errors import UsageError
-from xrun.jobspec import JobSize, parse_j
 from xrun.specs import AppDef, AppHandle, Role, parse_mounts
+from xrun.specs.jobspec import JobSize, parse_j
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # One directory for the whole module: hypothesis reruns a test body many times, and

@@ -1,6 +1,6 @@
-"""The house rules, checked on the source itself: the layers (the CLI on top, nothing imports
-upward), no import circles, siblings imported relatively, the core absolutely, and no module over
-600 lines.
+"""The house rules, checked on the source itself: the layers (the ground, then the runtime,
+which imports the ground only, up to the CLI on top; nothing imports upward), no import
+circles, siblings imported relatively, the core absolutely, and no module over 600 lines.
 
 Every import counts, a function-level one too: it is still a dependency. Imports under
 ``if TYPE_CHECKING:`` do not: they never run (a base class may name, in an annotation, the
@@ -9,7 +9,7 @@ type that a layer above implements)."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -113,37 +113,43 @@ def test_no_import_circles() -> None:
 
 
 # The layers, lowest first: a module imports its own layer and those below, never one above.
-# A module's layer is that of the longest prefix listed. The sweep *data* (the plan, its
-# status, its records, the backend interface) sits with the specs, so that a scheduler can
-# run a sweep its own way (Slurm's job array in schedulers/slurm/); running the trials as apps
-# of any scheduler sits above the schedulers.
+# A module's layer is that of the longest package listed that holds it, or the module itself
+# when listed; the bare ``xrun`` (the package's __init__) is ground and no prefix of anything,
+# so a new module that nobody placed is in no layer and `test_every_module_has_a_layer` fails.
+#
+# The ground is flat modules any layer may use. The runtime (the agent in each replica) sits
+# right above it, alone: it imports the ground only, which keeps it free of the launcher side
+# (and of torch). The sweep *data* (the plan, its status, its records, the backend interface)
+# sits with the specs, so that a scheduler can run a sweep its own way (Slurm's job array in
+# schedulers/slurm/); running the trials as apps of any scheduler sits above the schedulers.
+GROUND = (
+    "xrun",
+    "xrun.errors",
+    "xrun.contract",
+    "xrun.limits",
+    "xrun.record",
+    "xrun.noderange",
+    "xrun.xdg",
+    "xrun.procs",
+)
 LAYERS: dict[str, tuple[str, ...]] = {
-    "specs/config/contract": (
-        "xrun",
-        "xrun.errors",
-        "xrun.limits",
-        "xrun.contract",
-        "xrun.xdg",
-        "xrun.procs",
-        "xrun.fields",
-        "xrun.yaml_writer",
+    "ground": GROUND,
+    "runtime": ("xrun.runtime",),
+    "specs": (
         "xrun.specs",
-        "xrun.jobspec",
-        "xrun.named_resources",
         "xrun.config",
+        "xrun.yaml_writer",
+        "xrun.tracker",
         "xrun.sweeps.plan",
         "xrun.sweeps.status",
         "xrun.sweeps.records",
         "xrun.sweeps.backend",
-        "xrun.runtime",
     ),
     "schedulers/components": (
         "xrun.schedulers",
         "xrun.components",
         "xrun.component",
-        "xrun.torchx_compat",
-        "xrun.torchx_stand_ins",
-        "xrun.torchx_finder",
+        "xrun.torchx",
     ),
     "runner/sweeps": ("xrun.runner", "xrun.sweeps"),
     "cli": ("xrun.cli", "xrun.__main__"),
@@ -153,13 +159,25 @@ _LAYER_NAMES = list(LAYERS)
 
 
 def layer_of(name: str) -> int:
-    """The rank of module ``name``'s layer (0: the lowest); KeyError for an unlisted module."""
+    """The rank of module ``name``'s layer (0: the ground); KeyError for an unlisted module."""
+    if name in _RANK:
+        return _RANK[name]
     parts = name.split(".")
-    for n in range(len(parts), 0, -1):
+    for n in range(len(parts) - 1, 1, -1):  # packages, longest first; never the bare "xrun"
         prefix = ".".join(parts[:n])
         if prefix in _RANK:
             return _RANK[prefix]
     raise KeyError(name)
+
+
+def modules_without_layer(names: Iterable[str]) -> list[str]:
+    out = []
+    for name in names:
+        try:
+            layer_of(name)
+        except KeyError:
+            out.append(name)
+    return out
 
 
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -176,13 +194,20 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_every_module_has_a_layer() -> None:
-    missing = []
-    for name in MODULES:
-        try:
-            layer_of(name)
-        except KeyError:
-            missing.append(name)
+    missing = modules_without_layer(MODULES)
     assert not missing, f"modules in no layer (add them to LAYERS): {missing}"
+
+
+def test_a_module_on_no_layer_is_caught() -> None:
+    """The rule itself: a module that nobody placed (flat in src/xrun, or a new package) is in
+    no layer; the package's own name is no catch-all for it."""
+    assert modules_without_layer(["xrun.stray", "xrun.newpkg.api", "xrun.specs.api"]) == [
+        "xrun.stray",
+        "xrun.newpkg.api",
+    ]
+    with pytest.raises(KeyError):
+        layer_of("xrun.stray")
+    assert layer_of("xrun") == 0  # the package itself is ground, and only itself
 
 
 def test_layers_cli_on_top_nothing_imports_upward() -> None:
@@ -199,6 +224,23 @@ def test_the_layer_rule_catches_a_violation() -> None:
     bad = layer_violations(graph)
     assert "xrun.runner (runner/sweeps) imports xrun.cli.cmd_run (cli)" in bad
     assert "xrun.schedulers.api (schedulers/components) imports xrun.runner (runner/sweeps)" in bad
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["xrun.specs", "xrun.specs.api", "xrun.config", "xrun.tracker.api", "xrun.schedulers.api"],
+)
+def test_the_runtime_may_import_the_ground_only(target: str) -> None:
+    """The rule itself: the runtime importing anything above the ground (the specs, the
+    config, the tracker, a scheduler) is reported; the ground is not."""
+    graph = {"xrun.runtime.agent": {target, "xrun.contract", "xrun.errors", "xrun"}}
+    bad = layer_violations(graph)
+    assert len(bad) == 1 and bad[0].startswith(f"xrun.runtime.agent (runtime) imports {target} (")
+    assert not layer_violations({"xrun.runtime.agent": set(GROUND)})
+    # and the ground imports nothing above itself, the runtime included
+    assert layer_violations({"xrun.contract": {"xrun.runtime.config"}}) == [
+        "xrun.contract (ground) imports xrun.runtime.config (runtime)"
+    ]
 
 
 def test_sweeps_are_one_package() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from xrun.errors import UsageError
-from xrun.jobspec import JobSize, parse_j, parse_nnodes
 from xrun.noderange import NodeRange
+from xrun.specs.jobspec import JobSize, parse_j, parse_nnodes
 
 
 @pytest.mark.parametrize(

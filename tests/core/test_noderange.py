@@ -7,9 +7,9 @@ import pytest
 
 from xrun.contract import MAX_NODES
 from xrun.errors import UsageError
-from xrun.jobspec import parse_j
 from xrun.noderange import NodeRange, parse_node_range
 from xrun.runtime.args import parse_nnodes as agent_nnodes
+from xrun.specs.jobspec import parse_j
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,10 @@ def test_wheel_holds_only_the_xrun_package(tmp_path: Path) -> None:
     for module in (
         "xrun/__init__.py",
         "xrun/py.typed",
-        "xrun/specs.py",
+        "xrun/specs/__init__.py",
+        "xrun/specs/api.py",
+        "xrun/component/finder.py",
+        "xrun/torchx/compat.py",
         "xrun/cli/__init__.py",
         "xrun/cli/cmd_run.py",
         "xrun/sweeps/trials.py",
@@ -51,9 +54,9 @@ def test_wheel_holds_only_the_xrun_package(tmp_path: Path) -> None:
         "xrun/runtime/__main__.py",
         "xrun/tracker/api.py",
         # the workers' torchx.tracker stand-in: package data, not a package of its own
-        "xrun/tracker/torchx_shim/torchx/__init__.py",
-        "xrun/tracker/torchx_shim/torchx/tracker/__init__.py",
-        "xrun/tracker/torchx_shim/torchx/tracker/api.py",
+        "xrun/torchx/shim/torchx/__init__.py",
+        "xrun/torchx/shim/torchx/tracker/__init__.py",
+        "xrun/torchx/shim/torchx/tracker/api.py",
     ):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

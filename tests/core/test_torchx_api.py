@@ -20,11 +20,11 @@ from tests.helpers.cli import Env
 from xrun.component import analyze, call_component
 from xrun.config import Config, load
 from xrun.errors import UsageError
-from xrun.named_resources import get_named_resource, names
 from xrun.runner import Runner
 from xrun.schedulers.api import get_scheduler
 from xrun.schedulers.options import resolve_run_options
 from xrun.specs import AppDef, ParsedAppHandle, Role, make_app_handle, parse_app_handle
+from xrun.specs.named_resources import get_named_resource, names
 
 
 @pytest.fixture

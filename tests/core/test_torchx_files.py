@@ -19,7 +19,7 @@ from tests.helpers.cli import Env
 from xrun.component import call_component, get_component
 from xrun.errors import UsageError
 from xrun.specs import AppDef, BindMount
-from xrun.torchx_compat import torchx_imports, torchx_installed
+from xrun.torchx.compat import torchx_imports, torchx_installed
 
 GREET = '''\
 import torchx.specs as specs

@@ -1,4 +1,4 @@
-"""xrun's stand-ins for the rest of TorchX's API (src/xrun/torchx_stand_ins.py) against TorchX
+"""xrun's stand-ins for the rest of TorchX's API (src/xrun/torchx/stand_ins.py) against TorchX
 0.7.0, recorded in tests/fixtures/torchx/stand-ins-0.7.0.json by record_stand_ins.py there:
 the same signatures, and the SAME script function (``behaviour``) returns the same values
 when its ``import torchx...`` get xrun's stand-ins. A difference must be listed in KNOWN."""
@@ -18,7 +18,7 @@ from tests.helpers.cli import Env
 from tests.helpers.paths import FIXTURES
 from tests.helpers.signatures import signature_diffs, signature_facts
 from xrun import runner as xrun_runner
-from xrun.torchx_compat import torchx_imports
+from xrun.torchx.compat import torchx_imports
 
 RECORDED = json.loads((FIXTURES / "torchx" / "stand-ins-0.7.0.json").read_text())
 _spec = importlib.util.spec_from_file_location(

@@ -205,7 +205,7 @@ def load_app(runner: Runner, component: str, comp_args: list[str]) -> AppDef:
                 f"{component} is a saved AppDef and takes no arguments (got {comp_args[0]!r}); "
                 "edit the file instead"
             )
-        from xrun.fields import read_text  # benchmark 5: a component's dry run reads no file
+        from xrun.specs.fields import read_text  # benchmark 5: a component's dry run reads no file
 
         return appdef_from_yaml(read_text(component, "spec"), source=component)
     return runner.component_app(component, comp_args)

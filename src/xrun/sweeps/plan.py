@@ -34,9 +34,9 @@ from typing import Any
 
 from xrun.contract import SWEEP_ENV_PREFIX, SWEEP_SIZE_ENV, TRIAL_INDEX_ENV
 from xrun.errors import UsageError
-from xrun.fields import check_size, read_text
 from xrun.limits import capped_int, is_digits, shown
 from xrun.specs import AppDef, appdef_from_dict, appdef_to_dict
+from xrun.specs.fields import check_size, read_text
 
 PARAM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PLACEHOLDER_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")

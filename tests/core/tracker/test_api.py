@@ -155,7 +155,7 @@ def test_module_path_factory(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- torchx.tracker
 def test_torchx_tracker_under_the_component_stand_in() -> None:
-    from xrun.torchx_compat import torchx_imports
+    from xrun.torchx.compat import torchx_imports
 
     with torchx_imports():
         from torchx.tracker import app_run_from_env as theirs  # type: ignore[import-not-found]

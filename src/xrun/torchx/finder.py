@@ -1,7 +1,7 @@
 """TorchX 0.7.0's ``torchx.specs.finder`` and ``torchx.specs.builders`` as stand-ins over
 :mod:`xrun.component` (xrun's component lookup and command-line parser). Loaded by name when a
 TorchX file or script imports them while the stand-ins apply (see
-:mod:`xrun.torchx_stand_ins`); written from TorchX's documented API, not its code."""
+:mod:`xrun.torchx.stand_ins`); written from TorchX's documented API, not its code."""
 
 from __future__ import annotations
 

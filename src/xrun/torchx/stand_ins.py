@@ -1,10 +1,10 @@
 """The rest of TorchX 0.7.0's public API that component files and scripts import, as stand-ins
-mapped onto xrun's own code (see :mod:`xrun.torchx_compat` for how and when stand-ins apply):
+mapped onto xrun's own code (see :mod:`xrun.torchx.compat` for how and when stand-ins apply):
 
 - ``torchx.specs.file_linter``: ``validate(path, component_function)`` (a static check of the
   file, nothing executed), ``get_fn_docstring``, ``LinterMessage``;
 - ``torchx.specs.finder`` and ``torchx.specs.builders`` (``get_component``,
-  ``materialize_appdef``, ...): :mod:`xrun.torchx_finder`, over :mod:`xrun.component`;
+  ``materialize_appdef``, ...): :mod:`xrun.torchx.finder`, over :mod:`xrun.component`;
 - ``torchx.schedulers``: ``get_scheduler_factories``, ``get_default_scheduler_name``,
   ``SchedulerFactory``, over xrun's scheduler registry;
 - ``torchx.components.dist.get_role_name``;
@@ -35,7 +35,7 @@ from typing import Any
 
 from xrun.schedulers.api import get_scheduler, scheduler_names
 
-# What the stand-ins here add to torchx_compat's STAND_INS (refusal messages list them all).
+# What the stand-ins here add to compat.py's STAND_INS (refusal messages list them all).
 MORE_STAND_INS = (
     "torchx.specs.file_linter",
     "torchx.specs.finder",
@@ -57,8 +57,8 @@ _BUILDERS = ("materialize_appdef", "parse_args", "make_app_handle", "parse_mount
 LAZY: dict[str, tuple[str, tuple[str, ...]]] = {
     "torchx.runner": ("xrun.runner", ("Runner", "get_runner")),
     "torchx.runner.api": ("xrun.runner", ("Runner", "get_runner")),
-    "torchx.specs.finder": ("xrun.torchx_finder", _FINDER),
-    "torchx.specs.builders": ("xrun.torchx_finder", _BUILDERS),
+    "torchx.specs.finder": ("xrun.torchx.finder", _FINDER),
+    "torchx.specs.builders": ("xrun.torchx.finder", _BUILDERS),
 }
 # torchx.specs's own names that live in a lazy submodule (TorchX's specs re-exports them).
 _SPECS_FROM_BUILDERS = ("materialize_appdef",)
@@ -185,7 +185,7 @@ def _module(name: str, attrs: Mapping[str, Any], package: bool = False) -> types
 
 
 def add_stand_ins(mods: dict[str, types.ModuleType]) -> dict[str, types.ModuleType]:
-    """``mods`` (torchx_compat's stand-ins) with the ones here added, each also an attribute
+    """``mods`` (compat.py's stand-ins) with the ones here added, each also an attribute
     of its parent module, and ``get_role_name`` in ``torchx.components.dist``."""
     new = {
         "torchx.specs.file_linter": _module(

@@ -28,20 +28,30 @@ import contextlib
 import functools
 import importlib.abc
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xrun import named_resources, specs
+from xrun import specs
 from xrun.components import DEFAULT_IMAGE, dist, utils
 from xrun.components.dist import split_name
 from xrun.errors import UsageError
-from xrun.named_resources import get_named_resource, names
 from xrun.schedulers import api, options
-from xrun.specs import AppDef, BindMount, DeviceMount, Resource, RetryPolicy, Role, VolumeMount
-from xrun.torchx_stand_ins import MORE_STAND_INS, LazyStandIns, add_stand_ins
+from xrun.specs import (
+    AppDef,
+    BindMount,
+    DeviceMount,
+    Resource,
+    RetryPolicy,
+    Role,
+    VolumeMount,
+    named_resources,
+)
+from xrun.specs.named_resources import get_named_resource, names
+from xrun.torchx.stand_ins import MORE_STAND_INS, LazyStandIns, add_stand_ins
 
 TORCHX_VERSION = "0.7.0"  # the TorchX whose API the stand-ins follow
 # The modules xrun stands in for (anything else under torchx. is refused with this list).
@@ -60,6 +70,8 @@ STAND_INS = (
 MISSING = "<MISSING>"
 NONE = "<NONE>"
 ALL = "all"
+# Where xrun's worker-side `torchx` stand-in lives (runtime/config.py, `torchx_shim_path`).
+_SHIM_MARK = os.path.join("xrun", "torchx", "shim", "torchx")
 
 
 def torchx_installed() -> bool:
@@ -68,8 +80,8 @@ def torchx_installed() -> bool:
     if module is not None:
         return not getattr(module, "__xrun_stand_in__", False)
     spec = importlib.util.find_spec("torchx")
-    # xrun's own worker-side stand-in (xrun/tracker/torchx_shim) is no TorchX
-    return spec is not None and "torchx_shim" not in (spec.origin or "")
+    # xrun's own worker-side stand-in (xrun/torchx/shim) is no TorchX
+    return spec is not None and _SHIM_MARK not in (spec.origin or "")
 
 
 # --------------------------------------------------------------------------- TorchX's helpers
@@ -151,7 +163,15 @@ def _module(name: str, attrs: Mapping[str, Any], package: bool = False) -> types
 
 
 def _specs_attrs() -> dict[str, Any]:
-    attrs = {n: getattr(specs, n) for n in dir(specs) if not n.startswith("_")}
+    # Every public name of the files behind xrun.specs' face (what the one specs.py module
+    # held before it became a package), not the package's submodules themselves.
+    attrs = {
+        n: getattr(part, n)
+        for part in (specs.api, specs.mounts, specs.handles, specs.serial)
+        for n in dir(part)
+        if not n.startswith("_")
+    }
+    attrs["macros"] = specs.macros
     attrs.update(
         CfgVal=options.CfgVal,
         AppDryRunInfo=api.AppDryRunInfo,

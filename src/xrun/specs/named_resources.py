@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from xrun.errors import UsageError
-from xrun.specs import Resource
+from xrun.specs.api import Resource
 
 _GiB = 1024
 
