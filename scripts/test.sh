@@ -14,5 +14,8 @@ bash scripts/docker-engine.sh up
 bash scripts/docker-engine.sh image
 bash scripts/etcd-server.sh up
 # -rs lists skips: the suite must not skip anything, and conftest fails a run that does.
-.venv/bin/python -m pytest -q -rs -p no:cacheprovider tests "$@"
+# -n 2 (both cores): the real-cluster preemption, recovery and stop-path tests mostly wait on
+# Slurm, Docker and timeouts; serially the suite would take about twice as long.
+# XRUN_TEST_WORKERS=0 runs it serially.
+.venv/bin/python -m pytest -q -rs -p no:cacheprovider -n "${XRUN_TEST_WORKERS:-2}" tests "$@"
 .venv/bin/python -m benchmarks --smoke
