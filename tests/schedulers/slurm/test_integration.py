@@ -324,7 +324,12 @@ def test_requeue_until_max_retries(sched: SlurmScheduler, tmp_path: Path) -> Non
     resp = _wait_requeued(sched, app_id)
     assert resp.state == AppState.SUCCEEDED, resp.msg
     assert resp.num_restarts == 1
-    assert "".join(sched.log_iter(app_id, "w", 0)) == "attempt 0\nattempt 1\n"
+    lines = "".join(sched.log_iter(app_id, "w", 0)).splitlines()
+    # a requeued attempt's stdout and stderr each start with a marker naming it (issue #33)
+    marks = [ln for ln in lines if ln.startswith("==== xrun: attempt ")]
+    assert [ln for ln in lines if ln not in marks] == ["attempt 0", "attempt 1"], lines
+    assert marks and all("attempt 1 of job " in m and "(requeued)" in m for m in marks), marks
+    assert lines.index("attempt 0") < lines.index(marks[0]) < lines.index("attempt 1"), lines
 
 
 def test_preemption_signal_reaches_workers_and_requeues(
