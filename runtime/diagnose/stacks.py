@@ -112,7 +112,14 @@ def collect(
             r: {"local_rank": lr, "pid": pid, "error": line} for r, (lr, pid) in workers.items()
         }
     running: dict[int, tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes]]] = {}
-    for rank, (_, pid) in workers.items():
+    for rank, (lr, pid) in workers.items():
+        state = proc_state(pid)
+        if state in STOPPED:
+            # Look before py-spy, not only after: py-spy cannot read a stopped process, and its
+            # ptrace attach and detach can leave it running by the time we would look (seen as
+            # root in CI, where the report said "py-spy failed" instead of "is stopped").
+            out[rank] = {"local_rank": lr, "pid": pid, "error": STOPPED[state]}
+            continue
         # Files, not pipes: a dump of many threads may exceed a pipe's buffer, and reading 64
         # pipes would need a selector; a file never blocks the writer.
         so: IO[bytes] = tempfile.TemporaryFile()
@@ -127,7 +134,6 @@ def collect(
         except OSError as e:
             so.close()
             se.close()
-            lr = workers[rank][0]
             out[rank] = {"local_rank": lr, "pid": pid, "error": f"could not run {exe}: {e}"}
             continue
         running[rank] = (proc, so, se)

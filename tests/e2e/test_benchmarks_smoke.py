@@ -36,7 +36,7 @@ def test_smoke_run_emits_every_measure(
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1
     assert doc["machine"]["cpus"] >= 1
-    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 18)]
+    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 19)]
     for key, measure in doc["measures"].items():
         assert measure["title"] and measure["rows"], key
         for row in measure["rows"]:
