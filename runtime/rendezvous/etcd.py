@@ -14,7 +14,8 @@ Keys under ``<etcd_prefix>/<run_id>/``:
 * ``state``: the job's one JSON document, only ever changed by compare-and-set on its revision:
   ``round`` (counts up), ``formed``, ``members`` (``[addr, sortkey, nproc, node id, store]``,
   in rank order once formed), ``why`` (what ended the previous round), ``fin`` (members whose
-  workers finished) and ``closed`` (the verdict, ``{"failed", "reason"}``);
+  workers finished), ``wait`` (the last world's members a new round waits for: see
+  ``etcd_state.fresh``) and ``closed`` (the verdict, ``{"failed", "reason"}``);
 * ``alive/<node id>``: one per agent, bound to the agent's lease (TTL heartbeat_timeout,
   renewed every heartbeat_interval): it vanishes when the agent dies (TTL) or leaves (revoke).
 
@@ -62,6 +63,7 @@ from .api import (
 from .conf import RdzvConfig, config_from_conf
 from .endpoint import Endpoint, bind_address
 from .etcd_kv import EtcdClient, EtcdError, tls_context
+from .etcd_state import Member, fresh, running
 from .keys import closed_error, verdict
 from .kv import KeyValue
 
@@ -70,8 +72,6 @@ __all__ = ["EtcdRendezvousHandler", "create_etcd_handler"]
 # etcd refuses leases shorter than its own minimum (1.5 x its election timeout: 2 s by default).
 _MIN_TTL = 2
 _WORKERS_KEY = "workers"
-
-Member = list[Any]  # [addr, sortkey, nproc, node id, store address]
 
 
 class EtcdRendezvousHandler(RendezvousHandler):
@@ -247,7 +247,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             rev, s, srev, alive = self._read()
             now = time.monotonic()
             if s is None:
-                self._write(_fresh(0, "", me), 0)
+                self._write(fresh(0, "", me, []), 0)
                 continue
             if s["closed"] is not None:
                 raise closed_error(json.dumps(s["closed"]).encode())
@@ -257,23 +257,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             if s["formed"]:
                 if self._id in ids and r > last:
                     return r, members
-                lost = [m[0] for m in members if m[3] not in alive]
-                if self._id in ids or lost or len(members) < p.max_nodes:
-                    # The world must re-form (with us): start the next round.
-                    why = (
-                        f"node {', '.join(lost)} was lost (its lease expired)"
-                        if lost
-                        else f"node {self.addr} is waiting to join"
-                    )
-                    self._write(_fresh(r + 1, why, me), srev)
-                    continue
-                if now >= deadline:  # a full, live world: we stood by in vain
-                    raise RendezvousTimeoutError(
-                        f"rendezvous {p.run_id!r} at {self.endpoint}: the running round is full "
-                        f"({p.max_nodes} nodes) and this node stood by for join_timeout="
-                        f"{cfg.join_timeout:g}s without a slot opening; raise --nnodes MAX to use it"
-                    )
-                self._etcd.wait_change(self._prefix, rev, deadline - now)
+                self._next_to_formed(s, srev, rev, alive, me, deadline)
                 continue
             live = [m for m in members if m[3] in alive]
             if len(live) < len(members):  # a joiner died before the round formed
@@ -287,6 +271,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 if len(members) != count:
                     count, since = len(members), now
                 last_call = since + cfg.last_call_timeout
+                if self._stopping(s, alive, rev, deadline):
+                    continue
                 if len(members) >= p.max_nodes or (
                     len(members) >= p.min_nodes and now >= min(last_call, deadline)
                 ):
@@ -308,6 +294,60 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 self._wait_state(rev, deadline_here - now)
                 continue
             self._wait_state(rev, deadline - now)
+
+    def _next_to_formed(
+        self,
+        s: dict[str, Any],
+        srev: int,
+        rev: int,
+        alive: set[str],
+        me: Member,
+        deadline: float,
+    ) -> None:
+        """We are not in the formed round ``s``: start the next round with us if the world must
+        re-form (we were in it, a member was lost, or it has room), else stand by."""
+        p = self.params
+        members: list[Member] = s["members"]
+        lost = [m[0] for m in members if m[3] not in alive]
+        if self._id in {m[3] for m in members} or lost or len(members) < p.max_nodes:
+            why = (
+                f"node {', '.join(lost)} was lost (its lease expired)"
+                if lost
+                else f"node {self.addr} is waiting to join"
+            )
+            self._write(fresh(s["round"] + 1, why, me, running(s, alive)), srev)
+            return
+        now = time.monotonic()
+        if now >= deadline:  # a full, live world: we stood by in vain
+            raise RendezvousTimeoutError(
+                f"rendezvous {p.run_id!r} at {self.endpoint}: the running round is full "
+                f"({p.max_nodes} nodes) and this node stood by for join_timeout="
+                f"{self.cfg.join_timeout:g}s without a slot opening; raise --nnodes MAX to use it"
+            )
+        self._etcd.wait_change(self._prefix, rev, deadline - now)
+
+    def _stopping(self, s: dict[str, Any], alive: set[str], rev: int, deadline: float) -> bool:
+        """Wait (once) while members of the last world are still stopping their workers; True
+        if we waited. Sealing meanwhile would run two worlds of one job at once, which then
+        re-form each other's world without end (split brain, issue #31). A full round seals:
+        a late member stands by, as any node beyond the maximum does."""
+        ids = {m[3] for m in s["members"]}
+        stopping = [i for i in s.get("wait", ()) if i in alive and i not in ids]
+        if not stopping or len(ids) >= self.params.max_nodes:
+            return False
+        now = time.monotonic()
+        if now >= deadline:
+            self._withdraw()
+            raise RendezvousTimeoutError(
+                f"rendezvous {self.params.run_id!r} at {self.endpoint}: round {s['round'] - 1} "
+                f"ended, but {len(stopping)} of its members did not arrive in round "
+                f"{s['round']} within join_timeout={self.cfg.join_timeout:g}s (their workers "
+                f"still stopping?); raise --rdzv-conf join_timeout or the agents' "
+                f"--shutdown-timeout grace below it"
+            )
+        # the whole prefix: a member that dies meanwhile only loses its alive key
+        self._etcd.wait_change(self._prefix, rev, deadline - now)
+        return True
 
     def _wait_state(self, rev: int, timeout: float) -> None:
         """Wait for the next change of the state alone: N agents' ``alive`` keys coming and
@@ -388,7 +428,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             lost = [m[0] for m in s["members"] if m[3] not in alive and m[3] not in s["fin"]]
             if lost:
                 why = f"node {', '.join(lost)} was lost (its lease expired)"
-                self._write(_fresh(rnd + 1, why, None), srev)
+                self._write(fresh(rnd + 1, why, None, running(s, alive)), srev)
         return rev
 
     def _set_event(
@@ -412,14 +452,15 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     # -- leaving -------------------------------------------------------------------------------
 
-    def _update(self, change: Any) -> dict[str, Any] | None:
+    def _update(self, change: Any, with_alive: bool = False) -> dict[str, Any] | None:
         """Compare-and-set the state with ``change(state) -> new state | None`` (None: leave it)
-        until it sticks; the state written (or None)."""
+        until it sticks; the state written (or None). ``with_alive``: ``change`` also gets the
+        ids of the live agents."""
         while True:
-            _, s, srev, _ = self._read()
+            _, s, srev, alive = self._read()
             if s is None:
                 return None
-            new = change(s)
+            new = change(s, alive) if with_alive else change(s)
             if new is None:
                 return None
             lease = 0
@@ -436,13 +477,13 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return
         why = f"node {self.addr}: {reason}"
 
-        def bump(s: dict[str, Any]) -> dict[str, Any] | None:
+        def bump(s: dict[str, Any], alive: set[str]) -> dict[str, Any] | None:
             if s["round"] != rnd or s["closed"] is not None:
                 return None  # moved on already
-            return _fresh(rnd + 1, why, None)
+            return fresh(rnd + 1, why, None, running(s, alive))
 
         try:
-            self._update(bump)
+            self._update(bump, with_alive=True)
         except EtcdError as e:
             raise self._errors(e) from None
 
@@ -539,18 +580,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._etcd.close()
         os.close(self._ready_r)
         os.close(self._ready_w)
-
-
-def _fresh(rnd: int, why: str, me: Member | None) -> dict[str, Any]:
-    """A round ``rnd`` nobody (or only ``me``) has joined yet."""
-    return {
-        "round": rnd,
-        "formed": False,
-        "members": [me] if me is not None else [],
-        "why": why,
-        "fin": [],
-        "closed": None,
-    }
 
 
 def create_etcd_handler(params: RendezvousParams) -> EtcdRendezvousHandler:

@@ -563,3 +563,28 @@ def test_the_verdict_expires_and_the_run_id_is_free_again(make: object) -> None:
 def test_port_zero_is_refused() -> None:
     with pytest.raises(UsageError, match="etcd's client"):
         create_handler(RendezvousParams("etcd", Endpoint("127.0.0.1", 0), "j", 1, 1, 1, {}))
+
+
+@pytest.mark.timeout(150)
+def test_a_joiner_waits_for_the_running_world_to_stop(
+    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    """The etcd twin of the c10d split-brain test (issue #31): a node joining a world with room
+    makes it re-form with it, and the new world forms only once the old one's workers stopped
+    (here they take 2 s to, four last calls). The joiner used to form a world alone meanwhile:
+    two worlds of one job at once, which then kept re-forming each other's world."""
+    common = _common(etcd, "1:2", 1)
+    # world 1: work until stopped, slowly; world 2: done at once, so both agents exit 0
+    actions = (BEHAVE, str(tmp_path), "slow-term:2", "sleep-unless-world:2:60")
+    host = popen(procs, agent(*common, *actions))
+    wait_for(lambda: len(events(tmp_path)) == 1, what="the first agent's world", timeout=60)
+    (alone,) = events(tmp_path)
+    other = popen(procs, agent(*common, *actions))
+    wait_for(lambda: len(events(tmp_path)) >= 3, what="the next world", timeout=90)
+    _, *nxt = events(tmp_path)[:3]
+    assert sorted((e["WORLD_SIZE"], e["GROUP_RANK"]) for e in nxt) == [("2", "0"), ("2", "1")], nxt
+    stopped = json.loads((tmp_path / f"stopped.{alone['pid']}").read_text())
+    assert min(float(str(e["time"])) for e in nxt) > stopped  # one world at a time
+    assert other.wait(timeout=60) == 0, other.communicate()[1]
+    assert host.wait(timeout=60) == 0, host.communicate()[1]
+    assert len(events(tmp_path)) == 3
