@@ -291,7 +291,7 @@ class Agent:
                     return RunResult(1, message=reason)
                 return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             case RendezvousChanged(reason):
-                pc.close(signal.SIGTERM, self.config.shutdown_timeout)
+                pc.close_for_restart(self.config.shutdown_timeout)
                 _log(f"membership changed ({reason}): restarting the workers")
                 return None
             case WorkersDone(result):
@@ -455,10 +455,7 @@ class Agent:
         beats = (lambda: timer.requests) if timer is not None else None
         self._diag.attach(pc, info, self._logs.run_dir, kv, beats)
         if self._pool:
-            # Replacing the survivors of a failure is what makes it fast: reading their stacks
-            # first (py-spy, up to 3 s) is not worth it here.
-            pc.before_stop = None
-            self._pool.refill(pc.envs)  # after the start: the new workers go first
+            self._pool.attach(pc)  # a failure's survivors are replaced at once; refills
         return pc
 
     def _warm_pool(self) -> Any:
@@ -526,7 +523,8 @@ class Agent:
                 for fd in worker_fds - running:
                     sel.unregister(fd)
                 worker_fds &= running
-                for key, _ in sel.select(timeout):
+                # --recover warm: a refill is spawned from here, once the new workers started
+                for key, _ in sel.select(self._pool.tick(timeout) if self._pool else timeout):
                     if key.data == "worker":
                         # A pidfd stays readable after its process exits: stop watching it, or
                         # the loop would spin while the other workers still run.

@@ -115,6 +115,8 @@ class PContext:
         # Called with the failed local ranks before the survivors of a failure are stopped
         # (the agent reads their stacks then: runtime/diagnose).
         self.before_stop: Callable[[frozenset[int]], None] | None = None
+        # --recover warm: the survivors of a failure are SIGKILLed at once (close_for_restart)
+        self.kill_survivors = False
         self._closed = False
 
     def __enter__(self) -> PContext:
@@ -182,6 +184,19 @@ class PContext:
 
             shutil.rmtree(self._result_dir, ignore_errors=True)
 
+    def close_for_restart(self, timeout: float) -> None:
+        """``close`` before a restart: SIGTERM and ``timeout`` s, or with ``kill_survivors``
+        SIGKILL at once. Workers being replaced from a warm pool need no grace (their state is
+        in the snapshot, written to survive a kill), and a grace is what a failure cost:
+        a rank that handles SIGTERM itself (``xrun.runtime.stop`` notes it) runs on until its
+        collective fails and its interpreter tears torch down, 2.7-3.7 s on a 2-core host
+        (docs/benchmark-runs/2026-11-27-warm-breakdown.txt), or hangs for the whole
+        ``timeout`` when the collective does not fail."""
+        if self.kill_survivors:
+            self.close(_signal.SIGKILL, 0)
+        else:
+            self.close(_signal.SIGTERM, timeout)
+
     # -- internals -------------------------------------------------------------------------
 
     def _stop(self, death_sig: int, timeout: float) -> None:
@@ -217,7 +232,10 @@ class PContext:
         own = dict(self._own_failures())
         if own and self.before_stop is not None and not self._closed:
             self.before_stop(frozenset(own))
-        self.close()
+        if own:
+            self.close_for_restart(self.stop_timeout)
+        else:
+            self.close()
         if own:
             # Binaries: the siblings stopped above count as failures too (torch's
             # SubprocessContext); functions: only the ranks that failed on their own.

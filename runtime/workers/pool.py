@@ -11,8 +11,12 @@ exec, never a fork of a process that imported torch; the agent itself never impo
 * each worker writes the names of the library modules it holds into the pool's folder a few
   times in its first minute (``warm_child._report``);
 * after every start of the workers the pool is refilled to ``size`` *warm* children: they wait
-  for those reports (a refill also waits ``REFILL_DELAY`` s, so that it does not take the CPU
-  from the workers it just replaced), import ``torch`` and every reported module, and idle;
+  for those reports, import ``torch`` and every reported module, and idle. A refill after a
+  restart is spawned ``REFILL_AFTER`` s after the start (from the agent's watch loop,
+  ``tick``) and imports ``REFILL_DELAY`` s after that, so that it does not take the CPU from
+  the workers it just replaced while they form their group: four interpreters starting
+  beside them made ``init_process_group`` take 0.22-0.25 s instead of 0.09 s on a 2-core host
+  (docs/benchmark-runs/2026-11-27-warm-breakdown.txt);
 * a restarted rank is the readiest pool child: it gets the rank's full environment, argv, cwd
   and its two output fds (the log files or tee pipes the launcher made, or the agent's own
   console), and runs the script as ``__main__``.
@@ -36,6 +40,7 @@ import re
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -43,10 +48,19 @@ from xrun.contract import AGENT_ONLY_ENV
 
 from .child import make_preexec
 
-__all__ = ["CHILD", "REFILL_DELAY", "Command", "WarmPool", "parse_command", "pool_for"]
+__all__ = [
+    "CHILD",
+    "REFILL_AFTER",
+    "REFILL_DELAY",
+    "Command",
+    "WarmPool",
+    "parse_command",
+    "pool_for",
+]
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_child.py")
-REFILL_DELAY = 2.0  # seconds a refilled child waits before it imports (see the docstring)
+REFILL_AFTER = 1.0  # seconds after a restart's start before its refill is spawned
+REFILL_DELAY = 1.0  # seconds a refilled child then waits before it imports (see the docstring)
 _FLAGS = ("-u", "-B")  # interpreter options a pool child can be started with
 _PYTHON = re.compile(r"python[0-9.]*$")
 
@@ -107,6 +121,7 @@ class WarmPool:
         )
         self._parent = os.getpid()
         self._fills = 0
+        self._pending: tuple[float, dict[str, str]] | None = None  # (when, env): a refill due
         self.warm_starts = 0  # ranks started from a warm (ready) child
         self.starts = 0
 
@@ -180,6 +195,16 @@ class WarmPool:
 
     # -- the pool ------------------------------------------------------------------------------
 
+    def attach(self, pc: Any) -> None:
+        """Called with each attempt's ``PContext`` once its workers started: a failure (or a
+        peer's, a membership change) SIGKILLs the survivors at once, without reading their
+        stacks first (py-spy, up to 3 s): replacing them fast is the point of the pool (see
+        ``PContext.close_for_restart``); then the pool is refilled (after the start: the new
+        workers go first)."""
+        pc.before_stop = None
+        pc.kill_survivors = True
+        self.refill(pc.envs)
+
     def refill(self, envs: Mapping[int, Mapping[str, str]]) -> None:
         """Top the pool up to ``size`` warm children, started with what every rank's
         environment shares (a module that reads, say, ``OMP_NUM_THREADS`` at import time sees
@@ -189,10 +214,28 @@ class WarmPool:
         common = dict(ranks[0]) if ranks else base
         for e in ranks[1:]:
             common = {k: v for k, v in common.items() if e.get(k) == v}
-        delay = REFILL_DELAY if self._fills else 0.0
+        if self._fills:  # a restart: later, from tick()
+            self._pending = (time.monotonic() + REFILL_AFTER, common)
+        else:
+            self._fill(0.0, common)
         self._fills += 1
+
+    def tick(self, timeout: float | None) -> float | None:
+        """From the agent's watch loop (its main thread: the children's parent-death signal
+        is tied to it): spawn a refill that is due; ``timeout`` shortened to when the next is."""
+        if self._pending is None:
+            return timeout
+        due, env = self._pending
+        left = due - time.monotonic()
+        if left > 0:
+            return left if timeout is None else min(timeout, left)
+        self._pending = None
+        self._fill(REFILL_DELAY, env)
+        return timeout
+
+    def _fill(self, delay: float, env: Mapping[str, str]) -> None:
         while len(self._idle) < self.size:
-            self._idle.append(self._spawn("warm", delay, common))
+            self._idle.append(self._spawn("warm", delay, env))
 
     def ready(self) -> int:
         """How many children are warm now."""

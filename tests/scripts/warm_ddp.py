@@ -10,6 +10,8 @@ every rank's agent has ``--wait-warm`` ready pool interpreters (so the fault mee
 a recovery). ``--raise-rank R``: rank R raises ValueError at step 2 of attempt 0 (after ``--wait-warm``),
 after printing a line to each stream (what the logs tests compare); ``@record`` writes its
 error file.
+``--stubborn``: every rank ignores SIGTERM and, when a step fails (a peer died), hangs instead
+of exiting: a rank that handles SIGTERM itself, stuck in a collective.
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ def main() -> None:
     p.add_argument("--wait-warm", type=int, default=0)
     p.add_argument("--fail-at-start", type=int, default=-1)
     p.add_argument("--raise-rank", type=int, default=-1)
+    p.add_argument("--stubborn", action="store_true")
     args = p.parse_args()
+    if args.stubborn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # The job's attempt, the same on every node (an agent's TORCHELASTIC_RESTART_COUNT counts
     # its own failures only: a node whose workers did not fail stays at 0).
@@ -83,9 +88,14 @@ def main() -> None:
             print(f"rank {rank}: out before the error")
             print(f"rank {rank}: err before the error", file=sys.stderr)
             raise ValueError(f"rank {rank} fails on purpose")
-        opt.zero_grad()
-        model(torch.ones(4, 8)).sum().backward()
-        opt.step()
+        try:
+            opt.zero_grad()
+            model(torch.ones(4, 8)).sum().backward()
+            opt.step()
+        except Exception:
+            if not args.stubborn:
+                raise
+            time.sleep(3600)
         if rank == 0:
             print(f"step {step} t {time.time():.6f}")
         time.sleep(args.step_s)

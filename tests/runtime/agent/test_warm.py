@@ -75,6 +75,21 @@ def test_killed_rank_recovers_from_the_warm_pool_1x4(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(600)
+def test_survivors_are_killed_at_once_not_after_the_shutdown_timeout(tmp_path: Path) -> None:
+    """Survivors that ignore SIGTERM and hang in their failed collective (a rank that notes
+    SIGTERM itself, as xrun.runtime.stop does) are SIGKILLed at once under --recover warm: the
+    restart does not wait out --shutdown-timeout (1000 s, longer than this test may run)."""
+    p = run(
+        warm_agent("--nproc-per-node", "2", "--max-restarts", "1", "--shutdown-timeout", "1000",
+                   WARM_DDP, "--steps", "4", "--die", "1:2:0", "--stubborn"),
+        timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert set(started(p.stdout)[1]) == {0, 1}
+    assert steps(p.stdout)[-4:] == list(range(4))
+
+
+@pytest.mark.timeout(600)
 def test_two_ranks_killed_at_once_and_a_second_fault_during_recovery(tmp_path: Path) -> None:
     """Ranks 1 and 3 die together; the restart's rank 0 fails at once (the pool is empty
     then: its children went to the first restart, the refill is still warming); the third
@@ -233,3 +248,31 @@ def test_a_command_the_pool_cannot_run_starts_cold(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert "[default0]:hello" in p.stdout
     assert "--recover warm serves `python [-u] script|-m module` workers" in p.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_refill_after_a_restart_waits_for_the_watch_loop(tmp_path: Path) -> None:
+    """The first fill spawns at once; a restart's refill is spawned only by a later ``tick``
+    from the agent's watch loop, not beside the replaced workers while they form their group
+    (spawning interpreters then slowed their init_process_group by ~0.15 s on 2 cores)."""
+    from xrun.runtime.workers import pool as pool_mod
+
+    pool = pool_mod.WarmPool(pool_mod.Command(PY, (), None, ("x.py",)), 2, str(tmp_path))
+    try:
+        pool.refill({0: {}})
+        assert len(pool._idle) == 2  # the first fill: at once
+        for c in list(pool._idle):
+            pool._discard(c)
+        pool._idle.clear()
+        pool.refill({0: {}})  # after a restart
+        assert pool._idle == []
+        wait = pool.tick(None)
+        assert wait is not None and 0 < wait <= pool_mod.REFILL_AFTER
+        assert pool.tick(30.0) == pytest.approx(wait, abs=0.5)  # the loop wakes up for it
+        assert pool._idle == []
+        time.sleep(wait + 0.05)
+        assert pool.tick(7.0) == 7.0
+        assert len(pool._idle) == 2
+        assert pool.tick(None) is None  # nothing pending any more
+    finally:
+        pool.close()
