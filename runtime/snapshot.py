@@ -197,8 +197,7 @@ class Snapshotter:
         if self.job_dir.stat().st_uid != os.getuid():
             raise PermissionError(f"{self.job_dir} belongs to another user: not using it")
         lock = self.job_dir / "lock"
-        self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_SH)  # held while this process lives
+        self._lock_fd = _hold(self.job_dir, lock)
         os.utime(lock)  # "an attempt entered now": keeps the dir from the collector below
         if self._default_dir:
             _collect_abandoned(self.job_dir.parent, keep=self.job_dir)
@@ -382,9 +381,9 @@ class Snapshotter:
         self.close()
         if self.job_dir is not None:
             shutil.rmtree(self.rank_dir, ignore_errors=True)
-            if not any(self.job_dir.glob("rank-*")):
-                shutil.rmtree(self.job_dir, ignore_errors=True)
             self._release()
+            if not any(self.job_dir.glob("rank-*")):
+                _remove_unheld(self.job_dir)
 
     def _release(self) -> None:
         self.enabled = False
@@ -405,25 +404,57 @@ def _default_job_dir() -> Path | None:
     return Path(DEFAULT_ROOT) / f"xrun-snapshots-{os.getuid()}" / safe
 
 
+def _hold(job_dir: Path, lock: Path) -> int:
+    """A shared flock on ``lock`` in ``job_dir`` (made if missing), held while this process
+    lives. A peer's last-attempt cleanup may delete the dir between our mkdir and our open, or
+    unlink the lock between our open and our flock: look again until the lock we hold is the
+    one at the path (a crash here, FileNotFoundError, was seen in the recovery drill)."""
+    for _ in range(20):
+        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:
+            continue
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise OSError(f"{job_dir} kept vanishing while this rank entered it (20 tries)")
+
+
+def _remove_unheld(job_dir: Path) -> None:
+    """Delete ``job_dir`` unless a live process holds its lock (a peer using or entering it).
+    The exclusive lock is kept through the delete: an entrant that opened the lock meanwhile
+    blocks in its flock, then finds the inode gone and makes a new dir (``_hold``)."""
+    try:
+        fd = os.open(job_dir / "lock", os.O_RDWR)
+    except OSError:
+        return  # no lock: an entrant is between its mkdir and its open; it will use the dir
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return
+    try:
+        shutil.rmtree(job_dir, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
 def _collect_abandoned(root: Path, keep: Path) -> None:
     """Delete job dirs no live process holds and no attempt entered for GC_IDLE_S."""
     for job in root.iterdir():
         if job == keep or not job.is_dir():
             continue
-        lock = job / "lock"
         try:
-            if time.time() - lock.stat().st_mtime < GC_IDLE_S:
+            if time.time() - (job / "lock").stat().st_mtime < GC_IDLE_S:
                 continue
-            fd = os.open(lock, os.O_RDWR)
         except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue  # a live worker holds it
-        finally:
-            os.close(fd)  # releases the lock too
-        shutil.rmtree(job, ignore_errors=True)
+            continue  # no lock: being made right now, or not a Snapshotter's dir
+        _remove_unheld(job)
 
 
 def _gather(obj: Any) -> list[Any]:

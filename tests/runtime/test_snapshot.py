@@ -276,6 +276,7 @@ def test_cleanup(shm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     snap.restore()
     snap.commit(1, extra=1)
     snap.close()
+    os.close(snap._lock_fd)  # its process ends: the lock it held goes with it
     restart(monkeypatch)
     monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
     last = Snapshotter(dir=shm)
@@ -330,3 +331,48 @@ def test_importing_it_does_not_import_torch() -> None:
     code = "import sys, xrun.runtime.snapshot; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_entering_survives_the_dir_vanishing_under_it(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer's last-attempt cleanup deletes the job dir between a rank's mkdir and its open of
+    the lock (seen once in the recovery drill as FileNotFoundError at start-up): the rank makes
+    the dir again and holds the lock that is there."""
+    real_open = os.open
+    removed: list[str] = []
+
+    def racing_open(path: Any, flags: int, *a: Any) -> int:
+        if str(path).endswith("/lock") and not removed:
+            removed.append(str(path))
+            subprocess.run(["rm", "-rf", str(shm)], check=True)  # the peer's rmtree
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(snapshot.os, "open", racing_open)
+    snap = Snapshotter(dir=shm)
+    monkeypatch.setattr(snapshot.os, "open", real_open)
+    assert removed and snap.rank_dir.is_dir()
+    lock = shm / "lock"
+    assert os.stat(lock).st_ino == os.fstat(snap._lock_fd).st_ino  # the lock at the path
+
+
+def test_last_attempt_cleanup_keeps_a_dir_a_peer_is_entering(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last attempt's rank removes the job dir once no rank dir is left, but not while a
+    live peer holds the lock (it has entered and not yet made its rank dir)."""
+    import fcntl
+
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    restart(monkeypatch, 1)  # the last allowed attempt
+    snap = Snapshotter(dir=shm)
+    entrant = os.open(shm / "lock", os.O_RDWR)
+    fcntl.flock(entrant, fcntl.LOCK_SH)  # a peer between its flock and its rank dir
+    try:
+        assert snap.restore() is None  # nothing there; the last attempt then removes its own
+        assert not snap.rank_dir.exists() and (shm / "lock").exists()
+    finally:
+        os.close(entrant)
+    last = Snapshotter(dir=shm)
+    assert last.restore() is None
+    assert not shm.exists()  # nobody holds it any more: the dir goes
