@@ -295,7 +295,7 @@ class Agent:
                     return RunResult(1, message=reason)
                 return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             case RendezvousChanged(reason):
-                if (done := pc.wait(0)) is not None and done.is_failed():  # ours failed too
+                if (done := self._restarts.settle(handler, pc)) is not None:  # ours failed too
                     return self._workers_done(done, handler, pc, info)
                 pc.close(signal.SIGTERM, self.config.shutdown_timeout)
                 _log(f"membership changed ({reason}): restarting the workers")

@@ -14,11 +14,17 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from xrun.contract import NODE_ID_ENV
+
 from .rendezvous import RendezvousError
 from .store.errors import StoreError
 
 if TYPE_CHECKING:
     from .rendezvous import RendezvousHandler
+    from .workers.api import PContext, RunProcsResult
+
+# How long a node whose peer failed lets its own workers end on their own (see settle).
+SETTLE_S = 1.0
 
 __all__ = ["Restarts", "node_id_for"]
 
@@ -28,7 +34,7 @@ def node_id_for(max_nodes: int, backend: str) -> str:
     job whose backend keeps an xrun store; "" (the agent's own count) otherwise."""
     if max_nodes <= 1 or backend not in ("c10d", "static"):
         return ""
-    return os.environ.get("XRUN_NODE_ID") or socket.gethostname()
+    return os.environ.get(NODE_ID_ENV) or socket.gethostname()
 
 
 class Restarts:
@@ -62,6 +68,22 @@ class Restarts:
         self.line = v.line
         self.quarantined = v.action == "quarantined"
         return v.action == "restart"
+
+    def settle(self, handler: RendezvousHandler, pc: PContext) -> RunProcsResult | None:
+        """A peer asked for a restart: our workers' failure if they failed too (then it is
+        reported as ours), else None (stop them). When the peer's request is for a failure
+        (the job's ledger has one this round), our workers get ``SETTLE_S`` to end on their
+        own first: a bug every node hits makes them fail within moments of each other, and a
+        node that stopped its workers a few ms before they failed would leave the peer's
+        failure looking alone (a quarantine for a bug in the script). Workers that run on
+        (a bad node's healthy peers) cost the restart that long."""
+        done = pc.wait(0)
+        ledger = handler.ledger()
+        if done is None and ledger is not None:
+            with contextlib.suppress(StoreError):
+                if ledger.peer_failed():
+                    done = pc.wait(SETTLE_S)
+        return done if done is not None and done.is_failed() else None
 
     def sync(self, handler: RendezvousHandler) -> int:
         """After a rendezvous: the job's count (a node that joined late, or whose workers did

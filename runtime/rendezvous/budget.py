@@ -42,11 +42,12 @@ node (``--nnodes 1``) never uses this module (its agent counts as it always did)
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import time
 from collections.abc import Callable
+
+from xrun.contract import NODE_ID_ENV
 
 from ..store.client import StoreClient
 from .api import RendezvousError
@@ -59,22 +60,15 @@ __all__ = [
     "Ledger",
     "NodeQuarantinedError",
     "Verdict",
-    "node_id",
     "quarantine_key",
     "refusal",
     "signature",
 ]
 
-NODE_ID_ENV = "XRUN_NODE_ID"
 # Alone-failures after which a node is quarantined: one can be bad luck (a flaky read), two in
 # one job point at the node.
 QUARANTINE_AFTER = 2
 _DIGITS = re.compile(r"\d+")
-
-
-def node_id() -> str:
-    """This node's id for the quarantine (see the module docstring)."""
-    return os.environ.get(NODE_ID_ENV) or socket.gethostname()
 
 
 def quarantine_key(keys: Keys, nid: str) -> str:
@@ -142,6 +136,11 @@ class Ledger:
         """The job's failure restarts so far."""
         return int(self._c.add(self._used_key, 0))
 
+    def peer_failed(self) -> bool:
+        """Did a node report a failure in the current round (its restart request is one)?"""
+        rnd, _ = self._place()
+        return rnd >= 0 and self._c.add(self._k.of(rnd, "failn"), 0) > 0
+
     def failed(self, reason: str, max_restarts: int, restart: Callable[[], None]) -> Verdict:
         """Our workers failed (or stalled) in the current round: count the round's restart
         once for the job and see whether this node failed alone once too often. ``restart``
@@ -156,12 +155,9 @@ class Ledger:
         else:  # another node of the round took the first ticket: its count is ours
             vals = c.wait([k.of(rnd, "used"), k.closed], want_all=False, timeout=self._wait_s)
             used = int(vals[0]) if vals and vals[0] is not None else self.used()
-        if used > max_restarts:
-            return Verdict(
-                "spent",
-                used,
-                f"restart budget spent: {max_restarts} of {max_restarts} restarts used (job-wide)",
-            )
+        if used > max_restarts:  # (no budget, --max-restarts 0: nothing to say about it)
+            line = f"restart budget spent: {max_restarts} of {max_restarts} restarts used"
+            return Verdict("spent", used, f"{line} (job-wide)" if max_restarts else "")
         restart()
         lone = self._alone(rnd, index, sig)
         if lone >= QUARANTINE_AFTER:
