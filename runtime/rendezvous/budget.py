@@ -26,7 +26,10 @@ job keeps one count in its store, ``<run_id>/rdzv/budget/used``, so every agent 
       peers that were merely stopped by the restart, or failed differently (a collective
       error), leave the failing node alone. Counted per node id in ``lone/<node id>``.
   A quarantined node's next agent is refused at its first join with a one-line reason
-  (``NodeQuarantinedError``); one quarantined by (b) leaves by itself. The job continues
+  (``NodeQuarantinedError``); one quarantined by (b) leaves by itself. (An agent that hung
+  past heartbeat_timeout and then recovered is quarantined but, already in the job, is not
+  refused: the refusal is at an agent's first join, so that agents sharing a node id - see
+  below - are not turned away mid-job.) The job continues
   without it (elastic) or waits for a replacement (fixed size: a spare, or join_timeout).
 
 **Node id**: ``$XRUN_NODE_ID`` when set, else the host name. It is what the quarantine keys
