@@ -68,7 +68,11 @@ def _main(argv: Sequence[str] | None, cause: dict[str, object]) -> int:
             f = result.failures[rank]
             line = (f.message.splitlines() or [""])[-1 if f.has_error_file() else 0][:300]
             at = f" (rank {rank})" if f.has_error_file() else ""  # ours name it already
-            print(f"{PROG}: root cause: {line}{at}", file=sys.stderr, flush=True)
+            # The job-wide budget or quarantine that ended this node (runtime/restarts.py puts
+            # it first in the message): on this line, `xrun status` shows it.
+            head = result.message.partition("\n")[0]
+            note = f"; {head[len(PROG) + 2 :]}" if head.startswith(f"{PROG}: ") else ""
+            print(f"{PROG}: root cause: {line}{at}{note}", file=sys.stderr, flush=True)
         elif "\n" in result.message:
             # No worker failed: the agent ended the attempt, and a report follows its cause (a
             # stall: the ranks' stacks). The cause again, last, where docker's and slurm's

@@ -83,6 +83,7 @@ from .rendezvous import (
     RendezvousParams,
     create_handler,
 )
+from .restarts import Restarts, node_id_for
 from .signals import AgentSignal, SignalWatch
 from .stopping import STOP_MARK, StopControl, stop_signal_of
 from .workers.api import PContext, RunProcsResult, start_processes
@@ -168,6 +169,7 @@ class Agent:
         self._signals = SignalWatch(parse_signals(config.signals_to_handle))
         self._logs = AttemptDirs(config.log_dir, config.run_id)
         self._restart_count = 0  # failure restarts used (TORCHELASTIC_RESTART_COUNT)
+        self._restarts = Restarts(config.max_restarts, _log)  # the agent's or the job's count
         self._oom: OomWatch | None = None  # the OOM kill counters at the attempt's start
         self._timer: FileTimerServer | None = None  # TORCHELASTIC_ENABLE_FILE_TIMER=1
         self._events: EventLog | None = None
@@ -203,6 +205,7 @@ class Agent:
             local_addr=cfg.local_addr,
             # port 0: this agent serves the store on a port no other agent learns
             private_store=endpoint.port == 0,
+            node_id=node_id_for(cfg.max_nodes, cfg.rdzv_backend),
         )
         restore = self._signals.install()
         undo_diag = self._diag.install()
@@ -255,6 +258,7 @@ class Agent:
                 return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             except RendezvousError as e:
                 return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")
+            self._restart_count = self._restarts.sync(handler)
             if self._events is not None:
                 self._events.rendezvous(time.monotonic() - t0, self._restart_count)
             # Still raising while the workers start: a SIGTERM/SIGINT during the start of many
@@ -291,6 +295,8 @@ class Agent:
                     return RunResult(1, message=reason)
                 return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             case RendezvousChanged(reason):
+                if (done := self._restarts.settle(handler, pc)) is not None:  # ours failed too
+                    return self._workers_done(done, handler, pc, info)
                 pc.close_for_restart(self.config.shutdown_timeout)
                 _log(f"membership changed ({reason}): restarting the workers")
                 return None
@@ -327,28 +333,28 @@ class Agent:
         explain_attempt(failures, offset, result.stderrs, pc.sent_signals(), self._oom, self._timer)
         root = failures[root_cause(failures)]
         reason = f"local_rank {root.local_rank} on {self.host} failed: {root.reason()}"
-        if self._restart_count < cfg.max_restarts:
-            self._restart_count += 1
+        if self._restarts.spend(handler, reason):
+            self._restart_count = self._restarts.used
             _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
-            if survivors:
-                _log(survivors)
+            for line in filter(None, (self._restarts.line, survivors)):
+                _log(line)
             self._request_restart(handler, reason)
             return None
-        self._close_quietly(handler, reason)
+        head = self._restarts.give_up(handler, reason)
         message = format_failures(self.name, failures)
-        return RunResult(1, failures=failures, message=f"{message}\n{survivors}".rstrip())
+        return RunResult(1, failures=failures, message=f"{head}{message}\n{survivors}".rstrip())
 
     def _stalled(self, reason: str, report: str, handler: RendezvousHandler) -> RunResult | None:
         """A stall ends the attempt like a failed worker: restart while restarts are left."""
         cfg = self.config
-        if self._restart_count < cfg.max_restarts:
-            self._restart_count += 1
+        if self._restarts.spend(handler, reason):
+            self._restart_count = self._restarts.used
             _log(f"{reason}; restarting the workers ({self._restart_count}/{cfg.max_restarts})")
             _log(report)
             self._request_restart(handler, reason)
             return None
-        self._close_quietly(handler, reason)
-        return RunResult(1, message=f"{reason}\n{report}")
+        head = self._restarts.give_up(handler, reason)
+        return RunResult(1, message=f"{reason}\n{head}{report}")
 
     @staticmethod
     def _close_quietly(handler: RendezvousHandler, reason: str) -> None:

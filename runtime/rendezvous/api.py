@@ -16,6 +16,7 @@ from xrun.record import Value
 from .endpoint import default_local_addr
 
 if TYPE_CHECKING:
+    from .budget import Ledger
     from .conf import RdzvConfig
     from .endpoint import Endpoint
     from .kv import KeyValue
@@ -65,6 +66,7 @@ class RendezvousParams(Value):
     node_rank: int = -1
     local_addr: str | None = None
     private_store: bool = False
+    node_id: str = ""  # set: the job-wide restart budget and the quarantine (budget.py)
 
 
 class Members:
@@ -212,6 +214,12 @@ class RendezvousHandler(ABC):
     def kv(self) -> KeyValue:
         """The agent's own keys in the job's store (the stall watchdog's exchange);
         ``RendezvousError`` where the backend has no xrun store."""
+
+    def ledger(self) -> Ledger | None:
+        """The job-wide restart budget and quarantine (``budget.py``), when the job has more
+        than one node and the backend keeps them (``params.node_id`` set); else None: the agent
+        counts its own restarts."""
+        return None
 
     # -- leaving -------------------------------------------------------------------------------
 

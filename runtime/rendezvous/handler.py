@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from ..store.client import StoreClient
 from ..store.errors import StoreAuthError, StoreError, StoreTimeoutError
@@ -30,6 +31,9 @@ from .endpoint import Endpoint
 from .hosting import StoreLink
 from .keys import Keys, Seat, World, closed_error, verdict
 from .kv import KeyValue
+
+if TYPE_CHECKING:
+    from .budget import Ledger
 from .leases import Lease
 from .rounds import Rounds
 
@@ -50,6 +54,15 @@ class StoreRendezvousHandler(RendezvousHandler):
         self._rounds = Rounds(
             self._link, self._keys, self._lease, params, cfg, self.addr, self.sortkey, self._prearm
         )
+        self._ledger: Ledger | None = None
+        if params.node_id and params.max_nodes > 1:
+            from .budget import Ledger  # multi-node agents only
+
+            self._ledger = Ledger(
+                self._link, self._keys, params.node_id, cfg.join_timeout, self._place
+            )
+            self._lease.lost = (self._ledger.qkey, self._ledger.host)
+            self._rounds.quarantine = (self._ledger.qkey, params.node_id)
         self._round = -1
         self._index = 0
         self._rank = -1
@@ -287,6 +300,13 @@ class StoreRendezvousHandler(RendezvousHandler):
                     ) from None
                 self._kv = KeyValue(client, self.params.run_id)
             return self._kv
+
+    def ledger(self) -> Ledger | None:
+        return self._ledger
+
+    def _place(self) -> tuple[int, int]:
+        """(round, arrival index) of the round this node is in (the ledger's)."""
+        return self._round, self._index
 
     def shutdown(self) -> None:
         """Stop heartbeats, close sockets, stop the store if this node serves it; idempotent."""

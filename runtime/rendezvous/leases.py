@@ -95,6 +95,8 @@ class Lease:
         self._addr = addr
         self._lock = lock
         self.held: tuple[int, int] | None = None  # (round, arrival index)
+        # (quarantine key, host): a lease that quarantines this node if it is lost (budget.py)
+        self.lost: tuple[str, str] | None = None
         self._beating = False
         self._stopped = False
 
@@ -144,6 +146,8 @@ class Lease:
                 fire_on_disconnect=True,
             ),
         )
+        if self.lost is not None:
+            client.post(Op.LEASE, self._lost_fields(rnd, index, fire_on_disconnect=True))
         with self._lock:
             old, self.held = self.held, (rnd, index)
             start_beating = not self._beating
@@ -155,6 +159,19 @@ class Lease:
                 client.post(op, fields)
         if start_beating:
             HEARTBEATS.add(self, time.monotonic() + self._cfg.heartbeat_interval)
+
+    def _lost_fields(self, rnd: int, index: int, fire_on_disconnect: bool = False) -> bytes:
+        from .budget import lost_value  # multi-node agents only
+
+        assert self.lost is not None
+        key, host = self.lost
+        return lease_fields(
+            self._keys.of(rnd, f"lostlease/{index}"),
+            self._cfg.heartbeat_timeout,
+            key,
+            lost_value(host, rnd),
+            fire_on_disconnect=fire_on_disconnect,
+        )
 
     def release(self, rnd: int, index: int) -> None:
         """Give up the leases of round ``rnd`` (if they are the ones held)."""
@@ -176,7 +193,7 @@ class Lease:
         return [
             *(
                 (Op.LEASE, lease_fields(k.of(rnd, f"{name}/{index}"), 0, "", b""))
-                for name in ("lease", "finlease", "leftlease")
+                for name in ("lease", "finlease", "leftlease", "lostlease")[: 4 if self.lost else 3]
             ),
             (Op.SET, pack_bytes(k.of(rnd, f"left/{index}").encode()) + pack_bytes(b"left")),
         ]
@@ -204,7 +221,9 @@ class Lease:
                 if client is None:
                     raise StoreError("not connected")
                 fire = self.message(rnd, index)
+                lost = [(Op.LEASE, self._lost_fields(rnd, index))] if self.lost else []
                 client.post_now(
+                    *lost,
                     (
                         Op.LEASE,
                         lease_fields(

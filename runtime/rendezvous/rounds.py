@@ -48,6 +48,8 @@ class Rounds:
         self.addr = addr
         self._sortkey = sortkey
         self._static = params.backend == "static"
+        # quarantine/<node id> (budget.py): a fresh agent of a quarantined node is refused
+        self.quarantine: tuple[str, str] | None = None  # (key, node id)
 
     def join(self, last_round: int) -> tuple[int, int, Seat]:
         """Join the first round after ``last_round`` (-1: none yet) that takes this node and
@@ -62,11 +64,22 @@ class Rounds:
             # A fresh node nearly always joins round 0: read the hints and join round 0 in one
             # round trip. If round 0 is already sealed (cur > 0), the extra ADD lands on a
             # counter that is >= SEAL for good and changes nothing.
+            # A quarantined node is refused before it is counted: the quarantine dates from a
+            # formed round, so round 0 is sealed and this ADD changes nothing.
+            q = self.quarantine
+            if q is not None:
+                cur_closed = wait_fields(
+                    [self._keys.cur, self._keys.closed, HOST_KEY, q[0]], True, 0
+                )
             r_get, r_add = c.pipeline(
                 [(Op.WAIT, (cur_closed,)), (Op.ADD, (add_fields(self._keys.of(0, "join"), 1),))]
             )
-            cur_raw, closed_raw, host_raw = r_get.values()
+            cur_raw, closed_raw, host_raw, *q_raw = r_get.values()
             self._check_host(host_raw)
+            if q is not None and q_raw[0] is not None:
+                from .budget import refusal  # multi-node agents only
+
+                raise refusal(q[1], self.params.run_id, q_raw[0])
             first_add = r_add.body.i64()
         else:
             cur_raw, closed_raw, _ = c.pipeline([(Op.WAIT, (cur_closed,))])[0].values()

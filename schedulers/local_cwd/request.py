@@ -20,6 +20,7 @@ from xrun.contract import (
     APP_DIR_ENV,
     EXIT_RECORD_ENV,
     MASTER_PORT_DEFAULT,
+    NODE_ID_ENV,
     RANK0_HOST_ENV,
     RDZV_PORT_ENV,
     SCRIPT,
@@ -175,6 +176,9 @@ def build_request(app: AppDef, opts: LocalOptions) -> LocalRequest:
                 # A stop (cancel, SIGTERM to the supervisor) gives the workers stop_grace_s to
                 # save (runtime/stopping.py), not the agent's shorter shutdown timeout.
                 STOP_GRACE_ENV: f"{opts.stop_grace_s:g}",
+                # Each replica is a node of its own to the runtime's quarantine, though they
+                # share this host (else a lost replica would quarantine the host).
+                NODE_ID_ENV: f"{role.name}/{i}",
             }
             if (role.name, i) in gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])

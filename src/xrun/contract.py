@@ -139,6 +139,9 @@ STACKS_FILE = "stacks.json"
 # helper reads them back from an agent's ``/proc/PID/environ`` to name it).
 ROLE_ENV = "XRUN_ROLE"
 REPLICA_ID_ENV = "XRUN_REPLICA_ID"
+# What the runtime's quarantine calls a node (runtime/rendezvous/budget.py): the host name
+# unless this is set; local_cwd sets it per replica (its replicas share one host).
+NODE_ID_ENV = "XRUN_NODE_ID"
 
 # The runtime agent's last stderr line after a failure: ``<prefix><cause> (rank R, file:line)``.
 # docker and slurm keep only a replica's output, so their status reads the cause from it.

@@ -5,6 +5,8 @@ time) to OUT_DIR/events.jsonl, then performs the actions in order:
 
   fail-rank:R        local rank R raises RuntimeError (recorded by @record) on restart 0 only
   fail-rank-always:R local rank R raises RuntimeError on every attempt
+  fail-on-turn:P:N   raise on the job's attempts k with k % 2 == P, where k counts the worlds of N
+                     workers started so far (events.jsonl's lines): two nodes failing in turn
   exit-rank:R:C      local rank R exits with code C (no error file)
   kill-rank:R        local rank R kills itself with SIGKILL
   sleep:S            sleep S seconds
@@ -53,6 +55,13 @@ class Worker:
     def fail_rank_always(self, arg: str) -> None:
         if int(arg) == self.lr:
             raise RuntimeError(f"scripted failure of rank {self.rank}")
+
+    def fail_on_turn(self, arg: str) -> None:
+        parity, n = (int(x) for x in arg.split(":"))
+        with open(os.path.join(self.out, "events.jsonl")) as f:
+            attempt = (sum(1 for _ in f) - 1) // n  # our own line is in already
+        if attempt % 2 == parity:
+            raise RuntimeError(f"scripted failure on attempt {attempt}")
 
     def exit_rank(self, arg: str) -> None:
         rank, code = arg.split(":")
