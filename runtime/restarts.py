@@ -72,16 +72,17 @@ class Restarts:
     def settle(self, handler: RendezvousHandler, pc: PContext) -> RunProcsResult | None:
         """A peer asked for a restart: our workers' failure if they failed too (then it is
         reported as ours), else None (stop them). When the peer's request is for a failure
-        (the job's ledger has one this round), our workers get ``SETTLE_S`` to end on their
-        own first: a bug every node hits makes them fail within moments of each other, and a
-        node that stopped its workers a few ms before they failed would leave the peer's
-        failure looking alone (a quarantine for a bug in the script). Workers that run on
-        (a bad node's healthy peers) cost the restart that long."""
+        that could quarantine the peer (the job's ledger marks it this round), our workers get
+        ``SETTLE_S`` to end on their own first: a bug every node hits makes them fail within
+        moments of each other, and a node that stopped its workers a few ms before they
+        failed would leave the peer's failure looking alone (a quarantine for a bug in the
+        script). Workers that run on (a bad node's healthy peers) cost that restart that long;
+        a peer's first failure costs nothing."""
         done = pc.wait(0)
         ledger = handler.ledger()
         if done is None and ledger is not None:
             with contextlib.suppress(StoreError):
-                if ledger.peer_failed():
+                if ledger.peer_at_risk():
                     done = pc.wait(SETTLE_S)
         return done if done is not None and done.is_failed() else None
 

@@ -22,7 +22,11 @@ job keeps one count in its store, ``<run_id>/rdzv/budget/used``, so every agent 
       alone when no other member of ``r`` reported the same signature (the root failure's
       reason with digits blanked: ``RuntimeError: bad batch on rank #``). The node waits until
       every other member of ``r`` has reported or left ``r`` (bounded by join_timeout), then
-      compares. A bug every node hits (the same exception everywhere) quarantines nobody;
+      compares. A failure that could quarantine its node (the node already has
+      ``QUARANTINE_AFTER - 1``) is marked ``r/risk`` before the restart request, and only
+      then do the peers give their own workers ``SETTLE_S`` to fail alike before stopping
+      them; a first failure costs the restart nothing (warm recovery counts milliseconds).
+      So a bug every node hits may count once as alone, never twice: it quarantines nobody;
       peers that were merely stopped by the restart, or failed differently (a collective
       error), leave the failing node alone. Counted per node id in ``lone/<node id>``.
   A quarantined node's next agent is refused at its first join with a one-line reason
@@ -139,10 +143,12 @@ class Ledger:
         """The job's failure restarts so far."""
         return int(self._c.add(self._used_key, 0))
 
-    def peer_failed(self) -> bool:
-        """Did a node report a failure in the current round (its restart request is one)?"""
+    def peer_at_risk(self) -> bool:
+        """Did a node report a failure in the current round that could quarantine it (its
+        next lone failure would)? Only then do the peers let their workers settle (see
+        ``Restarts.settle``): the common case, a first failure, costs the restart nothing."""
         rnd, _ = self._place()
-        return rnd >= 0 and self._c.add(self._k.of(rnd, "failn"), 0) > 0
+        return rnd >= 0 and self._c.add(self._k.of(rnd, "risk"), 0) > 0
 
     def failed(self, reason: str, max_restarts: int, restart: Callable[[], None]) -> Verdict:
         """Our workers failed (or stalled) in the current round: count the round's restart
@@ -161,6 +167,8 @@ class Ledger:
         if used > max_restarts:  # (no budget, --max-restarts 0: nothing to say about it)
             line = f"restart budget spent: {max_restarts} of {max_restarts} restarts used"
             return Verdict("spent", used, f"{line} (job-wide)" if max_restarts else "")
+        if int(c.add(f"{k.prefix}lone/{self.node}", 0)) >= QUARANTINE_AFTER - 1:
+            c.add(k.of(rnd, "risk"), 1)  # before the restart request: the peers settle
         restart()
         lone = self._alone(rnd, index, sig)
         if lone >= QUARANTINE_AFTER:
