@@ -13,6 +13,11 @@
    ``synchronize()``: nothing changes between stack samples) is not ended; one that printed a
    line and then waits on the GPU for ever is ended by the silent limit (30 s), not at 5 s (a
    GPU sync is not taken for a collective wait: runtime/diagnose/spin.py).
+4. ``warm-nccl``: ``--recover warm`` on NCCL (one GPU, so one rank): a DDP job on CUDA that
+   commits a snapshot every step is SIGKILLed at step 8 of 20; a warm pool process takes the
+   rank, joins a new NCCL group, restores the snapshot from shared memory and finishes. Its
+   final parameters equal an undisturbed run's bit for bit; the line gives the seconds from
+   the kill to the first step after it.
 
 Standard library plus torch; the agent runs from this checkout (``PYTHONPATH``).
 """
@@ -89,6 +94,80 @@ print("done", flush=True)
 """
 
 
+_WARM = """
+import time
+T = [("start", time.time())]
+import os, signal, sys, hashlib, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from xrun.runtime.snapshot import Snapshotter, Restored
+cuda = torch.cuda.is_available()
+dev = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+if cuda:
+    torch.cuda.set_device(dev)
+    torch.empty(1, device=dev)  # the CUDA context
+T.append(("cuda", time.time()))
+dist.init_process_group("nccl" if cuda else "gloo")
+T.append(("group", time.time()))
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64)).to(dev)
+opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+ddp = DDP(m)
+T.append(("ddp", time.time()))
+snap = Snapshotter()
+got = snap.restore(m, opt)
+T.append(("restore", time.time()))
+print("phases " + " ".join(f"{n}={t:.3f}" for n, t in T), flush=True)
+start = got.step if isinstance(got, Restored) else 0
+for step in range(start, 20):
+    torch.manual_seed(1000 + step)  # the batch depends on the step alone
+    x = torch.randn(32, 256, device=dev)
+    opt.zero_grad()
+    ddp(x).square().mean().backward()
+    opt.step()
+    snap.commit(step + 1, model=m, optimizer=opt)
+    print(f"step {step + 1} at {time.time():.3f}", flush=True)
+    if step + 1 == 8 and sys.argv[2] == "kill" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        print(f"killed at {time.time():.3f}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+h = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in m.parameters()))
+open(sys.argv[1], "w").write(h.hexdigest())
+snap.close(remove=True)
+dist.destroy_process_group()
+"""
+
+
+def check_warm(tmp: str) -> tuple[bool, str]:
+    script = _script(tmp, "warm.py", _WARM)
+    out: dict[str, str] = {}
+    took, phases = float("nan"), ""
+    for mode in ("clean", "kill"):
+        env = _env(tmp)
+        env["XRUN_RUN_ID"] = f"gpu-warm-{mode}"
+        env["XRUN_SNAPSHOT_DIR"] = f"{tmp}/snap-{mode}"
+        p = subprocess.run(
+            [sys.executable, "-m", "xrun.runtime", "--nproc-per-node", "1",
+             "--max-restarts", "1", "--recover", "warm", "--warm-pool-size", "1",
+             script, f"{tmp}/warm-{mode}.sha", mode],
+            env=env, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        if p.returncode != 0:
+            return False, f"{mode}: rc={p.returncode} {p.stderr.strip().splitlines()[-3:]}"
+        out[mode] = Path(f"{tmp}/warm-{mode}.sha").read_text()
+        if mode == "kill":
+            lines = p.stdout.splitlines()
+            killed = next(float(ln.split()[-1]) for ln in lines if "killed at" in ln)
+            after = [ln for ln in lines[lines.index(next(ln for ln in lines if "killed at" in ln)):]
+                     if ln.split(":", 1)[-1].startswith("step ")]  # fmt: skip
+            took = float(after[0].split()[-1]) - killed if after else float("nan")
+            ph = [ln.split("phases ", 1)[1] for ln in lines if "phases " in ln][-1:]
+            if ph:  # the restarted rank's phases, as seconds after the kill
+                marks = [(kv.split("=")[0], float(kv.split("=")[1])) for kv in ph[0].split()]
+                phases = " ".join(f"{n}+{t - killed:.2f}" for n, t in marks)
+    same = out["clean"] == out["kill"]
+    verdict = "bit-identical" if same else "DIFFERENT"
+    return same, f"{verdict}; kill -> next step {took:.2f} s ({phases})"
+
+
 def _env(tmp: str) -> dict[str, str]:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1] / "src")
@@ -156,13 +235,17 @@ def check_stall(tmp: str) -> tuple[bool, str]:
 
 
 def main() -> int:
+    only = sys.argv[1:]  # check names to run (default: all)
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, check in (
             ("snapshot", check_snapshot),
             ("cuda-wait-cpu", check_cuda_wait_cpu),
             ("stall-cuda-wait", check_stall),
+            ("warm-nccl", check_warm),
         ):
+            if only and name not in only:
+                continue
             try:
                 ok, what = check(tmp)
             except Exception as e:  # a check that breaks is a failed check, with its reason
