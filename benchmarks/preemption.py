@@ -21,7 +21,9 @@ tests do) and the last row measures the hold itself.
 
 Sizes: ``--smoke`` K=1, C=2 s, xrun and torchrun-sbatch only; else K=20, C=45 s (the issue's full run: ~20 min per
 contender). XRUN_BENCH_PREEMPT_K / _C / _CONTENDERS (comma list) / _HOLD (1: wait out one
-natural hold, ~2 min) override them.
+natural hold, ~2 min) override them; _USER_SIGNAL=1 runs them with the cluster's
+SlurmctldParameters=preempt_send_user_signal (set for the run, taken away after it: the only
+change to the shared cluster, the one its tests make too).
 """
 
 from __future__ import annotations
@@ -369,7 +371,11 @@ def hold(natural: bool) -> dict[str, Stats | str]:
             t0 = time.time()
             j = _job(job)
             if how == "BeginTime set":
-                begin = time.mktime(time.strptime(j["BeginTime"], "%Y-%m-%dT%H:%M:%S"))
+                until = time.monotonic() + 60  # COMPLETING first, then PENDING (BeginTime)
+                while j.get("Reason") != "BeginTime" and time.monotonic() < until:
+                    time.sleep(0.2)
+                    j = _job(job)
+                begin = time.mktime(time.strptime(j["EligibleTime"], "%Y-%m-%dT%H:%M:%S"))
                 res[how] = Stats([begin - int(t0)])
                 time.sleep(HOLD_CUT_S)
                 _run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
@@ -392,6 +398,14 @@ def _wait_state(job: str, state: str, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise RunFailed(f"job {job} not {state} after {timeout:.0f} s")
         time.sleep(0.2)
+
+
+def _cluster_up(user_signal: bool) -> None:
+    """The suite's cluster with or without SlurmctldParameters=preempt_send_user_signal (the
+    job's --signal sent at a preemption too): `scontrol reconfigure`, running jobs are kept."""
+    env = dict(os.environ, XRUN_SLURM_PREEMPT_SIGNAL="1" if user_signal else "0")
+    subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "up"], env=env,
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
 
 
 def settings(smoke: bool) -> tuple[int, float, list[str], bool]:
@@ -418,13 +432,21 @@ def measure_19(reps: int, smoke: bool) -> list[Row]:
     c.require_slurm()
     ref = reference(steps)
     got: dict[str, Figures | str] = {}
-    for name in names:
-        try:
-            got[name] = figures(run_contender(name, k, save_s, steps), k, ref)
-        except Unavailable as e:
-            got[name] = f"unavailable: {e}"
-        except Exception as e:  # noqa: BLE001 - a contender that cannot do it is a result
-            got[name] = f"failed: {type(e).__name__}: {one_line(str(e))}"
+    signal = os.environ.get("XRUN_BENCH_PREEMPT_USER_SIGNAL") == "1"
+    if signal:  # opt-in, as tests/schedulers/slurm/test_stop_paths.py does for one test
+        _cluster_up(user_signal=True)
+    try:
+        for name in names:
+            key = f"{name} +user signal" if signal else name
+            try:
+                got[key] = figures(run_contender(name, k, save_s, steps), k, ref)
+            except Unavailable as e:
+                got[key] = f"unavailable: {e}"
+            except Exception as e:  # noqa: BLE001 - a contender that cannot do it is a result
+                got[key] = f"failed: {type(e).__name__}: {one_line(str(e))}"
+    finally:
+        if signal:
+            _cluster_up(user_signal=False)
 
     def row(label: str, unit: str, target: str, pick: Callable[[Figures], list[float]],
             ok: Callable[[Stats], bool] | None = None) -> Row:  # fmt: skip
@@ -433,6 +455,7 @@ def measure_19(reps: int, smoke: bool) -> list[Row]:
             samples = pick(f) if isinstance(f, Figures) else []
             res[n] = f if isinstance(f, str) else Stats(samples) if samples else "n/a: none"
         notes = "; ".join(f"{n}: {f.note}" for n, f in got.items() if isinstance(f, Figures))
+        notes = notes if label.startswith("preemptions ending") else ""  # once, under row 1
 
         def check(r: Mapping[str, Stats | str]) -> bool | None:
             s = r.get("xrun")
