@@ -1,9 +1,9 @@
 """``python -m benchmarks --smoke`` runs every measure and writes well-formed JSON.
 
 No time is asserted here (the machine running the suite is busy): only that the harness runs
-each of the seventeen measures (1-8 of issue #6, 9-10 of issue #18, 11-14 of issue #14, 15-16
-of issue #24, 17 of issue #34), that every contender has either figures or a stated reason, and that no xrun
-contender failed to do the job.
+each of the nineteen measures (1-8 of issue #6, 9-10 of issue #18, 11-14 of issue #14, 15-16
+of issue #24, 17-18 of issue #34, 19 of issue #33: one real preemption, C=2 s), that every
+contender has either figures or a stated reason, and that no xrun contender failed to do the job.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.helpers.paths import REPO
 from tests.helpers.slurm import SlurmCluster
 
 
-@pytest.mark.timeout(1020)
+@pytest.mark.timeout(1500)
 def test_smoke_run_emits_every_measure(
     tmp_path: Path, slurm_cluster: SlurmCluster, docker_engine: str
 ) -> None:
@@ -30,18 +30,21 @@ def test_smoke_run_emits_every_measure(
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=1000,  # measures 17-18 (snapshot, warm recovery drill) added ~5 min at load
+        # measures 17-18 (snapshot, warm recovery drill) added ~5 min at load, 19 (one real
+        # preemption per contender on the Slurm cluster) ~6 min
+        timeout=1480,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["smoke"] is True and doc["reps"] == 1
     assert doc["machine"]["cpus"] >= 1
-    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 19)]
+    assert sorted(doc["measures"], key=int) == [str(i) for i in range(1, 20)]
     for key, measure in doc["measures"].items():
         assert measure["title"] and measure["rows"], key
         for row in measure["rows"]:
             assert row["verdict"] in ("met", "missed", "n/a"), row
-            assert row["unit"] in ("s", "MiB", "x", "ops/s", "conn", "jobs", "aborts", "hits"), row
+            units = ("s", "MiB", "x", "ops/s", "conn", "jobs", "aborts", "hits", "steps")
+            assert row["unit"] in units, row
             for name, res in row["contenders"].items():
                 if "failed" in res:  # allowed for a reference such as torchrun, never for xrun
                     assert not name.startswith("xrun"), f"{key} {row['label']}: {name} {res}"
@@ -65,7 +68,7 @@ def test_smoke_run_emits_every_measure(
     for key, name in (("9", "xrun sweep"), ("10", "xrun")):
         for row in doc["measures"][key]["rows"]:
             assert "median" in row["contenders"][name], (key, row)
-    for i in range(1, 18):
+    for i in range(1, 20):
         assert f"\n## {i}. " in proc.stdout
     _check_hang_autopsy(doc["measures"]["16"])
     # Issue #14's reliability smoke: no job failed, no worker aborted, under a port thief.
@@ -74,6 +77,7 @@ def test_smoke_run_emits_every_measure(
     # Issue #24's diagnosis smoke: xrun's first screens named the rank and cause every time.
     for row in doc["measures"]["15"]["rows"]:
         assert row["verdict"] == "met", row
+    _check_preemption(doc["measures"]["19"])
 
 
 def _check_hang_autopsy(measure: dict) -> None:
@@ -82,3 +86,18 @@ def _check_hang_autopsy(measure: dict) -> None:
     for row in measure["rows"][:2]:
         for backend in ("local_cwd", "docker", "slurm"):
             assert row["contenders"][f"xrun {backend}"]["median"] == 0, row
+
+
+def _check_preemption(measure: dict) -> None:
+    """Issue #33's real preemption (K=1, C=2 s in smoke): xrun's job checkpointed the agreed
+    step, lost no step, was requeued once and ended with the undisturbed run's parameters."""
+    rows = {row["label"].split(" (")[0]: row for row in measure["rows"]}
+    for label in (
+        "preemptions ending in a complete checkpoint of one agreed step",
+        "steps lost per preemption",
+        "final parameters bit-identical to an undisturbed run",
+        "logical runs",
+        "double or lost requeues",
+    ):
+        assert rows[label]["verdict"] == "met", rows[label]
+    assert "median" in rows["Slurm's hold of a requeued job"]["contenders"]["StartTime=now"]
