@@ -163,6 +163,7 @@ def test_a_hang_is_still_caught_within_the_timeout_and_10_s(tmp_path: Path) -> N
         r.join(10)
     stderr = "".join(err)
     assert proc.returncode == 1, stderr
+    assert "step 2" in seen, (sorted(seen), stderr)
     hang = seen["step 2"]  # both ranks print it; rank 1 then hangs
     found = next(t for ln, t in seen.items() if ln.startswith("xrun-agent: stalled 3 s: "))
     assert found - hang <= 3 + 10, (found - hang, stderr)
