@@ -206,6 +206,7 @@ class Agent:
             # port 0: this agent serves the store on a port no other agent learns
             private_store=endpoint.port == 0,
             node_id=node_id_for(cfg.max_nodes, cfg.rdzv_backend),
+            spares=cfg.spares,
         )
         restore = self._signals.install()
         undo_diag = self._diag.install()
