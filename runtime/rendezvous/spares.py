@@ -53,7 +53,7 @@ def park(c: StoreClient, k: Keys, rnd: int, notify: Callable[[int, int], None]) 
     for i in members.indices:
         if i:
             _wait_one(c, k, k.of(rnd, f"left/{i}"))
-    _say(f"round {rnd} went stale and its members left it: a spare joins round {rnd + 1}")
+    _say(f"round {rnd} went stale and its members left it: trying for a seat in round {rnd + 1}")
 
 
 def _wait_one(c: StoreClient, k: Keys, key: str) -> bytes:

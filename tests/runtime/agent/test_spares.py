@@ -28,13 +28,19 @@ CONF = "heartbeat_interval=0.2,heartbeat_timeout=1.5,last_call_timeout=5,join_ti
 
 
 def start(
-    procs: list[subprocess.Popen[str]], port: int, out: Path, name: str, nnodes: str, join: int
+    procs: list[subprocess.Popen[str]],
+    port: int,
+    out: Path,
+    name: str,
+    nnodes: str,
+    join: int,
+    *args: str,
 ) -> subprocess.Popen[str]:
     cmd = agent(
         "--nnodes", nnodes, "--nproc-per-node", "1", "--spares", "1", "--max-restarts", "3",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "spares",
         "--local-addr", ADDR[name],
-        "--rdzv-conf", CONF.format(join=join), WORKER, str(out),
+        "--rdzv-conf", CONF.format(join=join), WORKER, str(out), *args,
     )  # fmt: skip
     err = open(out / f"agent.{name}.err", "w")  # noqa: SIM115 - the agent writes it
     p = subprocess.Popen(
@@ -70,13 +76,13 @@ def lose(p: subprocess.Popen[str]) -> None:
 
 
 def pair_and_spare(
-    procs: list[subprocess.Popen[str]], out: Path, nnodes: str, join: int = 30
+    procs: list[subprocess.Popen[str]], out: Path, nnodes: str, join: int = 30, *args: str
 ) -> tuple[dict[str, subprocess.Popen[str]], list[dict[str, object]]]:
     """Nodes a (the store's host) and b form a world; then c arrives and parks as a spare."""
     port = free_port()
-    agents = {"a": start(procs, port, out, "a", nnodes, join)}
+    agents = {"a": start(procs, port, out, "a", nnodes, join, *args)}
     wait_for(lambda: serving(port), what="the first agent's store", timeout=60)
-    agents["b"] = start(procs, port, out, "b", nnodes, join)
+    agents["b"] = start(procs, port, out, "b", nnodes, join, *args)
     first = world(out, 1)
     assert [(e["XRUN_NODE_ID"], e["WORLD_SIZE"]) for e in first] == [("b", "2"), ("a", "2")]
     agents["c"] = start(procs, port, out, "c", nnodes, join)
@@ -140,3 +146,21 @@ def test_second_loss_without_spare_behaves_as_before(
     assert (alone["RANK"], alone["WORLD_SIZE"], alone["XRUN_NODE_ID"]) == ("0", "1", "a")
     (tmp_path / "go").touch()
     assert agents["a"].wait(timeout=120) == 0, stderr(tmp_path, "a")
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_failure_leaves_the_spare_parked(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    """A worker failure (not a lost node): both nodes re-form on their own slots, the spare
+    stays parked (it takes no arrival index before the round's members left the last one,
+    so it cannot push a member out), and exits 0 with the job."""
+    agents, first = pair_and_spare(procs, tmp_path, "2", 30, "b")
+    second = world(tmp_path, 2)
+    assert [(e["XRUN_NODE_ID"], e["RANK"]) for e in second] == [("b", "0"), ("a", "1")], second
+    assert agents["c"].poll() is None
+    (tmp_path / "go").touch()
+    for name in ("a", "b", "c"):
+        assert agents[name].wait(timeout=120) == 0, stderr(tmp_path, name)
+    # the members came first: the spare found round 1 full and parked on it
+    assert "standing by as a spare: the world of round 1 is full" in stderr(tmp_path, "c")
