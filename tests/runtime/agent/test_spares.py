@@ -34,12 +34,14 @@ def start(
     name: str,
     nnodes: str,
     join: int,
-    *args: str,
+    flags: tuple[str, ...] = (),
+    args: tuple[str, ...] = (),
 ) -> subprocess.Popen[str]:
+    """Agent ``name`` with more agent ``flags``, its workers with ``args``."""
     cmd = agent(
         "--nnodes", nnodes, "--nproc-per-node", "1", "--spares", "1", "--max-restarts", "3",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "spares",
-        "--local-addr", ADDR[name],
+        "--local-addr", ADDR[name], *flags,
         "--rdzv-conf", CONF.format(join=join), WORKER, str(out), *args,
     )  # fmt: skip
     err = open(out / f"agent.{name}.err", "w")  # noqa: SIM115 - the agent writes it
@@ -69,6 +71,17 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def warm_children(pid: int) -> int:
+    """How many ``--recover warm`` pool children of agent ``pid`` are warm (workers/pool.py:
+    a child that imported torch marks ``<pool dir>/ready.<its pid>``)."""
+    n = 0
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        argv = Path(f"/proc/{child}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        if len(argv) > 4 and argv[-3] == b"warm":
+            n += (Path(os.fsdecode(argv[-2])) / f"ready.{child}").exists()
+    return n
+
+
 def lose(p: subprocess.Popen[str]) -> None:
     """The node is lost: SIGKILL to its agent's process group (its workers die with it)."""
     os.killpg(p.pid, signal.SIGKILL)
@@ -76,30 +89,38 @@ def lose(p: subprocess.Popen[str]) -> None:
 
 
 def pair_and_spare(
-    procs: list[subprocess.Popen[str]], out: Path, nnodes: str, join: int = 30, *args: str
+    procs: list[subprocess.Popen[str]],
+    out: Path,
+    nnodes: str,
+    join: int = 30,
+    flags: tuple[str, ...] = (),
+    args: tuple[str, ...] = (),
 ) -> tuple[dict[str, subprocess.Popen[str]], list[dict[str, object]]]:
     """Nodes a (the store's host) and b form a world; then c arrives and parks as a spare."""
     port = free_port()
-    agents = {"a": start(procs, port, out, "a", nnodes, join, *args)}
+    agents = {"a": start(procs, port, out, "a", nnodes, join, flags, args)}
     wait_for(lambda: serving(port), what="the first agent's store", timeout=60)
-    agents["b"] = start(procs, port, out, "b", nnodes, join, *args)
+    agents["b"] = start(procs, port, out, "b", nnodes, join, flags, args)
     first = world(out, 1)
     assert [(e["XRUN_NODE_ID"], e["WORLD_SIZE"]) for e in first] == [("b", "2"), ("a", "2")]
-    agents["c"] = start(procs, port, out, "c", nnodes, join)
+    agents["c"] = start(procs, port, out, "c", nnodes, join, flags, args)
     wait_for(lambda: "standing by as a spare" in stderr(out, "c"), timeout=60, what="a spare")
     return agents, first
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("recover", ["off", "warm"])
 def test_spare_takes_the_lost_nodes_slot(
-    tmp_path: Path, procs: list[subprocess.Popen[str]]
+    tmp_path: Path, procs: list[subprocess.Popen[str]], recover: str
 ) -> None:
     """2 nodes x 1 gloo worker + 1 spare: the spare parks past join_timeout without using
     CPU; node b (group rank 0; a hosts the store) is lost; the spare becomes group rank 0,
     a stays group rank 1, every RANK stays, and the job finishes 0. (Before, a third agent
     stood by only until join_timeout, and re-formed by the rank rule: a became rank 0, the
-    spare rank 1.)"""
-    agents, first = pair_and_spare(procs, tmp_path, "2", join=10)
+    spare rank 1.) With --recover warm the spare's worker starts from its warm pool."""
+    agents, first = pair_and_spare(procs, tmp_path, "2", 10, ("--recover", recover))
+    if recover == "warm":  # its pool's child imported torch (slow on a busy host)
+        wait_for(lambda: warm_children(agents["c"].pid), timeout=180, what="a warm child")
     # parked: a blocking WAIT on the store, no CPU, and no join_timeout (10 s) to run out
     before = cpu_ticks(agents["c"].pid)
     time.sleep(12)
@@ -120,6 +141,8 @@ def test_spare_takes_the_lost_nodes_slot(
     for name in ("a", "c"):
         assert agents[name].wait(timeout=120) == 0, stderr(tmp_path, name)
     assert "standing by as a spare" in stderr(tmp_path, "c")
+    warm = "1 of 1 workers started warm (--recover warm)" in stderr(tmp_path, "c")
+    assert warm == (recover == "warm"), stderr(tmp_path, "c")
 
 
 @pytest.mark.timeout(300)
@@ -155,7 +178,7 @@ def test_a_worker_failure_leaves_the_spare_parked(
     """A worker failure (not a lost node): both nodes re-form on their own slots, the spare
     stays parked (it takes no arrival index before the round's members left the last one,
     so it cannot push a member out), and exits 0 with the job."""
-    agents, first = pair_and_spare(procs, tmp_path, "2", 30, "b")
+    agents, first = pair_and_spare(procs, tmp_path, "2", 30, args=("b",))
     second = world(tmp_path, 2)
     assert [(e["XRUN_NODE_ID"], e["RANK"]) for e in second] == [("b", "0"), ("a", "1")], second
     assert agents["c"].poll() is None
