@@ -21,7 +21,7 @@ t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
 keys = ("RANK", "GROUP_RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_WORLD_SIZE", "XRUN_NODE_ID")
 event = {k: os.environ.get(k) for k in keys}
-event.update(pid=os.getpid(), sum=t.item())
+event.update(pid=os.getpid(), sum=t.item(), t=time.time())
 fd = os.open(os.path.join(out, "events.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 os.write(fd, (json.dumps(event) + "\n").encode())  # one write: lines never interleave
 os.close(fd)

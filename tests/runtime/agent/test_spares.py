@@ -128,8 +128,11 @@ def test_spare_takes_the_lost_nodes_slot(
     assert cpu_ticks(agents["c"].pid) - before <= 5  # 50 ms in 12 s, on a busy host
     lost = next(e for e in first if e["XRUN_NODE_ID"] == "b")
     survivor = next(e for e in first if e["XRUN_NODE_ID"] == "a")
+    lost_at = time.time()
     lose(agents["b"])
     second = world(tmp_path, 2)
+    # for the eye (pytest -s): the loss to the replacement world's first all_reduce
+    print(f"recover={recover}: {max(float(str(e['t'])) for e in second) - lost_at:.2f} s")
     place = {str(e["XRUN_NODE_ID"]): (e["RANK"], e["GROUP_RANK"]) for e in second}
     assert place == {
         "a": (survivor["RANK"], survivor["GROUP_RANK"]),
