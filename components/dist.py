@@ -75,6 +75,7 @@ def ddp(
     stall_timeout: int = 0,
     stall_silent_timeout: int = 0,
     recover: str = "off",
+    spares: int = 0,
 ) -> AppDef:
     """Distributed data parallel: NNODES replicas, each running NPROC workers of a script.
 
@@ -100,6 +101,7 @@ def ddp(
         stall_timeout: seconds in which no worker works (CPU, I/O) nor shows a sign of life (a line, a write, a beat) before the attempt ends with every rank's stack as its root cause; a silent start-up or busy phase has max(10x, 600 s) (the agent's --stall-timeout, docs/diagnose.md); 0: off
         stall_silent_timeout: with stall_timeout, seconds the workers may show no sign of life (no line, write, beat or timer request) at all, busy or not, before the attempt ends the same way (the agent's --stall-silent-timeout); 0: max(10 x stall_timeout, 600 s)
         recover: how a failed attempt's workers are replaced: off (cold interpreters, as torchrun) or warm (pre-started interpreters that imported what the workers import; the agents, the store and the rendezvous stay; costs one idle interpreter per worker, see docs/runtime.md)
+        spares: spare replicas beside NNODES (c10d): the replicas that arrive while the NNODES seats are taken park, using no CPU, and one takes the node rank and RANKs of a node that is lost (the agent's --spares, docs/runtime.md)
     """
     size = parse_j(j)
     resource = get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
@@ -124,6 +126,7 @@ def ddp(
             stall_timeout=stall_timeout,
             stall_silent_timeout=stall_silent_timeout,
             recover=recover,
+            spares=spares,
         )
     )
 
@@ -220,6 +223,7 @@ class DistJob(Value):
     stall_timeout: int = 0  # the agent's --stall-timeout; 0: off
     stall_silent_timeout: int = 0  # the agent's --stall-silent-timeout; 0: its default
     recover: str = "off"  # the agent's --recover: off or warm
+    spares: int = 0  # the agent's --spares: spare replicas beside the job's nodes
 
     def validate(self) -> None:
         """UsageError naming the option, its value and the expected form."""
@@ -267,6 +271,7 @@ class DistJob(Value):
             )
         if self.max_retries < 0:
             raise UsageError(f"{c}: --max_retries {self.max_retries} is invalid; expected >= 0")
+        self._check_spares()
         if self.rdzv_conf:
             # The agent's own parser (standard library only; imported only when needed), so a
             # value the agent would refuse in the job is refused here, before anything is
@@ -289,9 +294,21 @@ class DistJob(Value):
                 "or use --rdzv_backend c10d (elastic)"
             )
 
+    def _check_spares(self) -> None:
+        c = self.component
+        if not 0 <= self.spares <= MAX_NODES:
+            raise UsageError(
+                f"{c}: --spares {self.spares} is invalid; expected 0 to {MAX_NODES:,} replicas"
+            )
+        if self.spares and self.rdzv_backend != "c10d":
+            raise UsageError(
+                f"{c}: --spares needs --rdzv_backend c10d (got {self.rdzv_backend!r}): a spare "
+                "takes whichever node rank is lost"
+            )
+
     @property
     def multi_node(self) -> bool:
-        return self.size.max_nnodes > 1
+        return self.size.max_nnodes + self.spares > 1
 
     def endpoint(self) -> str:
         """The rendezvous endpoint the replicas' agents meet at.
@@ -342,6 +359,8 @@ class DistJob(Value):
             cmd += ["--stall-silent-timeout", str(self.stall_silent_timeout)]
         if self.recover != "off":
             cmd += ["--recover", self.recover]
+        if self.spares:
+            cmd += ["--spares", str(self.spares)]
         if self.script is not None:
             cmd += [shlex.quote(self.script)]
         else:
@@ -366,7 +385,7 @@ def _app(job: DistJob) -> AppDef:
         entrypoint="sh",
         args=["-c", job.runtime_command()],
         env=env,
-        num_replicas=job.size.max_nnodes,
+        num_replicas=job.size.max_nnodes + job.spares,  # the spares' agents park (--spares)
         min_replicas=job.size.min_nnodes,
         max_retries=job.max_retries,
         resource=job.resource,

@@ -206,6 +206,7 @@ class Agent:
             # port 0: this agent serves the store on a port no other agent learns
             private_store=endpoint.port == 0,
             node_id=node_id_for(cfg.max_nodes, cfg.rdzv_backend),
+            spares=cfg.spares,
         )
         restore = self._signals.install()
         undo_diag = self._diag.install()
@@ -217,6 +218,8 @@ class Agent:
                 self._signals.check()
                 if cfg.logs_specs is None and cfg.log_dir != os.devnull:
                     self._logs.prepare()  # a bad --log-dir: exit 2 before any peer waits for us
+                if cfg.spares:
+                    self._warm_pool()  # --recover warm: a spare parks with its pool warm
                 handler = create_handler(params)
                 result = self._loop(handler)
             except AgentSignal as s:

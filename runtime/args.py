@@ -178,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--nproc-per-node).",
     )
     opt(
+        "--spares",
+        default="0",
+        help="xrun: spare agents the job has beside its --nnodes (c10d): an agent that arrives "
+        "when the world is full parks on the store and takes the slot (node rank, RANKs) of "
+        "a node that is lost (docs/runtime.md).",
+    )
+    opt(
         *both("event-log-handler"),
         default="null",
         help="where torchrun's event records go: null, console (JSON lines on stderr).",
@@ -498,6 +505,7 @@ def parse(
         virtual_local_rank=ns.virtual_local_rank,
         recover=ns.recover,
         warm_pool_size=_int("--warm-pool-size", ns.warm_pool_size),
+        spares=_int("--spares", ns.spares),
     )
     entrypoint: Callable[..., Any] | str
     if ns.run_path:

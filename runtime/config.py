@@ -103,6 +103,8 @@ class LaunchConfig:
     # docs/recovery.md); ``warm_pool_size``: the warm interpreters kept (0: nproc_per_node).
     recover: str = "off"
     warm_pool_size: int = 0
+    # xrun: spare agents beside the job's max_nodes (c10d; runtime/rendezvous/spares.py)
+    spares: int = 0
     # rdzv_endpoint parsed (None: standalone), by __post_init__ unless the command line, which
     # parsed it already, passes it: what the agent reads, never the text.
     endpoint: Endpoint | None = None
@@ -194,6 +196,13 @@ def validate(cfg: LaunchConfig) -> None:
             f"recover {cfg.recover!r} is invalid: expected {' or '.join(RECOVER_MODES)}"
         )
     check_count(cfg.warm_pool_size, "warm_pool_size", MAX_NPROC_PER_NODE, lo=0)
+    check_count(cfg.spares, "spares", MAX_NODES, lo=0)
+    if cfg.spares and (cfg.rdzv_backend != "c10d" or cfg.standalone):
+        raise UsageError(
+            f"spares {cfg.spares} needs the c10d rendezvous on a shared --rdzv-endpoint (got "
+            f"backend {cfg.rdzv_backend!r}{', standalone' if cfg.standalone else ''}); drop it "
+            f"or use --rdzv-backend c10d --rdzv-endpoint HOST:PORT"
+        )
     parse_signals(cfg.signals_to_handle)
 
 

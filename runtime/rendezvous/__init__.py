@@ -14,6 +14,7 @@ The wing, module by module:
 * ``handler.py``: ``StoreRendezvousHandler``, c10d's and static's (watching a round, leaving it);
 * ``rounds.py``: joining a round (arrive, wait, seal);
 * ``leases.py``: a member's lease and the heartbeat thread;
+* ``spares.py``: ``--spares``: parking a spare, and the slot rule that keeps node ranks;
 * ``hosting.py``: serving the store or reaching it, and the connections to it;
 * ``keys.py``: the keys and what they hold (a node's seat, the member list, the verdict);
 * ``kv.py``: ``KeyValue``, the agent's own keys;
@@ -37,7 +38,8 @@ of its own: see ``store/server.py``): ``StoreRendezvousHandler.workers_address``
 Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
 -------------------------------------------------------------------
 * join: ``i = ADD r/join 1`` gives the node its arrival index (1-based); then, without waiting
-  for answers, ``SET r/node/i = "<nproc>\\t<sortkey>\\t<addr>"`` and two leases owned by the
+  for answers, ``SET r/node/i = "<nproc>\\t<sortkey>\\t<slot>\\t<addr>"`` (``slot``: the group
+  rank the node held in its previous round with ``--spares``, else -1) and leases owned by the
   node's connection: ``r/lease/i`` (renewed by heartbeats; on expiry or disconnect it sets
   ``r/stale``), ``r/finlease/i`` (on disconnect it sets ``r/fin/i``: "gone") and
   ``r/leftlease/i`` (like the first, it sets ``r/left/i``).
@@ -94,7 +96,9 @@ picks a free one. (With per-job secrets the second job would be refused anyway: 
 
 Rank rule (deterministic): members are sorted by (advertised address, process id, creation order
 of the handler in that process); ``static`` uses ``node_rank``. So the same hosts get the same
-ranks in every round they are all part of, whatever the order in which they arrived.
+ranks in every round they are all part of, whatever the order in which they arrived. With
+``--spares`` a node keeps its group rank from round to round and a spare takes a lost node's
+(``spares.py``).
 """
 
 from __future__ import annotations

@@ -67,6 +67,7 @@ class RendezvousParams(Value):
     local_addr: str | None = None
     private_store: bool = False
     node_id: str = ""  # set: the job-wide restart budget and the quarantine (budget.py)
+    spares: int = 0  # --spares: park when the world is full, keep slots (spares.py)
 
 
 class Members:

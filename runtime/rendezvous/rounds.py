@@ -50,6 +50,9 @@ class Rounds:
         self._static = params.backend == "static"
         # quarantine/<node id> (budget.py): a fresh agent of a quarantined node is refused
         self.quarantine: tuple[str, str] | None = None  # (key, node id)
+        # --spares (spares.py): a newcomer parks until a slot opens; members keep their slot
+        self._spares = params.spares > 0 and not self._static
+        self._slot = -1  # the group rank this node held in its last round (spares only)
 
     def join(self, last_round: int) -> tuple[int, int, Seat]:
         """Join the first round after ``last_round`` (-1: none yet) that takes this node and
@@ -94,7 +97,7 @@ class Rounds:
             if running is not None:
                 self._notify_if_room(rnd - 1, Seat.parse(running).nodes)
         while True:
-            rnd, index = self._join(rnd, deadline, first_add)
+            rnd, index, deadline = self._join(rnd, deadline, first_add, last_round)
             first_add = None
             seat = self._await_seat(rnd, index, deadline)
             if seat.rank >= 0:
@@ -103,6 +106,7 @@ class Rounds:
             self._lease.release(rnd, index)
             self._notify_if_room(rnd, seat.nodes)
             rnd += 1
+        self._slot = seat.rank if self._spares else -1
         return rnd, index, seat
 
     def _check_host(self, host_raw: bytes | None) -> None:
@@ -117,17 +121,26 @@ class Rounds:
                 f"--rdzv-endpoint port (or port 0 / --standalone on a single node)"
             )
 
-    def _join(self, rnd: int, deadline: float, first_add: int | None) -> tuple[int, int]:
+    def _join(
+        self, rnd: int, deadline: float, first_add: int | None, last_round: int
+    ) -> tuple[int, int, float]:
         """Take an arrival index in the first round still open at or after ``rnd``
-        (``first_add``: the result of an ADD on round ``rnd`` already made)."""
+        (``first_add``: the result of an ADD on round ``rnd`` already made); the join deadline
+        (a spare's starts when it leaves its parking)."""
         c, p = self._link.client, self.params
         while True:
+            if first_add is None and self._spares and 0 < rnd != last_round + 1:
+                # Not a member of the running round: a spare until a slot opens (spares.py).
+                from .spares import park  # --spares only
+
+                park(c, self._keys, rnd - 1, self._notify_if_room)
+                deadline = time.monotonic() + self.cfg.join_timeout
             v = c.add(self._keys.of(rnd, "join"), 1) if first_add is None else first_add
             first_add = None
             if v <= p.max_nodes:
                 break
             # Full or sealed: that round runs (or is forming) without us.
-            if v >= SEAL:
+            if v >= SEAL and not self._spares:  # (a spare parks on it: the next turn)
                 vals = c.wait(
                     [self._keys.of(rnd, "world"), self._keys.closed],
                     want_all=False,
@@ -143,12 +156,12 @@ class Rounds:
         # No need to wait for these answers: the server applies them before our next request.
         c.post_set(
             self._keys.of(rnd, f"node/{v}"),
-            f"{p.local_world_size}\t{self._sortkey}\t{self.addr}".encode(),
+            f"{p.local_world_size}\t{self._sortkey}\t{self._slot}\t{self.addr}".encode(),
         )
         self._lease.take(c, rnd, v)
         if self._on_join is not None:
             self._on_join(rnd)
-        return rnd, v
+        return rnd, v, deadline
 
     def _notify_if_room(self, rnd: int, nodes: int) -> None:
         # A world with room for us restarts to take us in; a full one keeps running (we stand by).
@@ -277,12 +290,17 @@ class Rounds:
         )
         if vals is None:
             vals = c.multi_get(keys)
-        members: list[tuple[str, str, int, int]] = []
+        entries: list[tuple[str, str, int, int, int]] = []
         for i, raw in enumerate(vals, start=1):
             if not raw:
                 continue  # died between ADD and SET, or withdrew: leave it out
-            nproc, sortkey, addr = raw.decode().split("\t", 2)
-            members.append((addr, sortkey, i, int(nproc)))
+            nproc, sortkey, slot, addr = raw.decode().split("\t", 3)
+            entries.append((addr, sortkey, i, int(nproc), int(slot)))
+        if any(e[4] >= 0 for e in entries):  # --spares: members keep their slots
+            from .spares import by_slot
+
+            entries = by_slot(entries, p.max_nodes)
+        members = [e[:4] for e in entries]
         if self._static:
             members.sort(key=lambda m: m[1])
             ranks = [int(m[1]) for m in members]
@@ -293,7 +311,7 @@ class Rounds:
                 )
                 c.set(self._keys.closed, verdict(True, reason))
                 return
-        else:
+        elif not any(e[4] >= 0 for e in entries):
             members.sort()
         self._publish(rnd, n, members)
 

@@ -237,6 +237,15 @@ class WarmPool:
         while len(self._idle) < self.size:
             self._idle.append(self._spawn("warm", delay, env))
 
+    def prewarm(self) -> None:
+        """A spare agent (``--spares``) runs no workers until it inherits a lost node's slot:
+        warm ``size`` children now, from an empty module report (they import ``torch`` and
+        idle, picking up the reports of the workers they later serve), so that the
+        replacement's workers start warm."""
+        with open(os.path.join(self.dir, "modules.spare"), "w"):
+            pass
+        self._fill(0.0, {k: v for k, v in os.environ.items() if k not in AGENT_ONLY_ENV})
+
     def ready(self) -> int:
         """How many children are warm now."""
         return sum(c.check_ready() for c in self._idle)
@@ -297,4 +306,6 @@ def pool_for(entrypoint: Any, args: Sequence[Any], config: Any, log: Callable[[s
     if pool is None:
         log("--recover warm serves `python [-u] script|-m module` workers: they start cold")
         return False
+    if getattr(config, "spares", 0):  # the agent may be a spare: warm before it parks
+        pool.prewarm()
     return pool

@@ -301,3 +301,18 @@ def test_recover_reaches_the_agent_and_is_checked() -> None:
     assert "--recover" not in dist.ddp(script="t.py").roles[0].args[1]
     with pytest.raises(UsageError, match=r"--recover 'hot' is invalid; expected off or warm"):
         dist.ddp(script="t.py", recover="hot")
+
+
+def test_spares_reach_the_agent_as_extra_replicas() -> None:
+    """dist.ddp --spares S: S more replicas, each agent told --spares S (it parks when the
+    NNODES seats are taken); c10d only; none by default."""
+    role = dist.ddp(script="t.py", j="2x1", spares=1).roles[0]
+    assert (role.num_replicas, role.min_replicas) == (3, 2)
+    assert "--nnodes 2:2 " in role.args[1] and "--spares 1 " in role.args[1]
+    one = dist.ddp(script="t.py", j="1x1", spares=1).roles[0]  # 1 node + a spare: a shared store
+    assert one.num_replicas == 2 and "localhost:0" not in one.args[1]
+    assert "--spares" not in dist.ddp(script="t.py", j="2x1").roles[0].args[1]
+    with pytest.raises(UsageError, match=r"--spares needs --rdzv_backend c10d \(got 'static'\)"):
+        dist.ddp(script="t.py", j="2x1", spares=1, rdzv_backend="static")
+    with pytest.raises(UsageError, match=r"--spares -1 is invalid"):
+        dist.ddp(script="t.py", spares=-1)

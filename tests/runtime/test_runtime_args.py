@@ -288,6 +288,12 @@ def test_recover_defaults_off_and_parses() -> None:
         LaunchConfig(recover="hot")
 
 
+def test_spares_parse() -> None:
+    argv = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "s.py"]
+    assert parse(argv)[0].spares == 0
+    assert parse(["--spares", "3", *argv])[0].spares == 3
+
+
 def test_launch_config_validates() -> None:
     with pytest.raises(UsageError, match="0 < MIN <= MAX"):
         LaunchConfig(min_nodes=2, max_nodes=1)
@@ -327,6 +333,12 @@ BAD = [
     (["--recover", "hot", "s.py"], "--recover 'hot' is invalid: expected off or warm"),
     (["--warm-pool-size", "-1", "s.py"], "--warm-pool-size '-1'"),
     (["--warm-pool-size", "5000", "s.py"], "warm_pool_size 5000 is over the limit"),
+    (["--spares", "x", "s.py"], "--spares 'x' is invalid"),
+    (["--spares", "1", "s.py"], "spares 1 needs the c10d rendezvous on a shared"),
+    (
+        ["--nnodes", "2", "--node-rank", "0", "--master-port", "29500", "--spares", "1", "s.py"],
+        "backend 'static'",
+    ),
     (["--bogus", "s.py"], "--bogus"),
     ([], "training_script"),
 ]

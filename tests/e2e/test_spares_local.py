@@ -1,0 +1,80 @@
+"""``dist.ddp --spares`` on local_cwd, the real CLI, agents and gloo workers: each replica is
+its own node (``XRUN_NODE_ID=<role>/<i>``); one active replica's agent is SIGKILLed with its
+process group, and the spare replica takes its node rank and RANK."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.net import free_port
+from tests.helpers.paths import SCRIPTS, XRUN
+from tests.helpers.waiting import wait_for
+
+CONF = "heartbeat_interval=0.2,heartbeat_timeout=1.5,last_call_timeout=5,join_timeout=60"
+
+
+def events(out: Path) -> list[dict[str, str]]:
+    path = out / "events.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def agent_of(node_id: str) -> int:
+    """The pid of the replica's agent (``python3 -m xrun.runtime`` with that node id)."""
+    for d in Path("/proc").iterdir():
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"xrun.runtime" in argv and f"XRUN_NODE_ID={node_id}".encode() in env:
+            return int(d.name)
+    raise AssertionError(f"no agent for {node_id}")
+
+
+@pytest.mark.timeout(240)
+def test_spare_replica_takes_the_lost_replicas_rank(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    err = tmp_path / "run.err"
+    with open(err, "w") as f:
+        run = subprocess.Popen(
+            [
+                XRUN, "run", "-s", "local_cwd", "-cfg", f"log_dir={tmp_path / 'logs'}",
+                "dist.ddp", "-j", "2x1", "--spares", "1", "--rdzv_port", str(free_port()),
+                "--rdzv_conf", CONF, "--max_retries", "3", "--script",
+                str(SCRIPTS / "spare_worker.py"), "--", str(out),
+            ],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=f, text=True,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: len(events(out)) >= 2, timeout=150, what="the first world")
+        wait_for(lambda: "standing by as a spare" in err.read_text(), timeout=60, what="a spare")
+        first = {e["XRUN_NODE_ID"]: e["RANK"] for e in events(out)}
+        role = next(iter(first)).split("/")[0]
+        spare = next(f"{role}/{i}" for i in range(3) if f"{role}/{i}" not in first)
+        # replica 0 serves the store: lose an active replica that does not
+        lost = next(n for n in sorted(first, reverse=True) if not n.endswith("/0"))
+        os.killpg(agent_of(lost), signal.SIGKILL)
+        wait_for(lambda: len(events(out)) >= 4, timeout=150, what="the second world")
+        second = {e["XRUN_NODE_ID"]: e["RANK"] for e in events(out)[2:4]}
+        assert second[spare] == first[lost], (first, second)
+        assert set(second.values()) == {"0", "1"}
+        (out / "go").touch()
+        stdout, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, err.read_text()[-3000:]
+    status = subprocess.run(
+        [XRUN, "status", stdout.strip().splitlines()[0]],
+        cwd="/", capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert "State: SUCCEEDED" in status, status
+    assert f"{lost}: FAILED" in status and "killed by signal 9" in status, status
