@@ -26,7 +26,11 @@ job keeps one count in its store, ``<run_id>/rdzv/budget/used``, so every agent 
       ``QUARANTINE_AFTER - 1``) is marked ``r/risk`` before the restart request, and only
       then do the peers give their own workers ``SETTLE_S`` to fail alike before stopping
       them; a first failure costs the restart nothing (warm recovery counts milliseconds).
-      So a bug every node hits may count once as alone, never twice: it quarantines nobody;
+      So a bug every node hits may count once as alone, never twice: it quarantines nobody.
+      Nor is a node quarantined for failing alone when the job could not form a world
+      without it (fewer other members than ``--nnodes`` MIN), or when its agent serves the
+      store (its leaving would end the job): that would end a job with restarts left for
+      what may be chance (two kill -9s); it restarts;
       peers that were merely stopped by the restart, or failed differently (a collective
       error), leave the failing node alone. Counted per node id in ``lone/<node id>``.
   A quarantined node's next agent is refused at its first join with a one-line reason
@@ -128,8 +132,10 @@ class Ledger:
         nid: str,
         wait_s: float,
         place: Callable[[], tuple[int, int]],
+        min_nodes: int = 1,
     ) -> None:
         self._link, self._k, self._place = link, keys, place
+        self._min_nodes = min_nodes
         self.node, self.host = nid, socket.gethostname()
         self.qkey = quarantine_key(keys, nid)
         self._wait_s = wait_s
@@ -167,10 +173,16 @@ class Ledger:
         if used > max_restarts:  # (no budget, --max-restarts 0: nothing to say about it)
             line = f"restart budget spent: {max_restarts} of {max_restarts} restarts used"
             return Verdict("spent", used, f"{line} (job-wide)" if max_restarts else "")
-        if int(c.add(f"{k.prefix}lone/{self.node}", 0)) >= QUARANTINE_AFTER - 1:
+        at_risk = int(c.add(f"{k.prefix}lone/{self.node}", 0)) >= QUARANTINE_AFTER - 1
+        if at_risk and not self._link.is_host and len(self._others(rnd, index)) >= self._min_nodes:
             c.add(k.of(rnd, "risk"), 1)  # before the restart request: the peers settle
         restart()
-        lone = self._alone(rnd, index, sig)
+        # Without this node the job could not form a world again (fewer others than MIN;
+        # spares do not count yet), or could not go on at all (this agent serves the store):
+        # quarantining it would end a job that has restarts left, for what may be chance (two
+        # kill -9s, an OOM). Nothing to count then.
+        needed = self._link.is_host or len(self._others(rnd, index)) < self._min_nodes
+        lone = 0 if needed else self._alone(rnd, index, sig)
         if lone >= QUARANTINE_AFTER:
             why = f"its workers failed alone {lone} times, last: {reason}"[:300]
             c.set(quarantine_key(k, self.node), f"{self.host}\t{why}".encode())
@@ -184,12 +196,16 @@ class Ledger:
             f"restart budget: {used} of {max_restarts} restarts used, {left} left (job-wide)",
         )
 
+    def _others(self, rnd: int, index: int) -> list[str]:
+        """The arrival indices of round ``rnd``'s other members."""
+        raw = self._c.get(self._k.of(rnd, "members"))
+        return [i for i in World.parse(rnd, raw).indices if i and i != str(index)] if raw else []
+
     def _alone(self, rnd: int, index: int, sig: str) -> int:
         """This node's count of failures no other member shared, this round's included (0 when
         this one was shared or the round had no other member)."""
         c, k = self._c, self._k
-        raw = c.get(k.of(rnd, "members"))
-        others = [i for i in World.parse(rnd, raw).indices if i and i != str(index)] if raw else []
+        others = self._others(rnd, index)
         if not others:
             return 0
         # Each other member reports its failure before it leaves the round, and leaves it only

@@ -59,7 +59,12 @@ class StoreRendezvousHandler(RendezvousHandler):
             from .budget import Ledger  # multi-node agents only
 
             self._ledger = Ledger(
-                self._link, self._keys, params.node_id, cfg.join_timeout, self._place
+                self._link,
+                self._keys,
+                params.node_id,
+                cfg.join_timeout,
+                self._place,
+                min_nodes=params.min_nodes,
             )
             self._lease.lost = (self._ledger.qkey, self._ledger.host)
             self._rounds.quarantine = (self._ledger.qkey, params.node_id)

@@ -152,9 +152,12 @@ def test_sigkilled_workers_change_nothing(tmp_path: Path, reference: tuple) -> N
         f"only {len(driver.done)} kills happened:\n{kills}\n{text[-3000:]}"
     )
     assert result["world_size"] == 4
-    # The kills did force restarts (each resumed from a disk checkpoint or, the usual case since
-    # train_ddp commits every step, from the shared-memory snapshot; never from scratch).
-    assert len(re.findall(r"rank 0: resuming after (?:epoch|step) \d+", text)) >= 3, text[-3000:]
+    # The kills did force restarts, each resumed from a disk checkpoint or, the usual case since
+    # train_ddp commits every step, from the shared-memory snapshot; never from scratch: epoch 1
+    # is trained once. (Not one resume per kill: on a busy machine a kill can land in a restarted
+    # attempt before its rank 0 restored, and that attempt's successor prints the one resume.)
+    assert re.findall(r"rank 0: resuming after (?:epoch|step) \d+", text), text[-3000:]
+    assert len(re.findall(r"\]:epoch 1: loss", text)) == 1, text[-3000:]
     _assert_checkpoints_sound(driver, Path(marker))
     assert not chaos.agents(marker) and not chaos.workers(marker), "processes outlived the job"
     if (result["params_sha256"], result["final_loss"]) != (ref["params_sha256"], ref["final_loss"]):

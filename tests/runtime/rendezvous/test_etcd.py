@@ -58,7 +58,9 @@ def _run_id() -> str:
     return f"t{uuid.uuid4().hex[:12]}"  # etcd outlives a test: one job's keys per test
 
 
-def _common(etcd: str, nnodes: str, nproc: int, backend: str = "etcd-v2") -> tuple[str, ...]:
+def _common(
+    etcd: str, nnodes: str, nproc: int, backend: str = "etcd-v2", conf: str = AGENT_FAST
+) -> tuple[str, ...]:
     return (
         "--nnodes",
         nnodes,
@@ -71,7 +73,7 @@ def _common(etcd: str, nnodes: str, nproc: int, backend: str = "etcd-v2") -> tup
         "--rdzv-id",
         _run_id(),
         "--rdzv-conf",
-        AGENT_FAST,
+        conf,
     )
 
 
@@ -124,17 +126,23 @@ def test_elastic_scale_up_restarts_into_a_bigger_world(
     assert {e["TORCHELASTIC_RESTART_COUNT"] for e in evs} == {"0"}
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 def test_a_killed_agent_is_dropped_and_the_other_continues(
     etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
-    common = _common(etcd, "1:2", 1)
+    # A last call long enough for the second agent to start on a busy machine: else the first
+    # forms a world alone, its worker (world 1) exits at once and the job is over before the
+    # pair forms. The pair seals as soon as both are in (MAX); only the survivor's re-form
+    # alone waits it out.
+    slow_last_call = AGENT_FAST.replace("last_call_timeout=0.5", "last_call_timeout=8")
+    common = _common(etcd, "1:2", 1, conf=slow_last_call)
     actions = (BEHAVE, str(tmp_path), "ready", "sleep-unless-world:1:60")
     a = popen(procs, agent(*common, *actions))
     b = popen(procs, agent(*common, *actions))
     wait_for(
         lambda: {e["WORLD_SIZE"] for e in events(tmp_path)} == {"2"} and len(events(tmp_path)) == 2,
         what="a two-node world",
+        timeout=60,
     )
     # Kill group rank 0's agent, whose store the workers use: with etcd the rendezvous survives.
     rank0_pid = {e["GROUP_RANK"]: e for e in events(tmp_path)}["0"]
@@ -142,9 +150,10 @@ def test_a_killed_agent_is_dropped_and_the_other_continues(
     assert _is_parent(victim.pid, int(str(rank0_pid["pid"])))
     t0 = time.monotonic()
     victim.kill()
-    assert survivor.wait(timeout=30) == 0, survivor.communicate()[1]
-    # etcd drops it when its lease runs out (2 s), then the survivor re-forms alone.
-    assert time.monotonic() - t0 < 15
+    assert survivor.wait(timeout=60) == 0, survivor.communicate()[1]
+    # etcd drops it when its lease runs out (2 s), then the survivor re-forms alone after the
+    # last call (8 s): well before join_timeout (30 s), which would fail it.
+    assert time.monotonic() - t0 < 30
     last = events(tmp_path)[-1]
     assert last["WORLD_SIZE"] == "1"
     assert "lost" in survivor.communicate()[1]
