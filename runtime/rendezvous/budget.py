@@ -173,16 +173,17 @@ class Ledger:
         if used > max_restarts:  # (no budget, --max-restarts 0: nothing to say about it)
             line = f"restart budget spent: {max_restarts} of {max_restarts} restarts used"
             return Verdict("spent", used, f"{line} (job-wide)" if max_restarts else "")
-        at_risk = int(c.add(f"{k.prefix}lone/{self.node}", 0)) >= QUARANTINE_AFTER - 1
-        if at_risk and not self._link.is_host and len(self._others(rnd, index)) >= self._min_nodes:
-            c.add(k.of(rnd, "risk"), 1)  # before the restart request: the peers settle
-        restart()
         # Without this node the job could not form a world again (fewer others than MIN;
         # spares do not count yet), or could not go on at all (this agent serves the store):
         # quarantining it would end a job that has restarts left, for what may be chance (two
-        # kill -9s, an OOM). Nothing to count then.
-        needed = self._link.is_host or len(self._others(rnd, index)) < self._min_nodes
-        lone = 0 if needed else self._alone(rnd, index, sig)
+        # kill -9s, an OOM). Nothing to count then, and no peer need settle.
+        others = self._others(rnd, index)
+        needed = self._link.is_host or len(others) < self._min_nodes
+        at_risk = int(c.add(f"{k.prefix}lone/{self.node}", 0)) >= QUARANTINE_AFTER - 1
+        if at_risk and not needed:
+            c.add(k.of(rnd, "risk"), 1)  # before the restart request: the peers settle
+        restart()
+        lone = 0 if needed else self._alone(rnd, others, sig)
         if lone >= QUARANTINE_AFTER:
             why = f"its workers failed alone {lone} times, last: {reason}"[:300]
             c.set(quarantine_key(k, self.node), f"{self.host}\t{why}".encode())
@@ -201,11 +202,10 @@ class Ledger:
         raw = self._c.get(self._k.of(rnd, "members"))
         return [i for i in World.parse(rnd, raw).indices if i and i != str(index)] if raw else []
 
-    def _alone(self, rnd: int, index: int, sig: str) -> int:
+    def _alone(self, rnd: int, others: list[str], sig: str) -> int:
         """This node's count of failures no other member shared, this round's included (0 when
         this one was shared or the round had no other member)."""
         c, k = self._c, self._k
-        others = self._others(rnd, index)
         if not others:
             return 0
         # Each other member reports its failure before it leaves the round, and leaves it only
