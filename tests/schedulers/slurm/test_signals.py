@@ -211,7 +211,9 @@ def test_a_worker_that_ignores_sigterm_is_sigkilled_after_the_grace_period(
     elapsed = time.monotonic() - t0
     assert resp is not None and resp.state == AppState.CANCELLED, resp
     assert [p for p in pids if not gone(p)] == [], "workers outlived the CANCELLED state"
-    assert elapsed < grace + 4.0, f"CANCELLED {elapsed:.1f} s after the cancel"
+    # Well before the agent's own 30 s: the grace acted. Slurm's COMPLETING -> CANCELLED adds
+    # up to ~6 s at load 12 (seen: 10.5 s for a 5 s KillWait), so the margin is 12 s.
+    assert elapsed < grace + 12.0, f"CANCELLED {elapsed:.1f} s after the cancel"
     # Rank 0 obeyed at once; rank 1 lived on through the grace period, and not much longer.
     assert job.lived_after_sigterm("0") < 1.0
     lived = job.lived_after_sigterm("1")
