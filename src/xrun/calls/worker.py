@@ -1,0 +1,93 @@
+"""The replica's side of ``xrun.submit``: ``python3 -m xrun.calls.worker FOLDER MAX_BYTES
+REPLICA``.
+
+Each rank (a worker of the runtime agent, with RANK, WORLD_SIZE, MASTER_ADDR and the rest of
+torchrun's env) loads the call from FOLDER, calls it, and writes its outcome back there (see
+:mod:`xrun.calls.files`): rank 0 always, every rank when the caller asked for all ranks' values,
+and any rank whose call raised. A call that raised exits 1, so the job fails as any failed
+script does (the agent's root cause, the scheduler's status) and ``max_retries`` runs it again.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from pathlib import Path
+from types import CodeType
+
+from xrun.calls.files import (
+    CALL_FILE,
+    ERROR,
+    OK,
+    TooLargeError,
+    dump,
+    load,
+    outcome_file,
+    place_file,
+)
+
+
+def _picklable_error(exc: BaseException) -> BaseException:
+    """``exc`` itself when it pickles, else a RuntimeError that names it (an exception holding
+    a lock or a socket would otherwise lose the traceback too)."""
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(exc)
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__qualname__}: {exc} (the exception does not pickle)")
+
+
+def _refile(code: CodeType, filename: str) -> CodeType:
+    """``code`` (and the code nested in it) named after ``filename`` again: cloudpickle names
+    code sent by value ``<dynamic-code>``, which a traceback cannot show a line of."""
+    consts = tuple(_refile(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def _with_filename(fn: object, filename: str | None) -> None:
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    code = getattr(target, "__code__", None)
+    if filename and isinstance(code, CodeType) and code.co_filename == "<dynamic-code>":
+        target.__code__ = _refile(code, filename)  # type: ignore[attr-defined]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or not argv[1].isdigit():
+        print("usage: python3 -m xrun.calls.worker FOLDER MAX_BYTES REPLICA", file=sys.stderr)
+        return 2
+    folder, limit, replica = Path(argv[0]), int(argv[1]), argv[2]
+    rank = int(os.environ.get("RANK", "0"))
+    # Which replica's log holds this rank's lines (Job.stdout): the rendezvous, not the
+    # replica's index, orders the nodes.
+    place_file(folder, rank).write_text(f"{replica} {os.environ.get('LOCAL_RANK', '0')}\n")
+    mine = outcome_file(folder, rank)
+    mine.unlink(missing_ok=True)  # a retry: the last attempt's outcome is not this one's
+    call = load(folder / CALL_FILE, limit, "the call")
+    fn, args, kwargs, all_ranks = call["fn"], call["args"], call["kwargs"], call["all_ranks"]
+    _with_filename(fn, call.get("filename"))
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as e:  # SystemExit too: the caller asked for a value
+        tb = traceback.format_exc()
+        sys.stderr.write(tb)
+        sys.stderr.flush()
+        dump((ERROR, _picklable_error(e), tb, rank), mine, limit, "the exception")
+        return 1
+    if rank == 0 or all_ranks:
+        try:
+            dump((OK, value), mine, limit, f"the result of rank {rank}")
+        except Exception as e:  # too large (files.TooLargeError), or a value that won't pickle
+            msg = f"xrun.calls.worker: the result of rank {rank} was not sent back: {e}"
+            print(msg, file=sys.stderr)
+            err = TooLargeError(msg) if isinstance(e, TooLargeError) else RuntimeError(msg)
+            dump((ERROR, err, msg + "\n", rank), mine, limit, "the exception")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

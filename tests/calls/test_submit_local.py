@@ -1,0 +1,231 @@
+"""``xrun.submit`` on local_cwd, for real: each call a job of xrun's runtime agent, its workers
+running ``python3 -m xrun.calls.worker``; and the in-process debug mode.
+
+The jobs run in the test's tmp dir (local_cwd runs in the cwd), where this test module cannot
+be imported: a function of this module reaches the workers only by value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import xrun
+from xrun.calls.files import TooLargeError, outcome_file
+from xrun.calls.job import CallFailedError, DebugJob, Job
+from xrun.errors import UsageError
+from xrun.specs import AppState
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class BoomError(ValueError):
+    pass
+
+
+def where(tag: str) -> dict[str, object]:
+    """Runs in the job: what the worker sees, and whether this module came by value."""
+    print(f"hello {tag} from rank {os.environ['RANK']}", flush=True)
+    return {
+        "tag": tag,
+        "rank": int(os.environ["RANK"]),
+        "world": int(os.environ["WORLD_SIZE"]),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "pid": os.getpid(),
+        "imported_by_reference": __name__ in sys.modules,
+        "point": Point(1, 2),
+    }
+
+
+def boom(batch: int) -> None:
+    data = [batch]
+    if data:
+        raise BoomError(f"bad shape in batch {batch}")
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+def test_a_module_function_returns_its_value_from_another_process(tmp_path: Path) -> None:
+    job = xrun.submit(where, "one", folder=tmp_path / "calls")
+    assert isinstance(job, Job) and job.handle.startswith("local_cwd://")
+    out = job.result()
+    assert out["tag"] == "one" and (out["rank"], out["world"]) == (0, 1)
+    assert out["pid"] != os.getpid()
+    # Not imported in the worker (it cannot be from the tmp dir): it came by value.
+    assert out["imported_by_reference"] is False
+    # A class of this module comes back as the class itself (cloudpickle's class tracking).
+    assert out["point"] == Point(1, 2) and type(out["point"]) is Point
+    assert job.status() == AppState.SUCCEEDED
+    assert job.exception() is None
+    assert "hello one from rank 0\n" in job.stdout()
+    assert job.folder.parent == tmp_path / "calls"
+
+
+def test_a_lambda_and_a_closure_are_pickled_by_value(tmp_path: Path) -> None:
+    k = 7
+
+    def times_k(x: int) -> int:
+        return x * k
+
+    jobs = [
+        xrun.submit(lambda a, b=0: (a + b, os.environ["WORLD_SIZE"]), 40, kwargs={"b": 2}),
+        xrun.submit(times_k, 6),
+    ]
+    assert jobs[0].result() == (42, "1")
+    assert jobs[1].result() == 42
+
+
+def test_an_exception_comes_back_with_the_remote_traceback() -> None:
+    job = xrun.submit(boom, 3)
+    with pytest.raises(BoomError, match="bad shape in batch 3") as info:
+        job.result()
+    tb = info.value.remote_traceback  # type: ignore[attr-defined]
+    # The frame names this file and shows its line, though the function came by value.
+    assert f'File "{__file__}", line' in tb and "in boom" in tb
+    assert 'raise BoomError(f"bad shape in batch {batch}")' in tb
+    assert tb.rstrip().endswith("BoomError: bad shape in batch 3")
+    assert any("remote traceback" in n and "in boom" in n for n in info.value.__notes__)
+    exc = job.exception()
+    assert isinstance(exc, BoomError) and exc is not info.value
+    assert job.status() == AppState.FAILED
+    # The worker printed it too, and the agent named it as the root cause.
+    assert "BoomError: bad shape in batch 3" in job.stderr()
+    cause = r"root cause: \S*BoomError: bad shape in batch 3 \(rank 0, test_submit_local\.py:\d+\)"
+    assert re.search(cause, job.stderr())
+
+
+def test_two_nodes_of_two_run_the_call_on_every_rank() -> None:
+    job = xrun.submit(where, "dist", j="2x2", all_ranks=True)
+    out = job.result()
+    assert [o["rank"] for o in out] == [0, 1, 2, 3]
+    assert {o["world"] for o in out} == {4}
+    assert sorted(o["local_rank"] for o in out) == [0, 0, 1, 1]
+    assert len({o["pid"] for o in out}) == 4
+    for rank in range(4):
+        assert f"hello dist from rank {rank}\n" in job.stdout(rank)
+    # Without all_ranks: rank 0's value only, and only rank 0 writes one.
+    job0 = xrun.submit(where, "zero", j="1x2")
+    assert job0.result()["rank"] == 0
+    assert job0.wait().state == AppState.SUCCEEDED
+    assert outcome_file(job0.folder, 0).exists() and not outcome_file(job0.folder, 1).exists()
+
+
+def sleeper(marker: str) -> str:
+    Path(marker).write_text("started")
+    time.sleep(600)
+    return "never"
+
+
+def test_cancel_ends_the_job_and_result_says_so(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    job = xrun.submit(sleeper, str(marker))
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.2)
+    assert job.status() == AppState.RUNNING
+    t0 = time.monotonic()
+    job.cancel()
+    assert job.wait(timeout=120).state == AppState.CANCELLED
+    assert time.monotonic() - t0 < 120
+    with pytest.raises(CallFailedError, match="ended CANCELLED"):
+        job.result()
+
+
+def flaky(marker: str) -> str:
+    if not Path(marker).exists():
+        Path(marker).write_text("first attempt")
+        raise RuntimeError("first attempt fails")
+    return f"attempt {os.environ.get('TORCHELASTIC_RESTART_COUNT')}"
+
+
+def test_max_retries_calls_a_failed_function_again(tmp_path: Path) -> None:
+    job = xrun.submit(flaky, str(tmp_path / "m1"), max_retries=1)
+    assert job.result() == "attempt 1"
+    once = xrun.submit(flaky, str(tmp_path / "m2"))
+    with pytest.raises(RuntimeError, match="first attempt fails"):
+        once.result()
+
+
+def big(n: int) -> bytes:
+    return b"x" * n
+
+
+def test_a_result_over_the_limit_is_a_clear_error_and_no_big_file() -> None:
+    job = xrun.submit(big, 1 << 20, max_result_bytes=64 << 10)
+    with pytest.raises(TooLargeError, match=r"result of rank 0 .* over the limit of 64 KiB"):
+        job.result()
+    assert outcome_file(job.folder, 0).stat().st_size < 64 << 10
+    with pytest.raises(UsageError, match="over the limit of 64 KiB"):
+        xrun.submit(big, b"y" * (1 << 20), max_result_bytes=64 << 10)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: xrun.submit(42), r"fn 42 \(a int\) is not callable"),
+        (lambda: xrun.submit(big, 1, j="2y"), r"-j '?2y'? is invalid"),
+        (lambda: xrun.submit(big, 1, j="0x1"), r"-j '?0x1'? is invalid: NNODES must be >= 1"),
+        (lambda: xrun.submit(big, 1, cpus=3), r"unknown option\(s\) cpus; expected .*cpu"),
+        (lambda: xrun.submit(big, 1, max_result_bytes=0), "max_result_bytes=0 is invalid"),
+        (lambda: xrun.submit(big, 1, scheduler="debug", j="2x2"), "j='2x2'"),
+        (lambda: xrun.submit(big, 1, scheduler="nosuch"), "nosuch"),
+    ],
+)
+def test_bad_input_is_a_usage_error_naming_it(call, match: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UsageError, match=match):
+        call()
+
+
+def test_debug_mode_calls_in_this_process_when_asked() -> None:
+    calls: list[int] = []
+
+    def record(x: int) -> int:
+        calls.append(x)
+        print("debug print")
+        return x + 1
+
+    job = xrun.submit(record, 1, scheduler="debug")
+    assert isinstance(job, DebugJob)
+    assert calls == [] and job.status() == AppState.PENDING  # submitit's: run on result()
+    assert job.result() == 2 and calls == [1]  # in this process: the list is ours
+    assert job.result() == 2 and calls == [1]  # once
+    assert job.status() == AppState.SUCCEEDED and job.stdout() == "debug print\n"
+    failing = xrun.submit(boom, 5, scheduler="debug")
+    exc = failing.exception()
+    assert isinstance(exc, BoomError) and "in boom" in exc.remote_traceback  # type: ignore[attr-defined]
+    with pytest.raises(BoomError):
+        failing.result()
+    cancelled = xrun.submit(record, 9, scheduler="debug")
+    cancelled.cancel()
+    assert cancelled.status() == AppState.CANCELLED and calls == [1]
+    with pytest.raises(CallFailedError):
+        cancelled.result()
+
+
+def test_import_xrun_stays_light() -> None:
+    code = (
+        "import sys, xrun\n"
+        "heavy = [m for m in ('cloudpickle', 'xrun.calls', 'xrun.runner') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "assert callable(xrun.submit) and 'xrun.calls.submit' in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
