@@ -232,8 +232,13 @@ def _remove(call: Path) -> None:
 
 
 def _empty_workspace() -> str:
-    """A folder with nothing in it, always the same: the docker scheduler builds xrun (and
-    cloudpickle) into the image from it, and reuses that image while xrun is unchanged."""
-    path = Path(state_dir("calls", "empty-workspace"))
+    """A folder with one small file, always the same: the docker scheduler builds xrun (and
+    cloudpickle) into the image from it, and reuses that image while xrun is unchanged. (A
+    folder with no file at all would leave the build context without its workspace/.)"""
+    path = Path(state_dir("calls", "workspace"))
     path.mkdir(parents=True, exist_ok=True)
+    readme = path / "README"
+    text = "xrun.submit's default docker workspace: only xrun and cloudpickle go in the image.\n"
+    if not readme.exists() or readme.read_text() != text:
+        readme.write_text(text)
     return str(path)

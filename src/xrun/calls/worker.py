@@ -29,6 +29,17 @@ from xrun.calls.files import (
 )
 
 
+def _cloudpickle_on_path() -> None:
+    """An image without cloudpickle has the caller's copy in xrun/_deps/ (the docker
+    scheduler's build context): appended, so an image's own comes first."""
+    try:
+        import cloudpickle  # noqa: F401
+    except ImportError:
+        deps = Path(__file__).resolve().parent.parent / "_deps"
+        if deps.is_dir():
+            sys.path.append(str(deps))
+
+
 def _picklable_error(exc: BaseException) -> BaseException:
     """``exc`` itself when it pickles, else a RuntimeError that names it (an exception holding
     a lock or a socket would otherwise lose the traceback too)."""
@@ -60,6 +71,7 @@ def main(argv: list[str]) -> int:
         print("usage: python3 -m xrun.calls.worker FOLDER MAX_BYTES REPLICA", file=sys.stderr)
         return 2
     folder, limit, replica = Path(argv[0]), int(argv[1]), argv[2]
+    _cloudpickle_on_path()
     rank = int(os.environ.get("RANK", "0"))
     # Which replica's log holds this rank's lines (Job.stdout): the rendezvous, not the
     # replica's index, orders the nodes.
