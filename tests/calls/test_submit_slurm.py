@@ -1,0 +1,52 @@
+"""``xrun.submit`` on the real Slurm cluster (four nodes on this host): one sbatch, srun, the
+runtime agent on each node, the call on every rank; the outcome comes back through the call's
+folder (a shared filesystem on a real cluster; here the nodes share this host's)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import xrun
+from tests.helpers import slurm as slurm_fixture
+from tests.helpers.slurm import SlurmCluster
+from xrun.specs import AppState
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+
+slurm_cluster = slurm_fixture.slurm_cluster
+
+
+def on_node(x: int) -> tuple[int, int, int, str]:
+    if x < 0:
+        raise KeyError(f"negative {x}")
+    print(f"rank {os.environ['RANK']} on {os.environ['SLURMD_NODENAME']}", flush=True)
+    return (
+        x * 2,
+        int(os.environ["RANK"]),
+        int(os.environ["WORLD_SIZE"]),
+        os.environ["SLURMD_NODENAME"],
+    )
+
+
+def test_a_call_runs_on_two_slurm_nodes_and_an_error_comes_back(
+    slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # slurm-logs/ goes here
+    job = xrun.submit(on_node, 21, scheduler="slurm", j="2x2", all_ranks=True)
+    assert job.handle.startswith("slurm://") and job.job_id.isdigit()
+    out = job.result(timeout=240)
+    assert [o[1] for o in out] == [0, 1, 2, 3] and {o[2] for o in out} == {4}
+    assert {o[0] for o in out} == {42}
+    nodes = [o[3] for o in out]
+    assert nodes[0] == nodes[1] != nodes[2] == nodes[3]  # two nodes, two ranks each
+    assert set(nodes) <= set(slurm_cluster.nodes)
+    assert f"rank 3 on {nodes[3]}\n" in job.stdout(3)
+    assert job.status() == AppState.SUCCEEDED
+    bad = xrun.submit(on_node, -1, scheduler="slurm")
+    with pytest.raises(KeyError, match="negative -1") as info:
+        bad.result(timeout=240)
+    assert "in on_node" in info.value.remote_traceback  # type: ignore[attr-defined]
+    assert bad.status() == AppState.FAILED
