@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -229,3 +230,58 @@ def test_import_xrun_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+
+
+class Resumable:
+    """submitit's Checkpointable: ``checkpoint`` says what the next attempt calls."""
+
+    def __init__(self) -> None:
+        self.checkpoints = 0
+
+    def __call__(self, folder: str) -> int:
+        pid_file = Path(folder, "pid")
+        if self.checkpoints == 0:
+            if pid_file.exists():
+                raise RuntimeError("retried without the checkpoint")
+            pid_file.write_text(str(os.getpid()))
+            time.sleep(600)  # the test stops this worker with SIGTERM
+        return self.checkpoints
+
+    def checkpoint(self, folder: str) -> tuple[Resumable, tuple[str], dict[str, object]]:
+        self.checkpoints += 1
+        return self, (folder,), {}
+
+
+def test_a_stopped_call_is_checkpointed_and_the_retry_resumes(tmp_path: Path) -> None:
+    job = xrun.submit(Resumable(), str(tmp_path), max_retries=1)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "pid").exists():
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.2)
+    # The worker set its SIGTERM handler before the call wrote its pid.
+    os.kill(int((tmp_path / "pid").read_text()), signal.SIGTERM)
+    assert job.result(timeout=200) == 1
+    assert "checkpointed on signal 15" in job.stderr()
+
+
+def test_map_array_is_one_submission_with_one_job_per_call() -> None:
+    jobs = xrun.map_array(where, ["a", "b", "c"], j="1x1")
+    assert len(jobs) == 3
+    sweeps = {j.handle.rsplit("/", 1)[0] for j in jobs}
+    assert len(sweeps) == 1  # one sweep: its trials are the calls
+    assert [j.handle.rsplit("/", 1)[1] for j in jobs] == ["0", "1", "2"]
+    assert [j.result()["tag"] for j in jobs] == ["a", "b", "c"]
+    assert "hello b from rank 0\n" in jobs[1].stdout()
+    assert xrun.map_array(where, []) == []
+
+
+def test_an_executor_passes_keyword_arguments_to_the_function() -> None:
+    ex = xrun.Executor("local_cwd", j="1x1")
+    ex.update_parameters(j="1x2", all_ranks=True, env={"CALL_TAG": "t1"})
+    job = ex.submit(lambda a, *, b: (a, b, os.environ["CALL_TAG"], os.environ["RANK"]), 1, b=2)
+    assert job.result() == [(1, 2, "t1", "0"), (1, 2, "t1", "1")]
+    with pytest.raises(UsageError, match="unknown option"):
+        ex.update_parameters(gpus=1, j="2x2")
+    assert ex.j == "1x2" and "gpus" not in ex.options  # unchanged
+    dbg = xrun.Executor("debug").map_array(lambda x: x * 3, [1, 2])
+    assert [j.result() for j in dbg] == [3, 6]

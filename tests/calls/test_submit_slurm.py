@@ -5,6 +5,8 @@ folder (a shared filesystem on a real cluster; here the nodes share this host's)
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,22 @@ def test_a_call_runs_on_two_slurm_nodes_and_an_error_comes_back(
         bad.result(timeout=240)
     assert "in on_node" in info.value.remote_traceback  # type: ignore[attr-defined]
     assert bad.status() == AppState.FAILED
+
+
+def test_map_array_is_one_slurm_job_array(
+    slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    jobs = xrun.map_array(on_node, [1, 2, 3, 4, 5], scheduler="slurm")
+    array_ids = {j.job_id.split("/")[0] for j in jobs}
+    assert len(array_ids) == 1 and next(iter(array_ids)).isdigit()  # ONE sbatch
+    assert [j.job_id.split("/")[1] for j in jobs] == ["0", "1", "2", "3", "4"]
+    assert [j.result(timeout=240)[0] for j in jobs] == [2, 4, 6, 8, 10]
+    # Slurm itself knows them as one array's tasks.
+    array_id = next(iter(array_ids))
+    out = subprocess.run(
+        ["scontrol", "-o", "show", "job", array_id], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    tasks = re.findall(rf"ArrayJobId={array_id} ArrayTaskId=(\d+)", out.stdout)
+    assert sorted(tasks, key=int) == ["0", "1", "2", "3", "4"]

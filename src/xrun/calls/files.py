@@ -2,7 +2,10 @@
 
 A call's folder (``<folder>/<call id>/``) holds:
 
-- ``call.pkl``             the caller's ``(fn, args, kwargs)``, pickled by cloudpickle
+- ``call.pkl``             the caller's call (``fn``, ``args``, ``kwargs`` and options),
+                           pickled by cloudpickle; a checkpoint (worker.py) replaces it
+- ``<I>/args.pkl``         ``map_array``: call I's ``(args, kwargs)``; ``call.pkl`` holds
+                           the function once; call I's outcomes go to ``<I>/``
 - ``place.<RANK>``         ``REPLICA LOCAL_RANK`` of rank RANK's worker: whose log has its lines
 - ``outcome.<RANK>.pkl``   what rank RANK's call gave: ``("ok", value)`` or
                            ``("error", exception, traceback text, rank)``; written to a
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 CALL_FILE = "call.pkl"
+ARGS_FILE = "args.pkl"  # a map_array call's own (args, kwargs), in its folder <I>/
 OUTCOME_PREFIX = "outcome."
 OUTCOME_SUFFIX = ".pkl"
 

@@ -70,8 +70,9 @@ class Job(Generic[R]):
 
     @property
     def job_id(self) -> str:
-        """The scheduler's id for the app (the handle's last part; on Slurm the job id)."""
-        return self.handle.rsplit("/", 1)[-1]
+        """The scheduler's id for the app (the handle after the session: on Slurm the job
+        id; ``SWEEP/TRIAL`` for a call of a map_array)."""
+        return self.handle.split("://", 1)[-1].split("/", 1)[-1]
 
     def __repr__(self) -> str:
         return f"Job({self.handle!r})"

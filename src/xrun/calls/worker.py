@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
 from types import CodeType
+from typing import Any
 
 from xrun.calls.files import (
+    ARGS_FILE,
     CALL_FILE,
     ERROR,
     OK,
@@ -27,6 +30,7 @@ from xrun.calls.files import (
     outcome_file,
     place_file,
 )
+from xrun.contract import TRIAL_INDEX_ENV
 
 
 def _cloudpickle_on_path() -> None:
@@ -66,6 +70,54 @@ def _with_filename(fn: object, filename: str | None) -> None:
         target.__code__ = _refile(code, filename)  # type: ignore[attr-defined]
 
 
+def _load_call(folder: Path, limit: int) -> tuple[Path, dict[str, Any]]:
+    """(the folder this call's outcome goes to, the call). One call: FOLDER itself. One call
+    of a ``map_array`` (a trial of a sweep, XRUN_TRIAL_INDEX=I): FOLDER/I, whose ``args.pkl``
+    completes FOLDER's shared ``call.pkl`` (the function, pickled once), or whose own
+    ``call.pkl`` (a checkpoint's) replaces both."""
+    call = load(folder / CALL_FILE, limit, "the call")
+    if not call.get("map"):
+        return folder, call
+    index = os.environ.get(TRIAL_INDEX_ENV, "")
+    if not index.isdigit():
+        raise RuntimeError(f"a map_array call needs {TRIAL_INDEX_ENV} (got {index!r})")
+    own = folder / index
+    if (own / CALL_FILE).exists():
+        return own, load(own / CALL_FILE, limit, "the checkpointed call")
+    args, kwargs = load(own / ARGS_FILE, limit, f"the arguments of call {index}")
+    return own, {**call, "args": args, "kwargs": kwargs}
+
+
+def _on_preemption(call: dict[str, Any], out: Path, limit: int, rank: int) -> None:
+    """SIGTERM (a preemption, a requeue, a worker stopped for a restart) while a callable with
+    a ``checkpoint`` method runs: submitit's Checkpointable. ``fn.checkpoint(*args,
+    **kwargs)`` returns what the next attempt calls: a ``(fn, args, kwargs)`` tuple, an object
+    with ``function``/``args``/``kwargs`` (submitit's DelayedSubmission), or None (the same
+    call again); rank 0 stores it in the call's folder, and the process ends at once (143)."""
+
+    def handler(signum: int, frame: object) -> None:
+        fn = call["fn"]
+        try:
+            if rank == 0:
+                new = fn.checkpoint(*call["args"], **call["kwargs"])
+                if new is not None:
+                    if isinstance(new, tuple):
+                        fn2, args2, kwargs2 = new
+                    else:
+                        fn2, args2, kwargs2 = new.function, new.args, new.kwargs
+                    saved = {**call, "fn": fn2, "args": tuple(args2), "kwargs": dict(kwargs2)}
+                    dump(saved, out / CALL_FILE, limit, "the checkpointed call")
+                    print(f"xrun.calls.worker: checkpointed on signal {signum}", file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signum)  # not SystemExit: the call's own handlers must not run
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or not argv[1].isdigit():
         print("usage: python3 -m xrun.calls.worker FOLDER MAX_BYTES REPLICA", file=sys.stderr)
@@ -73,14 +125,16 @@ def main(argv: list[str]) -> int:
     folder, limit, replica = Path(argv[0]), int(argv[1]), argv[2]
     _cloudpickle_on_path()
     rank = int(os.environ.get("RANK", "0"))
+    out, call = _load_call(folder, limit)
     # Which replica's log holds this rank's lines (Job.stdout): the rendezvous, not the
     # replica's index, orders the nodes.
-    place_file(folder, rank).write_text(f"{replica} {os.environ.get('LOCAL_RANK', '0')}\n")
-    mine = outcome_file(folder, rank)
+    place_file(out, rank).write_text(f"{replica} {os.environ.get('LOCAL_RANK', '0')}\n")
+    mine = outcome_file(out, rank)
     mine.unlink(missing_ok=True)  # a retry: the last attempt's outcome is not this one's
-    call = load(folder / CALL_FILE, limit, "the call")
     fn, args, kwargs, all_ranks = call["fn"], call["args"], call["kwargs"], call["all_ranks"]
     _with_filename(fn, call.get("filename"))
+    if callable(getattr(fn, "checkpoint", None)):
+        _on_preemption(call, out, limit, rank)
     try:
         value = fn(*args, **kwargs)
     except BaseException as e:  # SystemExit too: the caller asked for a value
