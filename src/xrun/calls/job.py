@@ -41,8 +41,8 @@ class CallFailedError(RuntimeError):
 def _attach(exc: BaseException, tb: str, where: str) -> BaseException:
     """``exc`` with the remote traceback ``tb`` as a note and as ``remote_traceback``."""
     note = f"\n{where}, remote traceback:\n{tb.rstrip()}"
-    if note not in getattr(exc, "__notes__", ()):
-        exc.add_note(note)
+    if note not in getattr(exc, "__notes__", ()) and hasattr(exc, "add_note"):
+        exc.add_note(note)  # Python 3.11+ prints it under the exception; 3.10: the attribute
     with contextlib.suppress(AttributeError, TypeError):  # an exception class with __slots__
         exc.remote_traceback = tb  # type: ignore[attr-defined]
     return exc

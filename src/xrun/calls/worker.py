@@ -89,8 +89,9 @@ def _load_call(folder: Path, limit: int) -> tuple[Path, dict[str, Any]]:
 
 
 def _on_preemption(call: dict[str, Any], out: Path, limit: int, rank: int) -> None:
-    """SIGTERM (a preemption, a requeue, a worker stopped for a restart) while a callable with
-    a ``checkpoint`` method runs: submitit's Checkpointable. ``fn.checkpoint(*args,
+    """SIGTERM (a preemption, a worker stopped for a restart) or SIGUSR2 (Slurm's time-limit
+    or preemption warning, ``--signal``) while a callable with a ``checkpoint`` method runs:
+    submitit's Checkpointable. ``fn.checkpoint(*args,
     **kwargs)`` returns what the next attempt calls: a ``(fn, args, kwargs)`` tuple, an object
     with ``function``/``args``/``kwargs`` (submitit's DelayedSubmission), or None (the same
     call again); rank 0 stores it in the call's folder, and the process ends at once (143)."""
@@ -116,6 +117,7 @@ def _on_preemption(call: dict[str, Any], out: Path, limit: int, rank: int) -> No
             os._exit(128 + signum)  # not SystemExit: the call's own handlers must not run
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGUSR2, handler)
 
 
 def main(argv: list[str]) -> int:
