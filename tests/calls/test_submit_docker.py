@@ -46,4 +46,4 @@ def test_a_call_runs_in_two_containers_and_returns(
     }
     # The base image has no cloudpickle: the worker used the copy xrun carried into it.
     assert all(str(o["cloudpickle"]).startswith("/opt/xrun/xrun/_deps/") for o in out)
-    assert job.status() == AppState.SUCCEEDED
+    assert job.wait(timeout=240).state == AppState.SUCCEEDED

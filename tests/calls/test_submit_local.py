@@ -72,7 +72,7 @@ def test_a_module_function_returns_its_value_from_another_process(tmp_path: Path
     assert out["imported_by_reference"] is False
     # A class of this module comes back as the class itself (cloudpickle's class tracking).
     assert out["point"] == Point(1, 2) and type(out["point"]) is Point
-    assert job.status() == AppState.SUCCEEDED
+    assert job.wait(timeout=120).state == AppState.SUCCEEDED
     assert job.exception() is None
     assert "hello one from rank 0\n" in job.stdout()
     assert job.folder.parent == tmp_path / "calls"
@@ -104,7 +104,7 @@ def test_an_exception_comes_back_with_the_remote_traceback() -> None:
     assert any("remote traceback" in n and "in boom" in n for n in info.value.__notes__)
     exc = job.exception()
     assert isinstance(exc, BoomError) and exc is not info.value
-    assert job.status() == AppState.FAILED
+    assert job.wait(timeout=120).state == AppState.FAILED  # the outcome came first
     # The worker printed it too, and the agent named it as the root cause.
     assert "BoomError: bad shape in batch 3" in job.stderr()
     cause = r"root cause: \S*BoomError: bad shape in batch 3 \(rank 0, test_submit_local\.py:\d+\)"
@@ -118,6 +118,8 @@ def test_two_nodes_of_two_run_the_call_on_every_rank() -> None:
     assert {o["world"] for o in out} == {4}
     assert sorted(o["local_rank"] for o in out) == [0, 0, 1, 1]
     assert len({o["pid"] for o in out}) == 4
+    # result() came with the outcome files; the logs are whole once the job has ended.
+    assert job.wait(timeout=120).state == AppState.SUCCEEDED
     for rank in range(4):
         assert f"hello dist from rank {rank}\n" in job.stdout(rank)
     # Without all_ranks: rank 0's value only, and only rank 0 writes one.
@@ -271,6 +273,7 @@ def test_map_array_is_one_submission_with_one_job_per_call() -> None:
     assert len(sweeps) == 1  # one sweep: its trials are the calls
     assert [j.handle.rsplit("/", 1)[1] for j in jobs] == ["0", "1", "2"]
     assert [j.result()["tag"] for j in jobs] == ["a", "b", "c"]
+    assert jobs[1].wait(timeout=120).state == AppState.SUCCEEDED
     assert "hello b from rank 0\n" in jobs[1].stdout()
     assert xrun.map_array(where, []) == []
 

@@ -45,13 +45,14 @@ def test_a_call_runs_on_two_slurm_nodes_and_an_error_comes_back(
     nodes = [o[3] for o in out]
     assert nodes[0] == nodes[1] != nodes[2] == nodes[3]  # two nodes, two ranks each
     assert set(nodes) <= set(slurm_cluster.nodes)
+    # result() came with the outcome files; the logs are whole once the job has ended.
+    assert job.wait(timeout=240).state == AppState.SUCCEEDED
     assert f"rank 3 on {nodes[3]}\n" in job.stdout(3)
-    assert job.status() == AppState.SUCCEEDED
     bad = xrun.submit(on_node, -1, scheduler="slurm")
     with pytest.raises(KeyError, match="negative -1") as info:
         bad.result(timeout=240)
     assert "in on_node" in info.value.remote_traceback  # type: ignore[attr-defined]
-    assert bad.status() == AppState.FAILED
+    assert bad.wait(timeout=240).state == AppState.FAILED
 
 
 def test_map_array_is_one_slurm_job_array(

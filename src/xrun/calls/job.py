@@ -1,8 +1,9 @@
 """What ``xrun.submit`` returns: a :class:`Job` (an app of any scheduler) or a
 :class:`DebugJob` (the function called in this process), with one API.
 
-``result()`` blocks until the job ends and returns rank 0's value (every rank's, in rank order,
-for ``all_ranks=True``), or raises what the call raised, its remote traceback attached as a
+``result()`` blocks until the outcome is in (without retries: as soon as the workers wrote it,
+while the job may still be ending; ``wait()`` waits for the end) or the job ended, and returns
+rank 0's value (every rank's, in rank order, for ``all_ranks=True``), or raises what the call raised, its remote traceback attached as a
 note (``add_note``) and as ``exc.remote_traceback``; ``exception()`` returns that exception
 instead (None when the call succeeded). A job that ended without an outcome (cancelled, killed,
 a worker that could not start) gives a :class:`CallFailedError` naming the job's state and
@@ -15,6 +16,7 @@ import contextlib
 import io
 import re
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -31,6 +33,9 @@ R = TypeVar("R")
 
 # The runtime agent's tee prefix of a worker's line: ``[default0]:`` (torch's ``[<role><local
 # rank>]:``; TorchX's dist.ddp prints ``[0]:``).
+# How often result() looks for the outcome file while the job runs.
+_FOLDER_POLL_S = 0.05
+
 _PREFIX = re.compile(r"\[[A-Za-z_]*(\d+)\]:")
 
 
@@ -52,7 +57,7 @@ class Job(Generic[R]):
     """One submitted call: the app ``handle`` (``scheduler://session/app_id``) and the call's
     folder (``folder``), where the outcome comes back."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (made by submit only; each value read by one verb)
         self,
         runner: Runner,
         handle: str,
@@ -62,10 +67,16 @@ class Job(Generic[R]):
         all_ranks: bool = False,
         max_bytes: int = DEFAULT_MAX_BYTES,
         nproc_per_node: int = 1,
+        world: int | None = None,
+        early: bool = False,
     ) -> None:
         self._runner, self.handle, self.folder, self.role = runner, handle, folder, role
         self.all_ranks, self.max_bytes = all_ranks, max_bytes
         self.nproc_per_node = nproc_per_node
+        # The ranks (a fixed -j), and whether an outcome is final once written (no retries):
+        # then result() returns when the outcome is in, not when the scheduler says the job
+        # ended (on Slurm ~0.3-0.7 s later: the agents' exit, squeue).
+        self.world, self.early = world, early
         self._final: AppStatus | None = None
 
     @property
@@ -136,18 +147,55 @@ class Job(Generic[R]):
         out = load(path, self.max_bytes, f"the outcome of rank {rank}")
         return tuple(out)
 
+    def _outcome_in(self) -> bool:
+        """Whether the outcome is complete, final and known without the job's state: rank 0's
+        (or, without ``all_ranks``, any rank's: the others write one only when they raised), or
+        every rank's of a fixed world with ``all_ranks``."""
+        if not self.early:
+            return False
+        ranks = outcome_ranks(self.folder)
+        if self.all_ranks:
+            return self.world is not None and len(ranks) >= self.world
+        return bool(ranks)
+
+    def _settle(self, timeout: float | None) -> AppStatus | None:
+        """Block until the outcome is in (None) or the job ended (its final status)."""
+        if self._final is not None:
+            return self._final
+        if not self.early:
+            return self.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # The folder is cheap to look at (one listdir); the scheduler less so (Slurm: squeue),
+        # so it is asked every second or so, for a job that ends without an outcome.
+        look_at, every = 0.0, 0.5
+        while not self._outcome_in():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise TimeoutError(f"{self.handle} has no outcome after {timeout:g} s")
+            if now >= look_at:
+                st = self._runner.status(self.handle)
+                if isinstance(st, AppStatus) and st.is_terminal():
+                    self._final = st
+                    return st
+                look_at, every = time.monotonic() + every, min(every * 1.5, 3.0)
+            time.sleep(_FOLDER_POLL_S)
+        return None
+
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Block until the job ends; the call's exception (rank 0's first, else the first
-        failed rank's), with the remote traceback attached; None when it succeeded."""
-        st = self.wait(timeout)
+        """Block until the outcome is in or the job ended; the call's exception (rank 0's
+        first, else the first failed rank's), with the remote traceback attached; None when it
+        succeeded."""
+        st = self._settle(timeout)
         ranks = outcome_ranks(self.folder)
         for rank in sorted(ranks, key=lambda r: r != 0):
             out = self._outcome(rank)
             if out and out[0] == ERROR:
                 _, exc, tb, r = out
                 return _attach(exc, tb, f"raised in {self.handle} (rank {r})")
-        if st.state == AppState.SUCCEEDED and 0 in ranks:
+        if 0 in ranks and (st is None or st.state == AppState.SUCCEEDED):
             return None
+        if st is None:  # all_ranks' outcome in, yet no rank 0: cannot be; ask the scheduler
+            st = self.wait(timeout)
         msg = f": {st.msg}" if st.msg else ""
         if st.state == AppState.SUCCEEDED:
             msg = ", but rank 0 wrote no outcome (did the function end the process itself?)"

@@ -223,6 +223,8 @@ class Executor:
             raise UsageError(f"xrun.submit: {what} does not pickle: {e}") from e
 
     def _job(self, handle: str, call: Path, app: AppDef) -> Job[Any]:
+        size = parse_j(self.j)
+        fixed = size.min_nnodes == size.max_nnodes
         return Job(
             self.runner or default_runner(),
             handle,
@@ -230,7 +232,9 @@ class Executor:
             app.roles[0].name,
             all_ranks=self.all_ranks,
             max_bytes=self.max_result_bytes,
-            nproc_per_node=parse_j(self.j).nproc_per_node,
+            nproc_per_node=size.nproc_per_node,
+            world=size.max_nnodes * size.nproc_per_node if fixed else None,
+            early=not self.options.get("max_retries"),
         )
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Job[R] | DebugJob[R]:
