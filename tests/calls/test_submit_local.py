@@ -288,3 +288,23 @@ def test_an_executor_passes_keyword_arguments_to_the_function() -> None:
     assert ex.j == "1x2" and "gpus" not in ex.options  # unchanged
     dbg = xrun.Executor("debug").map_array(lambda x: x * 3, [1, 2])
     assert [j.result() for j in dbg] == [3, 6]
+
+
+def test_an_argument_the_job_cannot_import_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A class pickled by reference (its module is importable here, not in the job) makes
+    the call unloadable there: the outcome says so, not only a log."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "onlyhere_h39.py").write_text("class Thing:\n    pass\n")
+    monkeypatch.syspath_prepend(str(mods))
+    import onlyhere_h39  # type: ignore[import-not-found]
+
+    job = xrun.submit(repr, onlyhere_h39.Thing())
+    with pytest.raises(
+        RuntimeError,
+        match=r"could not be loaded in the job \(rank 0\): "
+        r"ModuleNotFoundError: No module named 'onlyhere_h39'",
+    ):
+        job.result(timeout=120)

@@ -120,6 +120,24 @@ def _on_preemption(call: dict[str, Any], out: Path, limit: int, rank: int) -> No
     signal.signal(signal.SIGUSR2, handler)
 
 
+def _unloadable(folder: Path, limit: int, rank: int, e: Exception) -> int:
+    """The call does not unpickle here: most often a function, class or argument pickled by
+    reference whose module the job cannot import. Said as the call's outcome, not only as a
+    traceback in a log."""
+    tb = traceback.format_exc()
+    sys.stderr.write(tb)
+    msg = (
+        f"the call could not be loaded in the job (rank {rank}): {type(e).__name__}: {e}; "
+        "what is pickled by reference (installed packages' functions and classes) must be "
+        "importable where the job runs: install it there, or define it in your script"
+    )
+    index = os.environ.get(TRIAL_INDEX_ENV, "")
+    own = folder / index
+    out = own if index.isdigit() and own.is_dir() else folder
+    dump((ERROR, RuntimeError(msg), tb, rank), outcome_file(out, rank), limit, "the exception")
+    return 1
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or not argv[1].isdigit():
         print("usage: python3 -m xrun.calls.worker FOLDER MAX_BYTES REPLICA", file=sys.stderr)
@@ -127,7 +145,10 @@ def main(argv: list[str]) -> int:
     folder, limit, replica = Path(argv[0]), int(argv[1]), argv[2]
     _cloudpickle_on_path()
     rank = int(os.environ.get("RANK", "0"))
-    out, call = _load_call(folder, limit)
+    try:
+        out, call = _load_call(folder, limit)
+    except Exception as e:
+        return _unloadable(folder, limit, rank, e)
     # Which replica's log holds this rank's lines (Job.stdout): the rendezvous, not the
     # replica's index, orders the nodes.
     place_file(out, rank).write_text(f"{replica} {os.environ.get('LOCAL_RANK', '0')}\n")
