@@ -5,9 +5,16 @@ start-up both pay for it. ``xrun.submit``, ``xrun.map_array``, ``xrun.Executor``
 ``xrun.Job`` (Python callables as jobs: :mod:`xrun.calls`) load on first use.
 """
 
-from __future__ import annotations
+# Not `from typing import TYPE_CHECKING`: typing itself costs `import xrun` several ms (the
+# agent's start-up pays it); type checkers treat any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-from typing import Any
+    from xrun.calls.job import CallFailedError, DebugJob, Job
+    from xrun.calls.submit import Executor, map_array, submit
+
+    __all__ = ["CallFailedError", "DebugJob", "Executor", "Job", "map_array", "submit"]
 
 __version__ = "0.1.0"
 
@@ -22,7 +29,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":  # quoted: no __future__ import, no typing at run time
     if name in _LAZY:
         import importlib
 
