@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,62 @@ def test_map_array_is_one_slurm_job_array(
     assert out.returncode == 0, out.stderr
     tasks = re.findall(rf"ArrayJobId={array_id} ArrayTaskId=(\d+)", out.stdout)
     assert sorted(tasks, key=int) == ["0", "1", "2", "3", "4"]
+
+
+class Resumable:
+    """submitit's Checkpointable: ``checkpoint`` says what the requeued job calls."""
+
+    def __init__(self) -> None:
+        self.checkpoints = 0
+
+    def __call__(self, folder: str) -> tuple[int, str]:
+        started = Path(folder, "started")
+        if self.checkpoints == 0:
+            if started.exists():
+                raise RuntimeError("requeued without the checkpoint")
+            started.write_text(os.environ["SLURMD_NODENAME"])
+            time.sleep(600)  # preempted meanwhile
+        return self.checkpoints, os.environ["SLURM_JOB_ID"]
+
+    def checkpoint(self, folder: str) -> tuple[Resumable, tuple[str], dict[str, object]]:
+        self.checkpoints += 1
+        return self, (folder,), {}
+
+
+def test_a_preempted_call_is_checkpointed_requeued_and_resumed(
+    slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = {"partition": "low", "exclusive": True, "job_name": "preempt-call"}
+    job = xrun.submit(Resumable(), str(tmp_path), scheduler="slurm", cfg=cfg, max_retries=1)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "started").exists():
+            assert time.monotonic() < deadline, "the call never started"
+            time.sleep(0.2)
+        node = (tmp_path / "started").read_text()
+        # A job on `high` that needs the call's node: Slurm preempts the call for it.
+        subprocess.run(
+            ["sbatch", "--parsable", "-p", "high", "-N1", f"--nodelist={node}", "-J",
+             "preemptor-call", "-o", "/dev/null", "--wrap", "sleep 1"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        deadline = time.monotonic() + 200
+        held_since: float | None = None
+        while not job.done():
+            # Slurm holds a requeued job ~120 s (BeginTime); cut that short, as
+            # tests/schedulers/slurm/test_preemption.py does.
+            show = subprocess.run(
+                ["scontrol", "show", "job", job.job_id], capture_output=True, text=True
+            ).stdout
+            if "Reason=BeginTime" in show:
+                held_since = held_since or time.monotonic()
+                if time.monotonic() - held_since > 3:
+                    subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"])
+            assert time.monotonic() < deadline, f"stuck: {show}"
+            time.sleep(0.3)
+        checkpoints, slurm_id = job.result(timeout=10)
+        assert checkpoints == 1 and slurm_id == job.job_id  # the same job, requeued
+        assert job.wait().state == AppState.SUCCEEDED
+    finally:
+        subprocess.run(["scancel", "--name=preempt-call,preemptor-call"], check=False)

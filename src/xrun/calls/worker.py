@@ -14,6 +14,7 @@ import functools
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from types import CodeType
@@ -30,7 +31,8 @@ from xrun.calls.files import (
     outcome_file,
     place_file,
 )
-from xrun.contract import TRIAL_INDEX_ENV
+from xrun.contract import STOP_DIR_ENV, TRIAL_INDEX_ENV
+from xrun.runtime.stop import FLAG as STOP_FLAG
 
 
 def _cloudpickle_on_path() -> None:
@@ -88,16 +90,29 @@ def _load_call(folder: Path, limit: int) -> tuple[Path, dict[str, Any]]:
     return own, {**call, "args": args, "kwargs": kwargs}
 
 
+# How long a signalled worker waits for its agent's stop flag: Slurm signals the agent and the
+# workers of a step at once, and the agent raises the flag at once; a signal to the worker alone
+# raises none (a failure: the agent restarts it in place, up to max_retries).
+_FLAG_WAIT_S = 3.0
+
+
 def _on_preemption(call: dict[str, Any], out: Path, limit: int, rank: int) -> None:
-    """SIGTERM (a preemption, a worker stopped for a restart) or SIGUSR2 (Slurm's time-limit
-    or preemption warning, ``--signal``) while a callable with a ``checkpoint`` method runs:
-    submitit's Checkpointable. ``fn.checkpoint(*args,
-    **kwargs)`` returns what the next attempt calls: a ``(fn, args, kwargs)`` tuple, an object
-    with ``function``/``args``/``kwargs`` (submitit's DelayedSubmission), or None (the same
-    call again); rank 0 stores it in the call's folder, and the process ends at once (143)."""
+    """Checkpointing for a callable with a ``checkpoint`` method (submitit's Checkpointable).
+
+    A stop (a Slurm preemption or time limit, ``xrun cancel``: the agent's stop flag, see
+    :mod:`xrun.runtime.stop`; or SIGTERM/SIGUSR2 to this worker) calls ``fn.checkpoint(*args,
+    **kwargs)``, which returns what the next attempt calls: a ``(fn, args, kwargs)`` tuple, an
+    object with ``function``/``args``/``kwargs`` (submitit's DelayedSubmission), or None (the
+    same call again); rank 0 stores it in the call's folder. Then the worker ends: 0 when the
+    agent stops the job (Slurm requeues it, up to max_retries), else 128 + the signal (a
+    failure: the agent restarts the worker in place).
+    """
+    stop_dir = os.environ.get(STOP_DIR_ENV, "")
+    flag = Path(stop_dir, STOP_FLAG) if stop_dir else None
 
     def handler(signum: int, frame: object) -> None:
         fn = call["fn"]
+        code = 128 + signum
         try:
             if rank == 0:
                 new = fn.checkpoint(*call["args"], **call["kwargs"])
@@ -109,15 +124,43 @@ def _on_preemption(call: dict[str, Any], out: Path, limit: int, rank: int) -> No
                     saved = {**call, "fn": fn2, "args": tuple(args2), "kwargs": dict(kwargs2)}
                     dump(saved, out / CALL_FILE, limit, "the checkpointed call")
                     print(f"xrun.calls.worker: checkpointed on signal {signum}", file=sys.stderr)
+            deadline = time.monotonic() + _FLAG_WAIT_S
+            while flag is not None and time.monotonic() < deadline:
+                if flag.exists():
+                    code = 0  # a stop of the whole job: ended as asked
+                    break
+                time.sleep(0.05)
         except BaseException:
             traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(128 + signum)  # not SystemExit: the call's own handlers must not run
+            os._exit(code)  # not SystemExit: the call's own handlers must not run
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGUSR2, handler)
+    if flag is not None:
+        _watch(flag)
+
+
+def _watch(flag: Path) -> None:
+    """Tell the agent this worker stops by itself (it then raises its flag at a stop request
+    instead of killing the worker, and Slurm requeues a preempted job), and turn the flag into
+    SIGTERM here, where the handler above checkpoints. The agent's protocol:
+    :mod:`xrun.runtime.stop` (``watch-<LOCAL_RANK>``, then the ``stop`` flag)."""
+    import threading
+
+    try:
+        (flag.parent / f"watch-{os.environ.get('LOCAL_RANK', '0')}").touch()
+    except OSError:
+        return
+
+    def poll() -> None:
+        while not flag.exists():
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=poll, name="xrun-stop-watch", daemon=True).start()
 
 
 def _unloadable(folder: Path, limit: int, rank: int, e: Exception) -> int:
