@@ -309,3 +309,19 @@ def test_an_argument_the_job_cannot_import_is_a_clear_error(
         r"ModuleNotFoundError: No module named 'onlyhere_h39'",
     ):
         job.result(timeout=120)
+
+
+def test_only_the_users_own_modules_are_pickled_by_value() -> None:
+    import functools
+    import json
+
+    import yaml
+
+    from xrun.calls.submit import _user_module
+
+    assert _user_module(where) is sys.modules[__name__]  # this file: the user's code
+    assert _user_module(functools.partial(where, "x")) is sys.modules[__name__]
+    assert _user_module(Resumable()) is sys.modules[__name__]  # a callable object: its class's
+    assert _user_module(json.dumps) is None  # the standard library: by reference
+    assert _user_module(yaml.safe_load) is None  # an installed package: by reference
+    assert _user_module(len) is None
