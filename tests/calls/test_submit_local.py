@@ -111,6 +111,21 @@ def test_an_exception_comes_back_with_the_remote_traceback() -> None:
     assert re.search(cause, job.stderr())
 
 
+class Raiser:
+    def __call__(self) -> None:
+        self.fail()
+
+    def fail(self) -> None:
+        raise BoomError("from a method")
+
+
+def test_a_callable_objects_traceback_names_its_file_too() -> None:
+    exc = xrun.submit(Raiser()).exception()
+    assert isinstance(exc, BoomError)
+    tb = exc.remote_traceback  # type: ignore[attr-defined]
+    assert f'File "{__file__}", line' in tb and "in fail" in tb and "<dynamic-code>" not in tb
+
+
 def test_two_nodes_of_two_run_the_call_on_every_rank() -> None:
     job = xrun.submit(where, "dist", j="2x2", all_ranks=True)
     out = job.result()

@@ -107,8 +107,9 @@ def _by_value(mod: ModuleType | None) -> Iterator[None]:
 
 
 def _filename(fn: Callable[..., Any]) -> str | None:
+    """The file of ``fn``'s code, or of a callable object's ``__call__``."""
     target = fn.func if isinstance(fn, functools.partial) else fn
-    code = getattr(target, "__code__", None)
+    code = getattr(target, "__code__", None) or getattr(type(target).__call__, "__code__", None)
     return getattr(code, "co_filename", None)
 
 

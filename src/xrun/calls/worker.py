@@ -66,10 +66,16 @@ def _refile(code: CodeType, filename: str) -> CodeType:
 
 
 def _with_filename(fn: object, filename: str | None) -> None:
+    """Name ``fn``'s code (a function's, or a callable object's class's methods') after the
+    file it came from, where it came by value."""
+    if not filename:
+        return
     target = fn.func if isinstance(fn, functools.partial) else fn
-    code = getattr(target, "__code__", None)
-    if filename and isinstance(code, CodeType) and code.co_filename == "<dynamic-code>":
-        target.__code__ = _refile(code, filename)  # type: ignore[attr-defined]
+    holders = [target] if hasattr(target, "__code__") else list(vars(type(target)).values())
+    for f in holders:
+        code = getattr(f, "__code__", None)
+        if isinstance(code, CodeType) and code.co_filename == "<dynamic-code>":
+            f.__code__ = _refile(code, filename)
 
 
 def _load_call(folder: Path, limit: int) -> tuple[Path, dict[str, Any]]:
