@@ -7,7 +7,8 @@ the files are read a chunk at a time: memory stays bounded) with two folders:
                   fsspec folder; ``.xrunignore`` or ``.gitignore``, gitignore semantics;
                   version control, virtualenvs and caches always left out), as Slurm copies
 - ``xrun/``       xrun's own package tree, so ``python3 -m xrun.runtime`` works in an image
-                  without pip: the agent is standard-library only
+                  without pip: the agent is standard-library only; and in ``xrun/_deps/``
+                  cloudpickle, for ``xrun.submit``'s worker
 
 The default recipe puts them at ``/workspace`` (the working dir) and ``/opt/xrun`` (on
 ``PYTHONPATH``). A ``Dockerfile.xrun`` in the workspace replaces the recipe; it sees the same
@@ -61,6 +62,12 @@ _SKIP_SUFFIXES = (".pyc", ".pyo")
 MAX_CONTEXT_BYTES = 1 << 30
 
 _XRUN_PACKAGES = ("xrun", "xrun.components", "xrun.schedulers", "xrun.runtime")
+# Pure-Python packages the replica side needs beside the standard library, carried under
+# xrun/_deps/ (appended to sys.path only when the image has none of its own): cloudpickle,
+# which xrun.calls.worker loads a submitted callable with. The caller's own copy, so both
+# sides read each other's pickles.
+_DEPENDENCIES = ("cloudpickle",)
+DEPS_DIR = "_deps"
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -80,12 +87,13 @@ def xrun_package_files() -> dict[str, Path]:
     the sub-packages are symlinked folders, which the walk does not follow.
     """
     files: dict[str, Path] = {}
-    for name in _XRUN_PACKAGES:
+    roots = [(n, n.replace(".", "/")) for n in _XRUN_PACKAGES]
+    roots += [(n, f"xrun/{DEPS_DIR}/{n}") for n in _DEPENDENCIES]
+    for name, arc_root in roots:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             continue
         pkg_dir = Path(next(iter(spec.submodule_search_locations)))
-        arc_root = name.replace(".", "/")
         for path in _walk(pkg_dir):
             files.setdefault(f"{arc_root}/{path.relative_to(pkg_dir).as_posix()}", path)
     return files

@@ -151,7 +151,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "xrun.component",
         "xrun.torchx",
     ),
-    "runner/sweeps": ("xrun.runner", "xrun.sweeps"),
+    "runner/sweeps": ("xrun.runner", "xrun.sweeps", "xrun.calls"),
     "cli": ("xrun.cli", "xrun.__main__"),
 }
 _RANK = {prefix: rank for rank, prefixes in enumerate(LAYERS.values()) for prefix in prefixes}

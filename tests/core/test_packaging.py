@@ -53,6 +53,7 @@ def test_wheel_holds_only_the_xrun_package(tmp_path: Path) -> None:
         "xrun/runtime/agent.py",
         "xrun/runtime/__main__.py",
         "xrun/tracker/api.py",
+        "xrun/calls/worker.py",
         # the workers' torchx.tracker stand-in: package data, not a package of its own
         "xrun/torchx/shim/torchx/__init__.py",
         "xrun/torchx/shim/torchx/tracker/__init__.py",
