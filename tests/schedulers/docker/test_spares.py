@@ -96,6 +96,8 @@ def test_spare_takes_the_rank_of_a_killed_container(sched: DockerScheduler, tmp_
         [XRUN, "status", f"docker://default/{app_id}"], capture_output=True, text=True, timeout=60
     ).stdout
     assert "State: SUCCEEDED" in status and f"{role}/{k}: FAILED" in status, status
+    spare_line = f"  {role}/{names.index(spare)} took group rank {first[lost]} in round 1"
+    assert spare_line in status and f"  lost: {role}/{k}" in status, status
     replica = resp.roles_statuses[0].replicas[k]
     assert replica.state == AppState.FAILED and replica.exit_code == 137, replica
     print(f"docker --spares: killed {lost}; the spare {spare} took RANK {first[lost]}, "

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.net import free_port
-from tests.helpers.paths import SCRIPTS
+from tests.helpers.paths import SCRIPTS, XRUN
 from tests.helpers.waiting import wait_for
 from tests.schedulers.slurm.test_integration import sched, slurm_cluster  # noqa: F401
 from xrun.components.dist import ddp
@@ -139,6 +139,14 @@ def run_drill(sched: SlurmScheduler, tmp_path: Path, lose: str) -> None:  # noqa
     assert replica.state == AppState.FAILED and replica.hostname == lost, replica
     if lose == "down":
         assert f"node {lost} was lost" in replica.structured_error_msg, replica
+    # xrun status, from another process: the spare, whom it replaced, the lost replica
+    status = subprocess.run(
+        [XRUN, "status", f"slurm://default/{app_id}"], capture_output=True, text=True, timeout=60
+    ).stdout
+    role = app.roles[0].name
+    assert f"Spares ({role}): 1; 1 used, 0 idle" in status, status
+    assert f"  {role}/{nodes.index(spare)} took group rank {first[lost]} in round 1" in status
+    assert f"  lost: {role}/{k}" in status, status
     print(f"slurm --spares, {lose} {lost}: the spare {spare} took RANK {first[lost]}, "
           f"next world {took:.1f} s after the loss")  # fmt: skip
 
