@@ -34,6 +34,7 @@ from xrun.contract import (
     RECOVER_MODES,
     RESTARTS_IN_PLACE,
     SCRIPT,
+    SPARES,
 )
 from xrun.errors import UsageError
 from xrun.record import Value
@@ -393,7 +394,11 @@ def _app(job: DistJob) -> AppDef:
         mounts=list(parse_mounts(list(job.mounts))),
         # The agents restart the workers in place (--max-restarts): the scheduler must not
         # run a failed replica again on top of that (see xrun.contract).
-        metadata={RESTARTS_IN_PLACE: True, **({SCRIPT: job.script} if job.script else {})},
+        metadata={
+            RESTARTS_IN_PLACE: True,
+            **({SCRIPT: job.script} if job.script else {}),
+            **({SPARES: job.spares} if job.spares else {}),
+        },
     )
     return AppDef(name=run, roles=[role])
 

@@ -53,6 +53,7 @@ class Rounds:
         # --spares (spares.py): a newcomer parks until a slot opens; members keep their slot
         self._spares = params.spares > 0 and not self._static
         self._slot = -1  # the group rank this node held in its last round (spares only)
+        self._parked = False  # a spare that parked and has not held a slot since
 
     def join(self, last_round: int) -> tuple[int, int, Seat]:
         """Join the first round after ``last_round`` (-1: none yet) that takes this node and
@@ -107,6 +108,12 @@ class Rounds:
             self._notify_if_room(rnd, seat.nodes)
             rnd += 1
         self._slot = seat.rank if self._spares else -1
+        if self._parked:
+            # `xrun status` reads this line (xrun/cli/spares_view.py): keep its words.
+            from .spares import say
+
+            say(f"a spare no more: took group rank {seat.rank} in round {rnd}")
+            self._parked = False
         return rnd, index, seat
 
     def _check_host(self, host_raw: bytes | None) -> None:
@@ -134,6 +141,7 @@ class Rounds:
                 from .spares import park  # --spares only
 
                 park(c, self._keys, rnd - 1, self._notify_if_room)
+                self._parked = True
                 deadline = time.monotonic() + self.cfg.join_timeout
             v = c.add(self._keys.of(rnd, "join"), 1) if first_add is None else first_add
             first_add = None

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from ..store.client import StoreClient
 from .keys import Keys, Seat, World, closed_error
 
-__all__ = ["by_slot", "park"]
+__all__ = ["by_slot", "park", "say"]
 
 # (addr, sortkey, arrival index, nproc, slot), as the sealer reads the node entries
 Entry = tuple[str, str, int, int, int]
@@ -47,13 +47,13 @@ def park(c: StoreClient, k: Keys, rnd: int, notify: Callable[[int, int], None]) 
     (``RendezvousClosedError``) when it closes meanwhile."""
     world = _wait_one(c, k, k.of(rnd, "world"))
     notify(rnd, Seat.parse(world).nodes)
-    _say(f"standing by as a spare: the world of round {rnd} is full")
+    say(f"standing by as a spare: the world of round {rnd} is full")
     _wait_one(c, k, k.of(rnd, "stale"))
     members = World.parse(rnd, _wait_one(c, k, k.of(rnd, "members")))
     for i in members.indices:
         if i:
             _wait_one(c, k, k.of(rnd, f"left/{i}"))
-    _say(f"round {rnd} went stale and its members left it: trying for a seat in round {rnd + 1}")
+    say(f"round {rnd} went stale and its members left it: trying for a seat in round {rnd + 1}")
 
 
 def _wait_one(c: StoreClient, k: Keys, key: str) -> bytes:
@@ -65,7 +65,7 @@ def _wait_one(c: StoreClient, k: Keys, key: str) -> bytes:
     return vals[0]
 
 
-def _say(msg: str) -> None:
+def say(msg: str) -> None:
     # The agent's line format (agent._log): the rendezvous has no logger of its own on stderr.
     print(f"[xrun-agent {os.getpid()}] {msg}", file=sys.stderr, flush=True)
 

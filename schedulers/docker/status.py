@@ -122,8 +122,9 @@ def end_message(
             else:
                 hint = f" (last stderr line: {last[-1][:200]})" if last else ""
             parts.append(f"replica {r.role}/{rep.id} exited with code {rep.exit_code}{hint}")
-    if state == AppState.SUCCEEDED:  # failures an elastic role was allowed
-        return "; ".join(parts) + " (an elastic role went on with fewer replicas)" if parts else ""
+    if state == AppState.SUCCEEDED:  # failures an elastic role (or spares) was allowed
+        tail = " (the role went on with fewer replicas: elastic, or a spare took the place)"
+        return "; ".join(parts) + tail if parts else ""
     stopped = sum(rep.state == AppState.CANCELLED for r in roles for rep in r.replicas)
     tail = f"; stopped the other {stopped} replica(s)" if stopped else ""
     return "; ".join(parts) + tail

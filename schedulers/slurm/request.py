@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING
 from xrun.contract import (
     AGENT_LOG_DIR_ENV,
     AGENT_SIGNALS_ENV,
+    NODE_ID_ENV,
     RANK0_HOST_ENV,
     REPLICA_ID_ENV,
     ROLE_ENV,
+    SPARES,
     STOP_GRACE_ENV,
     STOP_RECORD_ENV,
     TOKEN_ENV,
@@ -44,6 +46,7 @@ from xrun.errors import UsageError
 from xrun.specs import AppDef, BindMount, Role, macros
 
 from ..api import scheduler_retries
+from . import losses
 from .options import SlurmOptions
 
 if TYPE_CHECKING:
@@ -162,7 +165,8 @@ def _role_sbatch_opts(role: Role, options: SlurmOptions, info: ClusterInfo) -> l
     """The ``#SBATCH`` options of one role's allocation (one het component)."""
     opts: list[str] = []
     lo = role.min_replicas if role.min_replicas is not None else role.num_replicas
-    lo = max(lo, 1)
+    # dist.ddp --spares: the spare nodes come on top of the floor (a job without them has none)
+    lo = min(max(lo, 1) + int(role.metadata.get(SPARES, 0)), role.num_replicas)
     elastic = lo < role.num_replicas
     if elastic:
         # No --ntasks-per-node here: with it Slurm derives ntasks=MIN and allocates MIN nodes
@@ -257,6 +261,8 @@ def _job_sbatch_opts(
     if options.warning:
         # B: the batch shell gets it and passes it on (srun would not see it otherwise).
         opts.append(f"--signal=B:{options.warning.name}@{options.warning.seconds}")
+    if losses.may_lose(app):
+        opts.append(losses.SBATCH_OPT)  # a lost node leaves the job, the others go on
     if max_retries > 0:
         opts.append("--requeue")
     else:
@@ -288,6 +294,9 @@ def _role_command(role: Role, offset: int, img_root: str) -> str:
         # A runtime agent's per-attempt worker logs: beside the replica's own, not in a
         # temporary dir on the node that nobody removes (the role's env may say otherwise).
         f'export {AGENT_LOG_DIR_ENV}="$XRUN_LOG_DIR/${ROLE_ENV}/${REPLICA_ID_ENV}.workers"',
+        # The node to the runtime's quarantine: Slurm's name for it (several slurmds may share a
+        # host name, as on a test cluster; then a lost node would quarantine all of them).
+        f'export {NODE_ID_ENV}="${{SLURMD_NODENAME:-$(hostname)}}"',
     ]
     for k, v in role.env.items():
         lines.append(f"export {k}={shell_word(v, img_root)}")
@@ -383,7 +392,7 @@ if [ "$XRUN_PREEMPTED" -eq 0 ] && [ "$XRUN_ENDED_BY_SLURM" -eq 0 ] && [ -s "${st
     echo "$(date +%s) $(head -n1 "${stop_record_env}" | cut -d' ' -f2 | sed 's/^SIG//') restart=${{SLURM_RESTART_COUNT:-0}}" >>"$XRUN_LOG_DIR/preempted"
     XRUN_PREEMPTED=1
 fi
-
+{judge}
 # Requeue while retries are left: after a preemption up to {max_retries} times (the roles'
 # smallest max_retries), after a failure up to {fail_retries} (0 when the runtime agents
 # restart the workers in place instead). The job keeps its id; SLURM_RESTART_COUNT counts.
@@ -498,11 +507,15 @@ def build_request(
         groups.append(f'{srun_opts}bash -c "${var}"')
         offset += role.num_replicas
     lines.append("")
-    elastic = any(r.min_replicas is not None and r.min_replicas < r.num_replicas for r in app.roles)
-    if elastic:
-        # An elastic job carries on without a failed node: its agents re-form the group.
-        lines.append("# One step for all replicas; elastic: the others go on if one fails.")
-        srun = "srun "
+    survive = losses.may_lose(app)
+    if survive:
+        # An elastic job (or one with spares) carries on without a failed or lost node: its
+        # agents re-form the group. Why these options: schedulers/slurm/losses.py.
+        lines.append(losses.before_step(app))
+        lines.append(
+            "# One step for all replicas; elastic/spares: the others go on if one is lost."
+        )
+        srun = "srun " + losses.SRUN_OPTS
     else:
         lines.append("# One step for all replicas; one replica failing stops the others.")
         srun = "srun --kill-on-bad-exit=1 "
@@ -513,6 +526,7 @@ def build_request(
             fail_retries=fail_retries,
             batch_trap=batch_trap,
             stop_record_env=STOP_RECORD_ENV,
+            judge=losses.judge(app) if survive else "",
         )
     )
 

@@ -93,6 +93,7 @@ from ..logs import iter_log_lines, root_cause_in
 from ..workspace import Workspace, as_workspace, check_scripts, open_workspace, script_rel
 from .commands import NOT_FOUND
 from .commands import run as _run
+from .losses import LOST
 from .options import SlurmOptions
 from .request import (
     LOG_SUBDIR,
@@ -454,6 +455,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             state = AppState.CANCELLED
         elif code is not None:
             state = AppState.SUCCEEDED if code == 0 else AppState.FAILED
+        elif code_text == LOST:
+            state = AppState.FAILED  # its node was lost (the batch script marked it: losses.py)
         elif is_terminal(app) or app == AppState.PENDING:
             state = app
         else:
@@ -461,6 +464,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         host = node or (hosts[k] if k < len(hosts) else "")
         # what the replica's runtime agent named as the root cause (sacct knows only the code)
         err = root_cause_in(base + ".stderr") if base and state == AppState.FAILED else ""
+        if code_text == LOST:
+            err = f"node {host or '?'} was lost: the replica ended without an exit code"
         return ReplicaStatus(
             id=k, state=state, role=role, hostname=host, exit_code=code, structured_error_msg=err
         )

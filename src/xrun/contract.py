@@ -47,6 +47,10 @@ RESTARTS_IN_PLACE = "xrun.restarts_in_place"
 # where the job runs (local_cwd: the cwd; docker: the workspace built into the image; slurm:
 # the workspace or its job_dir copy) instead of letting the app fail on it.
 SCRIPT = "xrun.script"
+# A role's metadata key set by dist.ddp to its ``--spares`` S (only when S > 0): S of the role's
+# replicas are spare nodes, so a scheduler that allocates a node range (slurm) asks for the
+# spares on top of the floor: ``min_replicas + S`` nodes at least.
+SPARES = "xrun.spares"
 
 # The most restarts (``max_retries``, the agent's ``--max-restarts``) a role may ask for: far
 # above any real job; refused at submit, not by the agent inside the job.

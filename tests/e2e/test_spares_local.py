@@ -78,3 +78,6 @@ def test_spare_replica_takes_the_lost_replicas_rank(tmp_path: Path) -> None:
     ).stdout  # fmt: skip
     assert "State: SUCCEEDED" in status, status
     assert f"{lost}: FAILED" in status and "killed by signal 9" in status, status
+    # the spare, the group rank it took, the lost replica (xrun/cli/spares_view.py)
+    assert f"  {spare} took group rank {first[lost]} in round 1" in status, status
+    assert "1 used, 0 idle" in status and f"  lost: {lost}" in status, status

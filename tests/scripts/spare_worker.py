@@ -1,6 +1,6 @@
 """Worker script for the spares tests: a real gloo world. Each worker all_reduces (rank + 1),
-appends one JSON line to OUT_DIR/events.jsonl (its ranks, world size, node id, pid, the sum),
-then all_reduces every 50 ms (a training loop: a lost peer breaks its collective) until
+appends one JSON line to OUT_DIR/events.jsonl (its ranks, world size, node id, host, pid, the
+sum), then all_reduces every 50 ms (a training loop: a lost peer breaks its collective) until
 OUT_DIR/go exists, then a last barrier and exit 0.
 
 Usage: spare_worker.py OUT_DIR [FAIL_NODE]  (FAIL_NODE: the worker on that XRUN_NODE_ID raises
@@ -9,6 +9,7 @@ once, after its report: a worker failure, not a lost node)
 
 import json
 import os
+import socket
 import sys
 import time
 
@@ -21,7 +22,7 @@ t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
 keys = ("RANK", "GROUP_RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_WORLD_SIZE", "XRUN_NODE_ID")
 event = {k: os.environ.get(k) for k in keys}
-event.update(pid=os.getpid(), sum=t.item(), t=time.time())
+event.update(pid=os.getpid(), host=socket.gethostname(), sum=t.item(), t=time.time())
 fd = os.open(os.path.join(out, "events.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 os.write(fd, (json.dumps(event) + "\n").encode())  # one write: lines never interleave
 os.close(fd)

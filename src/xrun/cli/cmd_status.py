@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 
 from xrun.cli.common import HANDLE_HELP, not_found
+from xrun.cli.spares_view import spares_lines
 from xrun.errors import UsageError
 from xrun.runner import Runner
+from xrun.schedulers.api import LogQuery, Stream
+from xrun.specs import AppStatus
+from xrun.sweeps.handles import Target
 from xrun.sweeps.metrics import sort_trials, trial_metrics
 from xrun.sweeps.status import SweepStatus
 
@@ -33,7 +38,26 @@ def main(ns: argparse.Namespace) -> int:
             _add_metrics(status, ns.sort, ns.desc)
         print(f"Handle: {target}")
         print(status.format())
+        if not isinstance(status, SweepStatus):
+            for line in _spares(runner, target, status):
+                print(line)
     return 0
+
+
+def _spares(runner: Runner, target: Target, status: AppStatus) -> list[str]:
+    """A job with spares: its spares, replacements, budget and quarantine (spares_view.py)."""
+    try:
+        app = runner.describe(target)
+    except Exception:  # noqa: BLE001 - extra lines: never what makes `status` fail
+        return []
+
+    def read(role: str, k: int) -> Iterable[str]:
+        try:
+            return list(runner.logs(target, LogQuery(role, k, streams=Stream.STDERR)))
+        except (OSError, UsageError):
+            return []
+
+    return spares_lines(app, status, read)
 
 
 def _add_metrics(st: SweepStatus, sort: str | None, desc: bool) -> None:

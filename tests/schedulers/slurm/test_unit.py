@@ -148,7 +148,8 @@ def test_elastic_role_asks_for_a_node_range() -> None:
     s = request(ddp_app(j="1:3x2")).script
     assert "#SBATCH --nodes=1-3\n#SBATCH --cpus-per-task" in s  # no --ntasks-per-node: see why
     assert "--gres=gpu:1" in request(ddp_app(j="1:3x2", gpu=1)).script
-    assert "--kill-on-bad-exit" not in s  # the survivors re-form the group
+    # the survivors re-form the group, also when a node is lost (schedulers/slurm/losses.py)
+    assert "srun --no-kill --kill-on-bad-exit=0 " in s and "#SBATCH --no-kill" in s
     assert "--kill-on-bad-exit=1" in request(ddp_app(j="3x2")).script
 
 
