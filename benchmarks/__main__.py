@@ -9,7 +9,8 @@ benchmarks/preemption.py) in this one process tree, prints each table as it fini
 what it measured). Exit status: 0 when every contender that is
 installed did its job, 1 when an xrun contender failed (its row says why; a reference such as
 torchrun failing is reported but does not fail the run), 2 for a bad option.
-``--smoke`` (CI): tiny sizes, one repetition, under two minutes.
+``--smoke`` (CI, as tests/e2e/test_benchmarks_smoke.py): tiny sizes, one repetition, about 10
+minutes on the 2-core VM (measures 16, 18 and 19 are most of it: real hangs, restarts, preemptions).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it, from a fresh machine:
 #   system packages (Slurm + munge, Docker Engine, etcd, mmdebstrap, shellcheck) -> .venv -> lint
-#   -> real Slurm cluster, Docker Engine and etcd -> pytest (everything, nothing skipped) -> benchmark smoke.
+#   -> real Slurm cluster, Docker Engine and etcd -> pytest (everything, nothing skipped; the benchmark smoke run is one of its tests:
+#   tests/e2e/test_benchmarks_smoke.py, so it is not run a second time here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Byte-code caching on: start-up time is part of what the tests and benchmarks exercise.
@@ -18,4 +19,3 @@ bash scripts/etcd-server.sh up
 # Slurm, Docker and timeouts; serially the suite would take about twice as long.
 # XRUN_TEST_WORKERS=0 runs it serially.
 .venv/bin/python -m pytest -q -rs -p no:cacheprovider -n "${XRUN_TEST_WORKERS:-2}" tests "$@"
-.venv/bin/python -m benchmarks --smoke
