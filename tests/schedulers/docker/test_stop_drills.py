@@ -7,6 +7,8 @@ from it."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.stop_drill import DRILL, ROLE, check_stopped, drill_lines, wait_ready
+from tests.helpers.paths import TRAIN
+from tests.helpers.stop_drill import (
+    DRILL,
+    EXAMPLE_ARGS,
+    ROLE,
+    check_stopped,
+    drill_lines,
+    example_reference,
+    example_stop_and_resume,
+    wait_ready,
+)
 from xrun.components.dist import ddp
 from xrun.schedulers.docker import DockerScheduler
 from xrun.schedulers.docker.request import container_name
@@ -108,3 +120,62 @@ def test_a_stop_on_docker_saves_one_step_and_a_resubmit_resumes_from_it(
     assert state == AppState.SUCCEEDED, logs
     assert drill_lines(logs, "resuming from step") == [first.step] * 4, logs
     assert logs.count(f"done at step {first.step + 10}") == 4, logs
+
+
+def test_the_example_stopped_by_docker_stop_resumes_bit_identical(
+    sched: DockerScheduler, tmp_path: Path
+) -> None:
+    """examples/train_ddp.py's recipe on docker: ``docker stop -t 30`` of both containers
+    mid-epoch (a node drain); every rank stops after the same step, rank 0 saves it and says so;
+    the app submitted again resumes from that step and ends with the parameters of an
+    undisturbed run (the same drill as local_cwd's SIGTERM to the supervisor)."""
+    reference = example_reference(tmp_path)
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    out.mkdir()
+    shutil.copy(TRAIN, ws / TRAIN.name)
+    args = [*EXAMPLE_ARGS, "--step-sleep", "0.2", "--checkpoint-dir", "/out/ckpt",
+            "--out", "/out/result.json"]  # fmt: skip
+
+    def submit() -> str:
+        app = ddp(
+            *args,
+            script=TRAIN.name,
+            j="2x2",
+            image="xrun-python:latest",
+            env={"PYTHONPATH": "/opt/xrun:/venv-site"},
+            mounts=[
+                f"type=bind,src={out},dst=/out",
+                f"type=bind,src={SITE},dst=/venv-site,readonly",
+            ],
+        )
+        return sched.submit(app, {"stop_timeout": 60}, str(ws))
+
+    role = TRAIN.stem
+    app_id = submit()
+    try:
+        deadline = time.monotonic() + 300
+        while not re.search(r"^(?:\[\w+\]:)?step 5$", _logs_of(sched, app_id, role), re.M):
+            assert time.monotonic() < deadline, _logs_of(sched, app_id, role)[-3000:]
+            time.sleep(0.5)
+        names = [container_name(app_id, role, k) for k in (0, 1)]
+        subprocess.run(["docker", "stop", "-t", "30", *names], check=True, timeout=120)
+        _wait_end(sched, app_id)
+    finally:
+        sched.cancel(app_id)
+    first = _logs_of(sched, app_id, role)
+    assert not (out / "result.json").exists(), "the stopped run finished: the stop came too late"
+    app_id = submit()
+    try:
+        state = _wait_end(sched, app_id)
+    finally:
+        sched.cancel(app_id)
+    second = _logs_of(sched, app_id, role)
+    assert state == AppState.SUCCEEDED, second[-3000:]
+    step = example_stop_and_resume(first + second)
+    assert 5 <= step < 60, step
+    assert json.loads((out / "result.json").read_text())["params_sha256"] == reference
+
+
+def _logs_of(sched: DockerScheduler, app_id: str, role: str) -> str:
+    return "".join("".join(sched.log_iter(app_id, role, k)) for k in (0, 1))
