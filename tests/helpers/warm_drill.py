@@ -9,15 +9,19 @@ asserts, read back from the job's logs and its ``--out`` file:
 * the ranks resumed from the snapshots in shared memory, after a step at or past the one the
   test waited for, never from the disk checkpoint;
 * every ``step S`` line is there exactly once: 0 steps lost (none trained twice), none skipped;
-* the final parameters are bit-identical to an undisturbed run's.
+* the final parameters are bit-identical to an undisturbed run's;
+* on this host (local_cwd, Slurm): the pool's interpreters and the snapshots in /dev/shm that
+  the workers had mapped while they trained are gone once the job ended.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.helpers.paths import SCRIPTS, TRAIN
@@ -60,3 +64,34 @@ def check(log: str, result: Path, ref: str) -> int:
     got = json.loads(result.read_text())
     assert got["params_sha256"] == ref, "the recovered run's parameters differ from the reference"
     return int(resumed[0])
+
+
+def armed(out: str) -> dict[str, list[int] | list[str] | int]:
+    """kill_worker.py's report (its last line): its pool pids, the workers' snapshot dirs."""
+    report: dict[str, list[int] | list[str] | int] = json.loads(out.strip().splitlines()[-1])
+    return report
+
+
+def _pool_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return b"warm_child.py" in argv and stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
+
+
+def check_gone(report: dict[str, list[int] | list[str] | int], within: float = 60) -> None:
+    """The job's pool interpreters and snapshot folders (on this host) went with the job."""
+    pool, snaps = report["pool"], report["snapshots"]
+    assert isinstance(pool, list) and isinstance(snaps, list)
+    assert pool and snaps, f"nothing seen while the job ran: {report}"
+    deadline = time.monotonic() + within
+    while True:
+        left = [p for p in pool if _pool_alive(int(p))] + [d for d in snaps if os.path.exists(d)]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"outlived the job: {left}"
+        time.sleep(0.5)

@@ -11,12 +11,15 @@ The agents are the ``python3 -m xrun.runtime`` processes whose command line cont
 each has ``N`` ready warm interpreters (a pool child whose ``ready.<pid>`` mark is in the pool's
 folder: the folder is on the child's command line), then, unless ``--wait-only``, SIGKILLs the
 lowest-pid worker (a child of the agent that is not an idle pool child, whose process name is
-``xrun-warm``) of the first agent and prints ``killed <pid>``.
+``xrun-warm``) of the first agent. Either way it prints one JSON line: the agents' children
+(``pool``: workers and idle interpreters), the snapshot folders the workers have mapped
+(``snapshots``) and the pid it killed (``killed``), for the test to check they go with the job.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -75,6 +78,17 @@ def workers(agent: int) -> list[int]:
     return [p for p in children(agent) if _read(f"/proc/{p}/comm").strip() != b"xrun-warm"]
 
 
+def snapshots(pids: list[int]) -> list[str]:
+    """The ``.../rank-R`` folders of the snapshot slots the processes have mapped."""
+    found = set()
+    for pid in pids:
+        for line in _read(f"/proc/{pid}/maps").decode(errors="replace").splitlines():
+            path = line.split(None, 5)[-1] if line.count(" ") >= 5 else ""
+            if "/slot-" in path and "xrun-snapshots" in path:
+                found.add(path.rsplit("/", 1)[0])
+    return sorted(found)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("marker")
@@ -93,15 +107,17 @@ def main() -> int:
             print(f"no full pool in {args.timeout} s: agents {found}, ready {counts}")
             return 1
         time.sleep(0.2)
-    if args.wait_only:
-        print(f"ready {counts}")
-        return 0
-    victims = workers(found[0])
-    if not victims:
-        print(f"agent {found[0]} has no worker")
-        return 1
-    os.kill(victims[0], signal.SIGKILL)
-    print(f"killed {victims[0]} of agent {found[0]}")
+    pool = [p for a in found for p in children(a)]
+    report = {"agents": found, "ready": list(counts.values()), "pool": pool}
+    report["snapshots"] = snapshots([p for a in found for p in workers(a)])
+    if not args.wait_only:
+        victims = workers(found[0])
+        if not victims:
+            print(f"agent {found[0]} has no worker")
+            return 1
+        os.kill(victims[0], signal.SIGKILL)
+        report["killed"] = victims[0]
+    print(json.dumps(report))
     return 0
 
 

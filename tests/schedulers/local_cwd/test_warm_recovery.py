@@ -50,7 +50,8 @@ def test_a_killed_rank_on_the_second_node_recovers_warm_from_shared_memory(
             time.sleep(0.3)
         # both agents' pools full, then a worker of replica 1 (its agent's XRUN_NODE_ID)
         wait = [PY, str(warm_drill.KILLER), marker, "--ready", "2"]
-        subprocess.run([*wait, "--wait-only"], check=True, timeout=400)
+        ready = subprocess.run([*wait, "--wait-only"], capture_output=True, text=True, timeout=400)
+        assert ready.returncode == 0, ready.stdout + ready.stderr
         killed = subprocess.run(
             [*wait, "--env", f"XRUN_NODE_ID={TRAIN.stem}/1"],
             capture_output=True, text=True, timeout=400,
@@ -66,3 +67,5 @@ def test_a_killed_rank_on_the_second_node_recovers_warm_from_shared_memory(
     assert create_scheduler("test").describe(app_id).state == AppState.SUCCEEDED
     resumed = warm_drill.check(_logs(app_id), tmp_path / "result.json", ref)
     print(f"resumed after step {resumed}", file=sys.stderr)
+    warm_drill.check_gone(warm_drill.armed(ready.stdout))
+    warm_drill.check_gone(warm_drill.armed(killed.stdout))

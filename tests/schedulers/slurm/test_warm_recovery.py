@@ -76,7 +76,8 @@ def test_a_killed_rank_on_the_second_node_recovers_warm(
             assert time.monotonic() < deadline, "the job did not train:\n" + _logs(sched, app_id)
             time.sleep(0.5)
         wait = [PY, str(warm_drill.KILLER), marker, "--ready", "2"]
-        subprocess.run([*wait, "--wait-only"], check=True, timeout=400)
+        ready = subprocess.run([*wait, "--wait-only"], capture_output=True, text=True, timeout=400)
+        assert ready.returncode == 0, ready.stdout + ready.stderr
         killed = subprocess.run(
             [*wait, "--env", "XRUN_REPLICA_ID=1"], capture_output=True, text=True, timeout=400
         )
@@ -90,3 +91,5 @@ def test_a_killed_rank_on_the_second_node_recovers_warm(
     assert resp.num_restarts == 0, resp.msg  # recovered in place: Slurm never requeued it
     resumed = warm_drill.check(logs, tmp_path / "result.json", ref)
     print(f"resumed after step {resumed}", file=sys.stderr)
+    warm_drill.check_gone(warm_drill.armed(ready.stdout))
+    warm_drill.check_gone(warm_drill.armed(killed.stdout))
