@@ -108,7 +108,7 @@ def main() -> int:
             return 1
         time.sleep(0.2)
     pool = [p for a in found for p in children(a)]
-    report = {"agents": found, "ready": list(counts.values()), "pool": pool}
+    report: dict[str, object] = {"agents": found, "ready": list(counts.values()), "pool": pool}
     report["snapshots"] = snapshots([p for a in found for p in workers(a)])
     if not args.wait_only:
         victims = workers(found[0])

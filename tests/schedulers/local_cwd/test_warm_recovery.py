@@ -64,7 +64,8 @@ def test_a_killed_rank_on_the_second_node_recovers_warm_from_shared_memory(
             proc.kill()
             subprocess.run([XRUN, "cancel", handle], capture_output=True, timeout=120)
     assert proc.returncode == 0, err[-3000:]
-    assert create_scheduler("test").describe(app_id).state == AppState.SUCCEEDED
+    resp = create_scheduler("test").describe(app_id)
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
     resumed = warm_drill.check(_logs(app_id), tmp_path / "result.json", ref)
     print(f"resumed after step {resumed}", file=sys.stderr)
     warm_drill.check_gone(warm_drill.armed(ready.stdout))
