@@ -59,6 +59,25 @@ def _in(app_id: str, replica: int, *args: str) -> subprocess.CompletedProcess[st
     return subprocess.run(cmd, capture_output=True, text=True, timeout=400)
 
 
+def _memory(app_id: str) -> str:
+    """Each container's memory use and peak so far (cgroup v1 or v2), for the eye: a pool
+    interpreter per worker must fit in the replica's memMB beside the workers."""
+    out = []
+    for k in (0, 1):
+        read = (
+            "cat /sys/fs/cgroup/memory/memory.usage_in_bytes "
+            "/sys/fs/cgroup/memory/memory.max_usage_in_bytes 2>/dev/null || "
+            "cat /sys/fs/cgroup/memory.current /sys/fs/cgroup/memory.peak 2>/dev/null"
+        )
+        got = subprocess.run(
+            ["docker", "exec", container_name(app_id, ROLE, k), "sh", "-c", read],
+            capture_output=True, text=True, timeout=60,
+        ).stdout.split()  # fmt: skip
+        mib = [f"{int(x) / 2**20:.0f} MiB" for x in got if x.isdigit()]
+        out.append(f"replica {k}: {' / peak '.join(mib) or 'n/a'}")
+    return "; ".join(out)
+
+
 def test_a_killed_worker_recovers_warm_in_its_container(
     sched: DockerScheduler, tmp_path: Path
 ) -> None:
@@ -86,6 +105,7 @@ def test_a_killed_worker_recovers_warm_in_its_container(
             time.sleep(0.5)
         waited = _in(app_id, 0, "--ready", "2", "--wait-only")
         assert waited.returncode == 0, waited.stdout + waited.stderr
+        print(f"memory with full pools: {_memory(app_id)}", file=sys.stderr)
         killed = _in(app_id, 1, "--ready", "2")
         assert killed.returncode == 0, killed.stdout + killed.stderr
         print(f"container 1: {killed.stdout}", file=sys.stderr)
