@@ -7,6 +7,7 @@ snapshots in the container's /dev/shm, 0 steps lost, bit-identical, and the app 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -116,3 +117,54 @@ def test_a_killed_worker_recovers_warm_in_its_container(
     assert state == AppState.SUCCEEDED, logs[-4000:]
     resumed = warm_drill.check(logs, out / "result.json", ref)
     print(f"resumed after step {resumed}", file=sys.stderr)
+
+
+def test_a_pool_that_does_not_fit_the_memory_limit_waits_instead_of_an_oom(
+    sched: DockerScheduler, tmp_path: Path
+) -> None:
+    """1x4 with dist.ddp's default memMB (1024): four workers and four warm interpreters do
+    not fit (before: the pool's imports got the container OOM-killed with no fault at all,
+    the app FAILED). The pool waits for room instead, says so once, and a killed worker's
+    restart starts cold, from the snapshots: 0 steps lost, bit-identical, SUCCEEDED."""
+    if not Path(SITE, "torch").is_dir():
+        pytest.skip(f"no torch in {SITE}")
+    ref = warm_drill.reference(tmp_path)
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    out.mkdir()
+    shutil.copy(TRAIN, ws / TRAIN.name)
+    shutil.copy(warm_drill.KILLER, out / warm_drill.KILLER.name)
+    app = ddp(
+        *warm_drill.ARGS, *warm_drill.SLEEP, "--checkpoint-dir", "/out/ckpt",
+        "--out", "/out/result.json",
+        script=TRAIN.name, j="1x4", recover="warm", max_retries=2, image="xrun-python:latest",
+        env={"PYTHONPATH": "/opt/xrun:/venv-site"},
+        mounts=[f"type=bind,src={out},dst=/out", f"type=bind,src={SITE},dst=/venv-site,readonly"],
+    )  # fmt: skip
+    app_id = sched.submit(app, {}, str(ws))
+    log0 = lambda: "".join(sched.log_iter(app_id, ROLE, 0))  # noqa: E731
+    try:
+        deadline = time.monotonic() + 300
+        step = re.compile(rf"(?:^|\]:)step {warm_drill.WAIT_STEP}$", re.M)
+        while "no room for a warm interpreter" not in log0() or not step.search(log0()):
+            desc = sched.describe(app_id)
+            assert desc is not None and desc.state == AppState.RUNNING, log0()[-4000:]
+            assert time.monotonic() < deadline, "the pool never said it waits:\n" + log0()
+            time.sleep(0.5)
+        print(f"memory: {_memory(app_id)}", file=sys.stderr)
+        killed = subprocess.run(
+            ["docker", "exec", container_name(app_id, ROLE, 0), "python3", "/out/kill_worker.py",
+             "/out/ckpt"],
+            capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+        assert killed.returncode == 0, killed.stdout + killed.stderr + log0()[-4000:]
+        state = _wait_end(sched, app_id, timeout=600)
+        logs = log0()
+    finally:
+        sched.cancel(app_id)
+    assert state == AppState.SUCCEEDED, logs[-4000:]
+    assert "killed by the OOM killer" not in logs and "killed by SIGKILL" in logs, logs[-4000:]
+    assert logs.count("no room for a warm interpreter") == 1, logs[-4000:]
+    assert len(re.findall(r"rank 0: resuming after step \d+ from shared memory", logs)) == 1
+    assert warm_drill.steps(logs) == list(range(1, warm_drill.EPOCHS * warm_drill.SPE + 1))
+    assert json.loads((out / "result.json").read_text())["params_sha256"] == ref
