@@ -2,7 +2,10 @@
 worker to ``kill -9`` at a random step; the figure is the time from the kill to the first
 full-world step after it (rank 0's ``step S`` line: a DDP step completes only when every rank
 took part), for xrun's agent with ``--recover warm`` and ``--recover off`` (cold: today's
-restart) and torchrun ``--max-restarts``, side by side in one run, round-robin.
+restart) and torchrun ``--max-restarts``, side by side in one run, round-robin. A second row:
+the same job as 2x2 (two agents on this host, c10d rendezvous), a worker of the node without
+rank 0 killed, ``--recover warm`` and ``off``. Each row's note adds the steps lost (the last
+step rank 0 printed before the kill minus the step the ranks resumed after).
 
 The job is ``examples/train_ddp.py --print-steps`` when that flag exists, else
 ``benchmarks/workers/ddp_steps.py`` (the same kind of loop, its own lines). Each run takes
@@ -38,13 +41,15 @@ TRAIN = ROOT / "examples" / "train_ddp.py"
 STEPS = c.WORKERS / "ddp_steps.py"
 NPROC = 4
 _STARTED = re.compile(r"rank 0/\d+: started \(restart (\d+)\)")
+_RESUMED = re.compile(r"resuming after (step|epoch) (\d+)")
+SPE = 1000  # the script's steps per epoch
 _STEP = re.compile(r"\bstep (\d+)\s*$")
 
 
 def _script(tmp: str) -> list[str]:
     if TRAIN.exists() and "--print-steps" in TRAIN.read_text():
         return [str(TRAIN), "--print-steps", "--step-sleep", "0.1", "--epochs", "1000",
-                "--steps-per-epoch", "1000", "--checkpoint-dir", os.path.join(tmp, "ckpt")]  # fmt: skip
+                "--steps-per-epoch", str(SPE), "--checkpoint-dir", os.path.join(tmp, "ckpt")]  # fmt: skip
     return [str(STEPS)]
 
 
@@ -73,22 +78,27 @@ def _ready(agent: int) -> int:
 
 
 class _Job:
-    """A launcher run whose output lines are read, timestamped, by a thread."""
+    """A launcher run whose output lines are read, timestamped, by a thread (into ``lines``:
+    the nodes of one job share one queue, whichever holds rank 0)."""
 
-    def __init__(self, cmd: list[str], cwd: str) -> None:
+    def __init__(
+        self, cmd: list[str], cwd: str, lines: queue.Queue[tuple[float, str]] | None = None
+    ) -> None:
         env = {**os.environ, **c.BASE_ENV}
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True, cwd=cwd, env=env, start_new_session=True,
         )  # fmt: skip
         self.started = time.monotonic()
-        self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
+        self.lines: queue.Queue[tuple[float, str]] = lines or queue.Queue()
         self.tail: list[str] = []
+        self.rank0 = False  # rank 0 runs here (its start line came from this launcher)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            self.rank0 = self.rank0 or _STARTED.search(line) is not None
             self.lines.put((time.monotonic(), line.rstrip("\n")))
             self.tail = [*self.tail[-40:], line.rstrip("\n")]
         self.lines.put((time.monotonic(), ""))
@@ -116,43 +126,71 @@ class _Job:
                 self.proc.wait()
 
 
-def _drill(cmd: list[str], faults: int, warm: bool, rng: random.Random) -> list[float]:
-    """Run ``cmd`` and kill one worker ``faults`` times; the seconds to recover from each."""
-    samples = []
+def _drill(
+    cmds: list[list[str]], faults: int, warm: bool, rng: random.Random, settle: float = 30
+) -> tuple[list[float], list[int]]:
+    """Run one agent per command in ``cmds`` (the nodes of one job) and kill one worker of a
+    node that does not run rank 0 (a second node) ``faults`` times: the seconds to recover from
+    each, and the steps each lost (the last step rank 0 printed before the kill minus the step
+    the ranks resumed after; 0 when nothing was redone)."""
+    samples, lost = [], []
+    per_node = NPROC // len(cmds)
     with tempfile.TemporaryDirectory(prefix="xrun-bench-drill-") as tmp:
-        job = _Job([*cmd, *_script(tmp)], tmp)
+        port = str(c.free_port())  # a multi-node job's rendezvous endpoint: 127.0.0.1:0 given
+        lines: queue.Queue[tuple[float, str]] = queue.Queue()
+        jobs = [
+            _Job([a.replace("127.0.0.1:0", f"127.0.0.1:{port}") for a in [*cmd, *_script(tmp)]],
+                 tmp, lines)
+            for cmd in cmds
+        ]  # fmt: skip
+        job = jobs[0]  # reads every node's lines: rank 0's step line is a full-world step
         try:
             for f in range(faults):
-                job.until(lambda ln, f=f: (m := _STARTED.search(ln)) is not None and int(m[1]) == f, 600)  # fmt: skip
                 for _ in range(rng.randint(5, 15)):
-                    job.until(lambda ln: _STEP.search(ln) is not None, 120)
-                # warm: a full pool that had time to import the first steps' modules (the
+                    job.until(lambda ln: _STEP.search(ln) is not None, 600 if f == 0 else 120)
+                # warm: full pools that had time to import the first steps' modules (the
                 # workers report them in their first 90 s), as in any job past its start
                 deadline = time.monotonic() + 300
-                settled = job.started + 30
+                settled = job.started + settle
                 while (
                     warm
                     and time.monotonic() < deadline
-                    and (_ready(job.proc.pid) < NPROC or time.monotonic() < settled)
+                    and (
+                        any(_ready(j.proc.pid) < per_node for j in jobs)
+                        or time.monotonic() < settled
+                    )
                 ):
                     time.sleep(0.1)
-                workers = [k for k in _children(job.proc.pid) if _comm(k) != "xrun-warm"]
-                if len(workers) < NPROC:
-                    raise RunFailed(f"found {len(workers)} workers of {NPROC}")
+                # a node without rank 0 (with one node: that one)
+                victim = next((j for j in jobs if not j.rank0), jobs[-1])
+                workers = [k for k in _children(victim.proc.pid) if _comm(k) != "xrun-warm"]
+                if len(workers) < per_node:
+                    raise RunFailed(f"found {len(workers)} workers of {per_node}")
+                last = -1
                 while not job.lines.empty():  # the steps before the kill are read
-                    job.lines.get_nowait()
+                    if m := _STEP.search(job.lines.get_nowait()[1]):
+                        last = int(m[1])
                 t0 = time.monotonic()
                 os.kill(rng.choice(workers), signal.SIGKILL)
-                job.until(lambda ln, f=f: (m := _STARTED.search(ln)) is not None and int(m[1]) == f + 1, 600)  # fmt: skip
-                # the restarted rank 0's start line was read: its next step is the world's
-                t1 = job.until(lambda ln: _STEP.search(ln) is not None, 600)
+                # rank 0's start line (its restart count is its own agent's: any will do),
+                # then where it resumed; its next step is the world's
+                job.until(lambda ln: _STARTED.search(ln) is not None, 600)
+                resumed = [last]
+
+                def step(ln: str, resumed: list[int] = resumed) -> bool:
+                    if m := _RESUMED.search(ln):  # from shared memory, or a disk checkpoint
+                        resumed[0] = int(m[2]) * (SPE if m[1] == "epoch" else 1)
+                    return _STEP.search(ln) is not None
+
+                t1 = job.until(step, 600)
                 samples.append(t1 - t0)
-                print(f"  {' '.join(cmd[-6:])}: fault {f + 1}: {t1 - t0:.3f} s", file=sys.stderr)
-                # put the start line back for the next round's wait
-                job.lines.put((t1, f"rank 0/{NPROC}: started (restart {f + 1})"))
+                lost.append(max(0, last - resumed[0]))
+                print(f"  {' '.join(cmds[-1][-4:])}: fault {f + 1}: {t1 - t0:.3f} s, "
+                      f"{lost[-1]} steps lost", file=sys.stderr)  # fmt: skip
         finally:
-            job.stop()
-    return samples
+            for j in jobs:
+                j.stop()
+    return samples, lost
 
 
 def _p95(xs: list[float]) -> float:
@@ -166,44 +204,40 @@ def _check(results: Mapping[str, Stats | str]) -> bool | None:
     return warm.median <= 0.5 and warm.median <= 0.05 * off.median
 
 
-def measure_18(reps: int, smoke: bool) -> list[Row]:
-    faults = 1 if smoke else 4  # smoke: one of each (a cold one costs ~20 s at load)
-    rng = random.Random(34)
-    agent = [c.PYTHON, "-m", "xrun.runtime", "--standalone", "--nproc-per-node", str(NPROC),
-             "--max-restarts", str(faults), "--tee", "3"]  # fmt: skip
-    try:
-        torchrun = [c.tool("torchrun"), "--standalone", "--nproc-per-node", str(NPROC),
-                    "--max-restarts", str(faults), "--tee", "3"]  # fmt: skip
-    except Unavailable as e:
-        torchrun = []
-        torchrun_why = str(e)
-    contenders: dict[str, tuple[list[str], bool]] = {
-        "xrun-agent warm": ([*agent, "--recover", "warm"], True),
-        "xrun-agent off": ([*agent, "--recover", "off"], False),
-        "torchrun": (torchrun, False),
-    }
+def _row(
+    label: str,
+    contenders: dict[str, tuple[list[list[str]], bool]],
+    results: dict[str, Stats | str],
+    reps: int,
+    faults: int,
+    rng: random.Random,
+    settle: float,
+) -> Row:
+    """Run each contender's drill ``reps`` times, round-robin; its row."""
     samples: dict[str, list[float]] = {k: [] for k in contenders}
-    results: dict[str, Stats | str] = {}
-    if not torchrun:
-        results["torchrun"] = f"unavailable: {torchrun_why}"
+    lost: dict[str, list[int]] = {k: [] for k in contenders}
     for _ in range(reps):
-        for name, (cmd, warm) in contenders.items():
+        for name, (cmds, warm) in contenders.items():
             if name in results:
                 continue
             try:
-                samples[name] += _drill(cmd, faults, warm, rng)
+                xs, ls = _drill(cmds, faults, warm, rng, settle)
             except RunFailed as e:
                 results[name] = f"failed: {e}"
+                continue
+            samples[name] += xs
+            lost[name] += ls
     note = []
     for name, xs in samples.items():
         if name not in results and xs:
             results[name] = Stats(xs)
         if xs:
             note.append(
-                f"{name}: median {statistics.median(xs):.3f} s, p95 {_p95(xs):.3f} s, n={len(xs)}"
+                f"{name}: median {statistics.median(xs):.3f} s, p95 {_p95(xs):.3f} s, n={len(xs)}, "
+                f"steps lost {sum(lost[name])} in all (max {max(lost[name])})"
             )
-    row = Row(
-        f"kill -9 of one worker -> first full-world step, 1x4 gloo DDP ({_script('')[0].rsplit('/', 1)[-1]})",
+    return Row(
+        label,
         "s",
         "warm <= 0.5 s and <= 0.05x cold (xrun-agent off)",
         results,
@@ -212,4 +246,54 @@ def measure_18(reps: int, smoke: bool) -> list[Row]:
         check=_check,
         note="; ".join(note),
     )
-    return [row]
+
+
+def measure_18(reps: int, smoke: bool) -> list[Row]:
+    # smoke: one fault each and no settling (a cold restart alone costs ~20-30 s at load)
+    faults = 1 if smoke else 4
+    settle = 0 if smoke else 30
+    rng = random.Random(34)
+    script = _script("")[0].rsplit("/", 1)[-1]
+    agent = [c.PYTHON, "-m", "xrun.runtime", "--standalone", "--nproc-per-node", str(NPROC),
+             "--max-restarts", str(faults), "--tee", "3"]  # fmt: skip
+    try:
+        torchrun = [c.tool("torchrun"), "--standalone", "--nproc-per-node", str(NPROC),
+                    "--max-restarts", str(faults), "--tee", "3"]  # fmt: skip
+    except Unavailable as e:
+        torchrun = []
+        torchrun_why = str(e)
+    contenders: dict[str, tuple[list[list[str]], bool]] = {
+        "xrun-agent warm": ([[*agent, "--recover", "warm"]], True),
+        "xrun-agent off": ([[*agent, "--recover", "off"]], False),
+        "torchrun": ([torchrun], False),
+    }
+    results: dict[str, Stats | str] = {}
+    if not torchrun:
+        results["torchrun"] = f"unavailable: {torchrun_why}"
+    rows = [
+        _row(
+            f"kill -9 of one worker -> first full-world step, 1x4 gloo DDP ({script})",
+            contenders, results, reps, faults, rng, settle=settle,
+        )
+    ]  # fmt: skip
+
+    # 2x2: two agents (c10d rendezvous on this host), a worker of the second node killed. Smoke
+    # (kept cheap: the figures of a smoke run are not quoted): warm only, one fault, no wait
+    # beyond full pools; its verdict is then n/a (no cold figure to compare with).
+    def nodes(recover: str, n: int) -> list[list[str]]:
+        return [[c.PYTHON, "-m", "xrun.runtime", "--nnodes", "2", "--nproc-per-node",
+                 str(NPROC // 2), "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                 "127.0.0.1:0", "--rdzv-id", f"drill-{recover}", "--max-restarts", str(n),
+                 "--tee", "3", "--recover", recover] for _ in range(2)]  # fmt: skip
+
+    faults2 = 1 if smoke else faults
+    two = {"xrun-agent warm": (nodes("warm", faults2), True)}
+    if not smoke:
+        two["xrun-agent off"] = (nodes("off", faults2), False)
+    rows.append(
+        _row(
+            f"the same, 2x2 (two agents, local), a worker of the second node killed ({script})",
+            two, {}, reps, faults2, rng, settle=settle,
+        )
+    )  # fmt: skip
+    return rows

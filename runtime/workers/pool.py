@@ -60,6 +60,7 @@ __all__ = [
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_child.py")
 REFILL_AFTER = 1.0  # seconds after a restart's start before its refill is spawned
+_LOOK = 2.0  # seconds between the agent's looks for a child's no-room note while it warms
 REFILL_DELAY = 1.0  # seconds a refilled child then waits before it imports (see the docstring)
 _FLAGS = ("-u", "-B")  # interpreter options a pool child can be started with
 _PYTHON = re.compile(r"python[0-9.]*$")
@@ -123,6 +124,7 @@ class WarmPool:
         self._fills = 0
         self._pending: tuple[float, dict[str, str]] | None = None  # (when, env): a refill due
         self.warm_starts = 0  # ranks started from a warm (ready) child
+        self.log: Callable[[str], None] | None = None  # the agent's, until it said no-room
         self.starts = 0
 
     @classmethod
@@ -223,6 +225,14 @@ class WarmPool:
     def tick(self, timeout: float | None) -> float | None:
         """From the agent's watch loop (its main thread: the children's parent-death signal
         is tied to it): spawn a refill that is due; ``timeout`` shortened to when the next is."""
+        if self.log is not None:
+            if os.path.exists(os.path.join(self.dir, "no-room")):
+                with contextlib.suppress(OSError), open(os.path.join(self.dir, "no-room")) as f:
+                    self.log(f.read())  # once: a child wrote why the pool cannot fill
+                self.log = None
+            elif not all(c.check_ready() for c in self._idle):
+                # children still warming may find no room under a memory limit: look again
+                timeout = _LOOK if timeout is None else min(timeout, _LOOK)
         if self._pending is None:
             return timeout
         due, env = self._pending
@@ -306,6 +316,7 @@ def pool_for(entrypoint: Any, args: Sequence[Any], config: Any, log: Callable[[s
     if pool is None:
         log("--recover warm serves `python [-u] script|-m module` workers: they start cold")
         return False
+    pool.log = log
     if getattr(config, "spares", 0):  # the agent may be a spare: warm before it parks
         pool.prewarm()
     return pool

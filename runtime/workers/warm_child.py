@@ -41,6 +41,10 @@ _REPORT_AT = (1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 17.0, 23.0, 30.0, 40.0, 60.0, 90.0)
 _WAIT_REPORTS_MAX = 60.0  # a warm child imports torch at the latest this long after its start
 _MAX_MSG = 1 << 22
 _SKIP_ENV = "XRUN_WARM_SKIP"  # comma-separated module prefixes a pool must never pre-import
+# Under a memory limit: what a child expects its imports to take before one child measured it
+# (torch + DDP's modules: 212 MiB anonymous here, docs/recovery.md), and the room it leaves.
+_FOOTPRINT = 256 << 20
+_MARGIN = 64 << 20
 
 
 def _job_waiting(sock: socket.socket, timeout: float) -> bool:
@@ -91,16 +95,152 @@ def _import_all(names: list[str], sock: socket.socket) -> bool:
     return True
 
 
+def _cgroup_memory() -> tuple[int, int] | None:
+    """``(limit, used)`` in bytes of the tightest memory limit over this process's cgroup
+    (a container's ``--memory``, a Slurm job's cgroup), ``used`` being what cannot be reclaimed
+    (anonymous memory and shmem: /dev/shm, where the snapshots live; not the page cache);
+    None without a limit. cgroup v2 and v1."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    best: tuple[int, int] | None = None
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        v2 = ctrls == ""
+        if not v2 and "memory" not in ctrls.split(","):
+            continue
+        base = "/sys/fs/cgroup" if v2 else "/sys/fs/cgroup/memory"
+        # our own cgroup, or (a private cgroup namespace, a container) the mount's root
+        here = base + path.rstrip("/") if os.path.isdir(base + path) else base
+        while here.startswith(base):
+            stat = _read_stat(os.path.join(here, "memory.stat"))
+            if v2:
+                limit = _read_int(os.path.join(here, "memory.max"))
+                used = stat.get("anon", 0) + stat.get("shmem", 0)
+            else:
+                limit = stat.get("hierarchical_memory_limit")
+                used = stat.get("total_rss", 0) + stat.get("total_shmem", 0)
+            if limit is not None and limit < 1 << 60 and stat:
+                if best is None or limit - used < best[0] - best[1]:
+                    best = (limit, used)
+            if not v2 or here == base:
+                break  # v1's hierarchical limit already covers the parents
+            here = os.path.dirname(here)
+    return best
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _read_stat(path: str) -> dict[str, int]:
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if value.strip().isdigit():
+                    out[key] = int(value)
+    except OSError:
+        pass
+    return out
+
+
+def _anon_rss(pid: int | str = "self") -> int:
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _workers_growth(need: int) -> int:
+    """What the agent's workers (this child's siblings not idling as ``xrun-warm``) will still
+    take before they hold at least the imports a warm child holds: a worker checked a second
+    after its start has barely begun importing torch."""
+    parent, grow = os.getppid(), 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{d}/comm", "rb") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if int(stat[stat.rfind(b")") + 2 :].split()[1]) == parent and comm != b"xrun-warm":
+            grow += max(0, need - _anon_rss(d))
+    return grow
+
+
+def _room(state_dir: str, sock: socket.socket) -> tuple[bool, int]:
+    """Under a memory limit, wait until this interpreter's imports fit beside what the
+    cgroup holds and what the workers will take, one child at a time (a lock in the pool's folder, held by the caller
+    through the imports: the next child then sees them); (True, lock fd) to import, (False,
+    -1) when a rank arrived first: it runs cold. No limit: (True, -1) at once."""
+    import fcntl
+
+    if _cgroup_memory() is None:
+        return True, -1
+    lock = os.open(os.path.join(state_dir, "memory.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            if _job_waiting(sock, 0.2):
+                os.close(lock)
+                return False, -1
+            continue
+        mem = _cgroup_memory()
+        need = _read_int(os.path.join(state_dir, "footprint")) or _FOOTPRINT
+        if mem is not None:
+            mem = (mem[0], mem[1] + _workers_growth(need))
+        if mem is None or mem[0] - mem[1] >= need + max(_MARGIN, mem[0] // 16):
+            return True, lock
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        with contextlib.suppress(OSError):
+            fd = os.open(os.path.join(state_dir, "no-room"), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            os.write(
+                fd,
+                f"--recover warm: no room for a warm interpreter (~{need >> 20} MiB) under the "
+                f"memory limit ({mem[0] >> 20} MiB, {mem[1] >> 20} MiB in use): the pool waits "
+                f"for room, and a rank restarted meanwhile starts cold".encode(),
+            )
+            os.close(fd)
+        if _job_waiting(sock, _IDLE_LOOK):
+            os.close(lock)
+            return False, -1
+
+
 def _warm_up(sock: socket.socket, state_dir: str, delay: float) -> None:
-    """Wait for reports (and ``delay``), import, say ready, then idle until the job comes."""
+    """Wait for reports (and ``delay``) and for memory, import, say ready, then idle until
+    the job comes."""
     start = time.monotonic()
     while not (_reports(state_dir) and time.monotonic() - start >= delay):
         if time.monotonic() - start >= max(delay, _WAIT_REPORTS_MAX):
             break
         if _job_waiting(sock, 0.5):
             return
-    if not _import_all(["torch", *_reported_modules(state_dir)], sock):
+    go, lock = _room(state_dir, sock)
+    if not go:
         return
+    try:
+        if not _import_all(["torch", *_reported_modules(state_dir)], sock):
+            return
+        if lock >= 0:  # what the next child under the limit expects to need
+            with contextlib.suppress(OSError), open(os.path.join(state_dir, "footprint"), "w") as f:
+                f.write(str(_anon_rss()))
+    finally:
+        if lock >= 0:
+            os.close(lock)  # releases the flock
     try:
         sock.send(b"R")
     except OSError:  # the agent sent a rank meanwhile and closed its end: take the rank
