@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from xrun.contract import RESTARTS_IN_PLACE
+from xrun.contract import RESTARTS_IN_PLACE, SCHEDULER_ALIASES
 from xrun.errors import UsageError
 from xrun.record import Value
 from xrun.specs import AppDef, AppState, AppStatus, Role, RoleStatus
@@ -349,6 +349,7 @@ def scheduler_names() -> list[str]:
 def get_scheduler_factory(name: str) -> SchedulerFactory:
     import importlib
 
+    name = SCHEDULER_ALIASES.get(name, name)  # TorchX's local_docker is docker
     if name in _BUILTINS:
         module_name, hint = _BUILTINS[name]
         try:

@@ -41,6 +41,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from xrun.contract import SCHEDULER_ALIASES
 from xrun.errors import UsageError
 
 FILENAME = ".xrunconfig"
@@ -71,7 +72,7 @@ class Config:
         return dict(self.sections.get(name, {}))
 
     def scheduler_defaults(self, scheduler: str) -> dict[str, Sourced]:
-        return self.section(scheduler)
+        return self.section(SCHEDULER_ALIASES.get(scheduler, scheduler))
 
     def component_defaults(self, component: str) -> dict[str, Sourced]:
         return self.section(COMPONENT_PREFIX + component)
@@ -130,6 +131,8 @@ def load(
     cfg = Config(files=paths)
     for path in paths:
         for section, items in _read(path).items():
+            # a TorchX .xrunconfig's [local_docker] is the [docker] section
+            section = SCHEDULER_ALIASES.get(section, section)
             _check_section(path, section, items, schedulers or (lambda: _BUILTIN_SCHEDULERS))
             merged = cfg.sections.setdefault(section, {})
             for key, value in items.items():

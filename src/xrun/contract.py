@@ -150,3 +150,7 @@ NODE_ID_ENV = "XRUN_NODE_ID"
 # The runtime agent's last stderr line after a failure: ``<prefix><cause> (rank R, file:line)``.
 # docker and slurm keep only a replica's output, so their status reads the cause from it.
 ROOT_CAUSE_PREFIX = "xrun-agent: root cause: "
+
+# TorchX's names for xrun's schedulers: a TorchX user's ``-s local_docker``, ``local_docker://``
+# handles and ``[local_docker]`` config sections mean xrun's ``docker`` (one engine, one box).
+SCHEDULER_ALIASES = {"local_docker": "docker"}

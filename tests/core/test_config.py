@@ -111,3 +111,20 @@ def test_runner_applies_the_config_under_explicit_values(dirs: tuple[Path, Path]
         assert app.roles[0].args == ["cwd"] and app.roles[0].num_replicas == 2
         app = runner.component_app("utils.echo", ["--msg", "cli"])
         assert app.roles[0].args == ["cli"]
+
+
+def test_torchx_name_local_docker_is_the_docker_scheduler(dirs: tuple[Path, Path]) -> None:
+    """A TorchX user's ``-s local_docker`` and ``[local_docker]`` section mean xrun's docker
+    (TorchX's default scheduler; gap N34): the same scheduler, the section's options applied."""
+    from xrun.schedulers.api import get_scheduler_factory
+    from xrun.schedulers.docker import create_scheduler
+
+    assert get_scheduler_factory("local_docker") is create_scheduler
+    home, cwd = dirs
+    (cwd / ".xrunconfig").write_text("[local_docker]\nimage_repo = reg.example:5000/team/ws\n")
+    cfg = load(cwd, home)
+    assert cfg.scheduler_defaults("docker")["image_repo"][0] == "reg.example:5000/team/ws"
+    with Runner(config=cfg) as runner:
+        assert runner.scheduler("local_docker").backend == "docker"
+        for name in ("local_docker", "docker"):
+            assert runner.run_cfg(name, {})["image_repo"] == "reg.example:5000/team/ws"

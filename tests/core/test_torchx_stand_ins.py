@@ -30,7 +30,7 @@ _spec.loader.exec_module(record)
 
 KNOWN: dict[str, str] = {
     "behaviour.get_default_scheduler_name": "xrun run's default is local_cwd (TorchX's "
-    "local_docker is no xrun scheduler name)",
+    "local_docker, its default, is accepted as another name for xrun's docker)",
 }
 
 
