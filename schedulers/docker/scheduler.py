@@ -108,7 +108,7 @@ from .status import (
     role_statuses,
     split_lines,
 )
-from .workspace import CUSTOM_DOCKERFILE, WORKDIR, build_context
+from .workspace import CUSTOM_DOCKERFILE, IMAGE_REPO, WORKDIR, build_context
 
 if TYPE_CHECKING:
     from ..stacks import NodeStacks
@@ -207,7 +207,9 @@ class DockerScheduler(WorkspaceBuilder, Scheduler[DockerJob]):
         if workspace is not None:
             check_image_scripts(app, workspace)
             head = (
-                f"# workspace {workspace.url} -> each image below, as xrun-workspace:<hash>\n"
+                # the repository submit tags the images in (B14: it said xrun-workspace always)
+                f"# workspace {workspace.url} -> each image below, as "
+                f"{cfg.image_repo or IMAGE_REPO}:<hash>\n"
                 f"#   {workspace.describe_ignored()}\n"
             )
         else:

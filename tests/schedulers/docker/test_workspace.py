@@ -64,6 +64,12 @@ def test_the_cli_dry_run_names_the_workspace_and_ignore_set(tmp_path: Path) -> N
     assert request[0] == f"# workspace {cli.cwd} -> each image below, as xrun-workspace:<hash>"
     assert request[1] == f"#   {open_workspace(str(cli.cwd)).describe_ignored()}"
     assert request[1].startswith("#   leaving out .gitignore: *.ckpt; always:")
+    # B14: the repository the images are tagged in is the image_repo run option's
+    repo = "reg.example:5000/team/ws"
+    r = cli.run("run", "--dryrun", "-s", "docker", "-cfg", f"image_repo={repo}", "utils.echo")
+    assert r.returncode == 0, r.stderr
+    request = r.stdout.split("docker request ----\n", 1)[1].splitlines()
+    assert request[0] == f"# workspace {cli.cwd} -> each image below, as {repo}:<hash>"
     r = cli.run("run", "--dryrun", "-s", "docker", "--workspace", "", "utils.echo")
     assert "# no workspace (--workspace ''): the role images run unchanged" in r.stdout
     r = cli.run("run", "--dryrun", "-s", "docker", "--workspace", "memory://none", "utils.echo")
