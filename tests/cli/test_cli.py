@@ -461,3 +461,47 @@ def test_log_into_a_closed_pipe_is_quiet(cli: Env) -> None:
     proc.stdout.close()  # like `| head -1`
     err = proc.stderr.read()
     assert proc.wait(timeout=30) == 0 and err == b""
+
+
+def test_status_roles_shows_only_those_roles(cli: Env) -> None:
+    """TorchX's ``status --roles ROLE[,ROLE]`` (gap N18): the other roles are left out; a role
+    the app lacks is a one-line usage error naming the roles it has."""
+    from xrun.config import Config
+    from xrun.runner import Runner
+    from xrun.specs import AppDef, AppState, Role
+
+    app = AppDef("two", [Role("trainer", "", "echo", ["t"]), Role("reader", "", "echo", ["r"])])
+    with Runner(config=Config()) as runner:
+        handle = runner.run(app, "local_cwd")
+        resp = runner.wait(handle, wait_interval=0.1, timeout=60)
+        assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    both = cli.run("status", handle)
+    assert "Role trainer:" in both.stdout and "Role reader:" in both.stdout, both.stdout
+    one = cli.run("status", "--roles", "reader", handle)
+    assert one.returncode == 0, one.stderr
+    assert "Role reader:" in one.stdout and "trainer" not in one.stdout, one.stdout
+    bad = cli.run("status", "--roles", "reader,nope", handle)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "no role 'nope'" in bad.stderr and "trainer, reader" in bad.stderr, bad.stderr
+
+
+def test_top_level_log_level_sets_pythons_logging(cli: Env) -> None:
+    """TorchX's ``xrun --log_level LEVEL COMMAND`` (gap N18): the root logger's level; a bad
+    level is a one-line usage error."""
+    import logging
+
+    from xrun.cli import main
+
+    root = logging.getLogger()
+    before = root.level
+    try:
+        assert main(["--log_level", "error", "list", "-s", "local_cwd"]) == 0
+        assert root.level == logging.ERROR
+        assert main(["--log-level=DEBUG", "list", "-s", "local_cwd"]) == 0
+        assert root.level == logging.DEBUG
+    finally:
+        root.setLevel(before)
+    bad = cli.run("--log_level", "loud", "list")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "'loud' is not a log level; expected one of DEBUG" in bad.stderr
+    assert "--log_level LEVEL" in cli.run("--help").stdout

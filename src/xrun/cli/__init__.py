@@ -43,7 +43,36 @@ def _error(msg: str) -> None:
     print(f"{PROG}: error: {printable(msg)}", file=sys.stderr, flush=True)
 
 
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(args: list[str]) -> list[str]:
+    """TorchX's top-level ``--log_level LEVEL`` (before the command): the level of Python's
+    logging for what xrun and its plugins log (trackers, schedulers' client libraries); off
+    unless given (logging is imported only then: benchmark 5). Returns the rest of ``args``."""
+    if not args or not args[0].startswith(("--log_level", "--log-level")):
+        return args
+    flag, eq, value = args[0].partition("=")
+    if flag not in ("--log_level", "--log-level"):
+        return args  # e.g. --log_levelx: argparse says it is unknown
+    rest = args[1:]
+    if not eq:
+        if not rest:
+            raise UsageError(f"{flag} needs a level: one of {', '.join(_LOG_LEVELS)}")
+        value, rest = rest[0], rest[1:]
+    if value.upper() not in _LOG_LEVELS:
+        raise UsageError(
+            f"{flag} {value!r} is not a log level; expected one of {', '.join(_LOG_LEVELS)}"
+        )
+    import logging
+
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")  # a handler, if none
+    logging.getLogger().setLevel(value.upper())
+    return _log_level(rest)
+
+
 def _dispatch(args: list[str]) -> int:
+    args = _log_level(args)
     if args and args[0] == "run":
         # `xrun run` parses its own options by hand: argparse (benchmark 5: it costs more than
         # the rest of a dry run) only for --help and mistakes, whose messages stay argparse's.

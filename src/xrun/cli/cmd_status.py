@@ -12,7 +12,7 @@ from xrun.cli.spares_view import spares_lines
 from xrun.errors import UsageError
 from xrun.runner import Runner
 from xrun.schedulers.api import LogQuery, Stream
-from xrun.specs import AppStatus
+from xrun.specs import AppStatus, RoleStatus
 from xrun.sweeps.handles import Target
 from xrun.sweeps.metrics import sort_trials, trial_metrics
 from xrun.sweeps.status import SweepStatus
@@ -24,6 +24,11 @@ def add_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     # a sweep's trials, side by side by what they tracked (docs/tracking.md)
     c.add_argument("--sort", metavar="KEY", help="a sweep: order trials by this metric or value")
     c.add_argument("--desc", action="store_true", help="with --sort: largest first")
+    c.add_argument(
+        "--roles",
+        metavar="ROLE[,ROLE...]",
+        help="an app: show only these roles (TorchX's flag); default: every role",
+    )
 
 
 def main(ns: argparse.Namespace) -> int:
@@ -35,7 +40,11 @@ def main(ns: argparse.Namespace) -> int:
         if status is None:
             raise not_found(str(target))
         if isinstance(status, SweepStatus):
+            if ns.roles is not None:
+                raise UsageError(f"--roles picks an app's roles; {ns.handle} is a sweep")
             _add_metrics(status, ns.sort, ns.desc)
+        elif ns.roles is not None:
+            status.roles = _only(status, ns.roles)
         print(f"Handle: {target}")
         print(status.format())
         if not isinstance(status, SweepStatus):
@@ -58,6 +67,19 @@ def _spares(runner: Runner, target: Target, status: AppStatus) -> list[str]:
             return []
 
     return spares_lines(app, status, read)
+
+
+def _only(status: AppStatus, roles: str) -> list[RoleStatus]:
+    """``--roles a,b``: the role statuses of those roles, in the app's order."""
+    wanted = [r.strip() for r in roles.split(",") if r.strip()]
+    have = [rs.role for rs in status.roles]
+    unknown = [r for r in wanted if r not in have]
+    if unknown or not wanted:
+        raise UsageError(
+            f"--roles {roles!r}: no role {', '.join(map(repr, unknown)) or 'named'} in this app; "
+            f"expected a comma-separated list of {', '.join(have)}"
+        )
+    return [rs for rs in status.roles if rs.role in wanted]
 
 
 def _add_metrics(st: SweepStatus, sort: str | None, desc: bool) -> None:

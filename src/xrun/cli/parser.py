@@ -16,6 +16,13 @@ from xrun.cli.parser_base import Parser
 def build_parser() -> Parser:
     p = Parser(prog=PROG, description="Launch distributed PyTorch jobs.", allow_abbrev=False)
     p.add_argument("--version", action="version", version=_version())
+    # read before the command by xrun.cli._log_level; here for --help (TorchX's flag)
+    p.add_argument(
+        "--log_level",
+        "--log-level",
+        metavar="LEVEL",
+        help="Python logging level of xrun and its plugins: DEBUG, INFO, WARNING, ERROR, CRITICAL",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMANDS:  # in `xrun --help`'s order
         command_module(name).add_arguments(sub)
