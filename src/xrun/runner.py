@@ -88,6 +88,8 @@ class Runner:
         self._config = config
         self._params = dict(scheduler_params or {})
         self._schedulers: dict[tuple[str, str], Scheduler[Any]] = {}
+        # the apps this runner submitted, by handle: describe() returns them as given (TorchX)
+        self._apps: dict[str, AppDef] = {}
 
     def name(self) -> str:
         """The session name (TorchX's ``Runner.name()``)."""
@@ -190,7 +192,10 @@ class Runner:
         if not dryrun_info.scheduler:
             raise UsageError("this AppDryRunInfo has no scheduler; get it from Runner.dryrun")
         app_id = self.scheduler(dryrun_info.scheduler).schedule(dryrun_info)
-        return make_app_handle(dryrun_info.scheduler, self.session_name, app_id)
+        handle = make_app_handle(dryrun_info.scheduler, self.session_name, app_id)
+        if dryrun_info.app is not None:
+            self._apps[handle] = dryrun_info.app
+        return handle
 
     def run(
         self,
@@ -205,7 +210,9 @@ class Runner:
         ws = sched.open_workspace(workspace)  # once: the request carries the value
         job = self.with_job_env(app, scheduler, parent_run_id)
         app_id = sched.submit(job, self.run_cfg(scheduler, cfg), ws)
-        return make_app_handle(scheduler, self.session_name, app_id)
+        handle = make_app_handle(scheduler, self.session_name, app_id)
+        self._apps[handle] = job
+        return handle
 
     def run_component(
         self,
@@ -246,9 +253,12 @@ class Runner:
         return self._target(app_handle).wait(wait_interval, timeout)
 
     def describe(self, app_handle: str | Target) -> AppDef | None:
-        """The app as the scheduler knows it (name = app id); a trial's AppDef; a sweep's
-        template AppDef (``{{NAME}}`` placeholders; trial 0's when each trial differs). None
-        when unknown."""
+        """An app this runner submitted: its AppDef as submitted (its own name, as TorchX's
+        Runner gives it); any other app: as the scheduler knows it (name = app id); a trial's
+        AppDef; a sweep's template AppDef (``{{NAME}}`` placeholders; trial 0's when each trial
+        differs). None when unknown."""
+        if isinstance(app_handle, str) and app_handle in self._apps:
+            return self._apps[app_handle]
         return self._target(app_handle).describe()
 
     def log_lines(

@@ -43,6 +43,13 @@ def test_run_wait_status_logs_describe_list(runner: Runner, tmp_path: Path) -> N
     app = runner.describe(handle)
     assert app is not None and app.roles[0].entrypoint == "echo"
     assert app.roles[0].num_replicas == 2
+    # TorchX's Runner: an app this runner submitted keeps its own name (gap N12); another
+    # runner knows it from the scheduler only, named by its app id
+    assert app.name == "echo"
+    with get_runner("rt", config=Config()) as other:
+        seen = other.describe(handle)
+        assert seen is not None and seen.name == handle.rsplit("/", 1)[1]
+        assert seen.roles[0].num_replicas == 2
     assert handle.rsplit("/", 1)[1] in [a.app_id for a in runner.list("local_cwd")]
     assert (tmp_path / "logs").is_dir()  # the run option reached the scheduler
 
