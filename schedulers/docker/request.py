@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from xrun.contract import RANK0_HOST_ENV, STOP_GRACE_ENV
+from xrun.contract import RANK0_HOST_ENV, STOP_GRACE_ENV, TORCHX_RANK0_HOST_ENV
 from xrun.errors import UsageError
 from xrun.specs import (
     AppDef,
@@ -203,6 +203,7 @@ def materialize(
             # (runtime/stopping.py), not the agent's shutdown timeout; the role may say less.
             grace = {STOP_GRACE_ENV: str(opts.stop_timeout)}
             c.env = {**grace, **copy_env, **opts.env, **c.env, RANK0_HOST_ENV: rank0_host}
+            c.env[TORCHX_RANK0_HOST_ENV] = rank0_host
     names = [c.name for c in containers]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)

@@ -26,6 +26,7 @@ from xrun.contract import (
     SCRIPT,
     STOP_GRACE_ENV,
     TOKEN_ENV,
+    TORCHX_RANK0_HOST_ENV,
 )
 from xrun.errors import UsageError
 from xrun.procs import visible_gpus
@@ -169,6 +170,7 @@ def build_request(app: AppDef, opts: LocalOptions) -> LocalRequest:
                 "PATH": path,
                 "PYTHONUNBUFFERED": "1",
                 RANK0_HOST_ENV: "localhost",
+                TORCHX_RANK0_HOST_ENV: "localhost",
                 "TORCHELASTIC_ERROR_FILE": paths.error_file(role.name, i),
                 # A runtime agent's per-attempt worker logs, under the app's dir (not a
                 # temporary dir nobody removes): <role>/<i>/workers/<run_id>/attempt_<n>/.

@@ -312,6 +312,7 @@ export XRUN_LOG_DIR={log_dir}
 # The first host of the (first role's) allocation: the rendezvous host of multi-node roles.
 {rank0_env}=$(scontrol show hostnames "${{SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}}" | head -n1)
 export {rank0_env}
+export TORCHX_RANK0_HOST=${rank0_env}  # TorchX's name for it
 # A per-job secret for the rendezvous store, made at run time so that it is in no file, no
 # command line and no `ps` output; srun hands the environment on to every task.
 {token_env}=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')

@@ -35,6 +35,9 @@ RDZV_PORT_ENV = "XRUN_RDZV_PORT"
 # The host of the role's first replica. ``${rank0_env}`` in a role's args or env becomes this
 # *name* (see ``specs.macros``), and every replica's environment sets it.
 RANK0_HOST_ENV = "XRUN_RANK0_HOST"
+# TorchX's name for the same host (its schedulers set it in every replica; gap N17): scripts and
+# components written for TorchX read it.
+TORCHX_RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
 
 # A role's metadata key (value True) set by the dist components: the runtime agent in each of
 # its replicas restarts the workers in place, up to the role's ``max_retries``

@@ -129,6 +129,7 @@ def test_macros_env_mounts_resources_and_retries() -> None:
         "B": "cfg",
         "XR_TOKEN": "t",
         RANK0_HOST_ENV: "x-1-worker-0",
+        "TORCHX_RANK0_HOST": "x-1-worker-0",  # TorchX's name for it (gap N17)
         "XRUN_STOP_GRACE": "10",  # the stop_timeout: a graceful stop's grace (runtime/stopping.py)
     }
     assert c.mounts == [BindMount("/data", "/mnt/data", True), VolumeMount("vol", "/cache")]

@@ -170,6 +170,7 @@ def test_replicas_get_cwd_env_python_and_private_log_layout(
         assert out["prefix"] == sys.prefix, "python3 must be xrun's own interpreter"
         assert out["argv"] == [app_id]
         assert out["env"][RANK0_HOST_ENV] == "localhost" and out["env"]["PYTHONUNBUFFERED"] == "1"
+        assert out["env"]["TORCHX_RANK0_HOST"] == "localhost"  # TorchX's name (gap N17)
         rdir = tmp_path / "logs" / app_id / "w" / str(i)
         assert out["env"]["TORCHELASTIC_ERROR_FILE"] == str(rdir / "error.json")
         assert (rdir / "stdout.log").read_text() == f"hello {i}\n"
