@@ -4,7 +4,6 @@ process group, and the spare replica takes its node rank and RANK."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,30 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.chaos import listening_pid
+from tests.helpers.chaos import listening_pid, runtime_agent
 from tests.helpers.net import free_port
 from tests.helpers.paths import SCRIPTS, XRUN
+from tests.helpers.spares import events
 from tests.helpers.waiting import wait_for
 
 CONF = "heartbeat_interval=0.2,heartbeat_timeout=1.5,last_call_timeout=5,join_timeout=60"
-
-
-def events(out: Path) -> list[dict[str, str]]:
-    path = out / "events.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def agent_of(node_id: str) -> int:
-    """The pid of the replica's agent (``python3 -m xrun.runtime`` with that node id)."""
-    for d in Path("/proc").iterdir():
-        try:
-            argv = (d / "cmdline").read_bytes().split(b"\0")
-            env = (d / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"xrun.runtime" in argv and f"XRUN_NODE_ID={node_id}".encode() in env:
-            return int(d.name)
-    raise AssertionError(f"no agent for {node_id}")
 
 
 @pytest.mark.timeout(240)
@@ -63,10 +45,10 @@ def test_spare_replica_takes_the_lost_replicas_rank(tmp_path: Path) -> None:
         # Lose an active replica that does not serve the store (which cannot be replaced, see
         # docs/runtime.md). On one host the store is the first agent's to bind the port: usually
         # replica 0, but not always (the spare may be replica 0 and a replica 2 the host).
-        host = listening_pid(port, [agent_of(n) for n in first])
+        host = listening_pid(port, [runtime_agent(XRUN_NODE_ID=n) for n in first])
         assert host is not None, "no active agent serves the store"
-        lost = next(n for n in sorted(first) if agent_of(n) != host)
-        os.killpg(agent_of(lost), signal.SIGKILL)
+        lost = next(n for n in sorted(first) if runtime_agent(XRUN_NODE_ID=n) != host)
+        os.killpg(runtime_agent(XRUN_NODE_ID=lost), signal.SIGKILL)
         try:
             wait_for(lambda: len(events(out)) >= 4, timeout=150, what="the second world")
         except AssertionError as e:

@@ -273,3 +273,12 @@ class Chaos(threading.Thread):
                 self.load_errors.append(f"{name}: {type(e).__name__}: {e}")
             self.loaded += 1
             self._verified[name] = key
+
+
+def runtime_agent(**env: str) -> int:
+    """The pid of the runtime agent (``python3 -m xrun.runtime``) whose environment holds every
+    ``env`` item (e.g. ``XRUN_NODE_ID``, ``SLURM_JOB_ID``): one replica's agent."""
+    for pid in pids():
+        if "xrun.runtime" in cmdline(pid) and env.items() <= environ(pid).items():
+            return pid
+    raise AssertionError(f"no runtime agent with {env}")

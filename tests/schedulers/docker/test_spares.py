@@ -8,7 +8,6 @@ bind-mounted (the base image has none)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sysconfig
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import SCRIPTS, XRUN
+from tests.helpers.spares import events
 from tests.helpers.waiting import wait_for
 from xrun.components.dist import ddp
 from xrun.schedulers.docker import DockerScheduler
@@ -36,11 +36,6 @@ def sched(docker_engine: str) -> Iterator[DockerScheduler]:
     s = DockerScheduler("default")
     yield s
     s.close()
-
-
-def events(out: Path) -> list[dict[str, str]]:
-    path = out / "events.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_spare_takes_the_rank_of_a_killed_container(sched: DockerScheduler, tmp_path: Path) -> None:

@@ -47,10 +47,13 @@ def sched(docker_engine: str) -> Iterator[DockerScheduler]:
     s.close()
 
 
-def _submit(sched: DockerScheduler, ws: Path, out: Path) -> str:
+def _submit(
+    sched: DockerScheduler, ws: Path, out: Path, *args: str, script: str = DRILL.name
+) -> str:
+    """A 2x2 dist.ddp app of ``script`` (in ``ws``) with ``out`` at /out and the suite's torch."""
     app = ddp(
-        "/out",
-        script=DRILL.name,
+        *args,
+        script=script,
         j="2x2",
         image="xrun-python:latest",
         env={"PYTHONPATH": "/opt/xrun:/venv-site"},
@@ -73,8 +76,8 @@ def _wait_end(sched: DockerScheduler, app_id: str, timeout: float = 300) -> AppS
         time.sleep(0.5)
 
 
-def _logs(sched: DockerScheduler, app_id: str) -> str:
-    return "".join("".join(sched.log_iter(app_id, ROLE, k)) for k in (0, 1))
+def _logs(sched: DockerScheduler, app_id: str, role: str = ROLE) -> str:
+    return "".join("".join(sched.log_iter(app_id, role, k)) for k in (0, 1))
 
 
 @pytest.mark.parametrize("how", ["docker-stop", "xrun-cancel"])
@@ -87,7 +90,7 @@ def test_a_stop_on_docker_saves_one_step_and_a_resubmit_resumes_from_it(
     ws.mkdir()
     out.mkdir()
     shutil.copy(DRILL, ws / DRILL.name)
-    app_id = _submit(sched, ws, out)
+    app_id = _submit(sched, ws, out, "/out")
     try:
         wait_ready(out, 4, timeout=300)
         t0 = time.time()
@@ -111,7 +114,7 @@ def test_a_stop_on_docker_saves_one_step_and_a_resubmit_resumes_from_it(
     # Each agent gave its workers the app's stop_timeout, not its own 30 s shutdown timeout.
     assert logs.count("the workers have 60s to stop") == 2, logs
 
-    app_id = _submit(sched, ws, out)
+    app_id = _submit(sched, ws, out, "/out")
     try:
         state = _wait_end(sched, app_id)
     finally:
@@ -136,46 +139,27 @@ def test_the_example_stopped_by_docker_stop_resumes_bit_identical(
     shutil.copy(TRAIN, ws / TRAIN.name)
     args = [*EXAMPLE_ARGS, "--step-sleep", "0.2", "--checkpoint-dir", "/out/ckpt",
             "--out", "/out/result.json"]  # fmt: skip
-
-    def submit() -> str:
-        app = ddp(
-            *args,
-            script=TRAIN.name,
-            j="2x2",
-            image="xrun-python:latest",
-            env={"PYTHONPATH": "/opt/xrun:/venv-site"},
-            mounts=[
-                f"type=bind,src={out},dst=/out",
-                f"type=bind,src={SITE},dst=/venv-site,readonly",
-            ],
-        )
-        return sched.submit(app, {"stop_timeout": 60}, str(ws))
-
     role = TRAIN.stem
-    app_id = submit()
+    app_id = _submit(sched, ws, out, *args, script=TRAIN.name)
     try:
         deadline = time.monotonic() + 300
-        while not re.search(r"^(?:\[\w+\]:)?step 5$", _logs_of(sched, app_id, role), re.M):
-            assert time.monotonic() < deadline, _logs_of(sched, app_id, role)[-3000:]
+        while not re.search(r"^(?:\[\w+\]:)?step 5$", _logs(sched, app_id, role), re.M):
+            assert time.monotonic() < deadline, _logs(sched, app_id, role)[-3000:]
             time.sleep(0.5)
         names = [container_name(app_id, role, k) for k in (0, 1)]
         subprocess.run(["docker", "stop", "-t", "30", *names], check=True, timeout=120)
         _wait_end(sched, app_id)
     finally:
         sched.cancel(app_id)
-    first = _logs_of(sched, app_id, role)
+    first = _logs(sched, app_id, role)
     assert not (out / "result.json").exists(), "the stopped run finished: the stop came too late"
-    app_id = submit()
+    app_id = _submit(sched, ws, out, *args, script=TRAIN.name)
     try:
         state = _wait_end(sched, app_id)
     finally:
         sched.cancel(app_id)
-    second = _logs_of(sched, app_id, role)
+    second = _logs(sched, app_id, role)
     assert state == AppState.SUCCEEDED, second[-3000:]
     step = example_stop_and_resume(first + second)
     assert 5 <= step < 60, step
     assert json.loads((out / "result.json").read_text())["params_sha256"] == reference
-
-
-def _logs_of(sched: DockerScheduler, app_id: str, role: str) -> str:
-    return "".join("".join(sched.log_iter(app_id, role, k)) for k in (0, 1))

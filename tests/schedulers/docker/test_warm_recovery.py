@@ -43,6 +43,27 @@ def _logs(sched: DockerScheduler, app_id: str) -> str:
     return "".join("".join(sched.log_iter(app_id, ROLE, k)) for k in (0, 1))
 
 
+def _submit(sched: DockerScheduler, tmp_path: Path, j: str) -> tuple[str, Path, str]:
+    """The drill's job (``-j j``, ``--recover warm``) submitted; its app id, the /out folder
+    (checkpoints, result, the killer script) and the undisturbed run's parameters."""
+    if not Path(SITE, "torch").is_dir():
+        pytest.skip(f"no torch in {SITE}")
+    ref = warm_drill.reference(tmp_path)
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    out.mkdir()
+    shutil.copy(TRAIN, ws / TRAIN.name)
+    shutil.copy(warm_drill.KILLER, out / warm_drill.KILLER.name)
+    app = ddp(
+        *warm_drill.ARGS, *warm_drill.SLEEP, "--checkpoint-dir", "/out/ckpt",
+        "--out", "/out/result.json",
+        script=TRAIN.name, j=j, recover="warm", max_retries=2, image="xrun-python:latest",
+        env={"PYTHONPATH": "/opt/xrun:/venv-site"},
+        mounts=[f"type=bind,src={out},dst=/out", f"type=bind,src={SITE},dst=/venv-site,readonly"],
+    )  # fmt: skip
+    return sched.submit(app, {}, str(ws)), out, ref
+
+
 def _wait_end(sched: DockerScheduler, app_id: str, timeout: float) -> AppState:
     deadline = time.monotonic() + timeout
     while True:
@@ -82,22 +103,7 @@ def _memory(app_id: str) -> str:
 def test_a_killed_worker_recovers_warm_in_its_container(
     sched: DockerScheduler, tmp_path: Path
 ) -> None:
-    if not Path(SITE, "torch").is_dir():
-        pytest.skip(f"no torch in {SITE}")
-    ref = warm_drill.reference(tmp_path)
-    ws, out = tmp_path / "ws", tmp_path / "out"
-    ws.mkdir()
-    out.mkdir()
-    shutil.copy(TRAIN, ws / TRAIN.name)
-    shutil.copy(warm_drill.KILLER, out / warm_drill.KILLER.name)
-    app = ddp(
-        *warm_drill.ARGS, *warm_drill.SLEEP, "--checkpoint-dir", "/out/ckpt",
-        "--out", "/out/result.json",
-        script=TRAIN.name, j="2x2", recover="warm", max_retries=2, image="xrun-python:latest",
-        env={"PYTHONPATH": "/opt/xrun:/venv-site"},
-        mounts=[f"type=bind,src={out},dst=/out", f"type=bind,src={SITE},dst=/venv-site,readonly"],
-    )  # fmt: skip
-    app_id = sched.submit(app, {}, str(ws))
+    app_id, out, ref = _submit(sched, tmp_path, "2x2")
     try:
         deadline = time.monotonic() + 300
         step = re.compile(rf"(?:^|\]:)step {warm_drill.WAIT_STEP}$", re.M)
@@ -126,22 +132,7 @@ def test_a_pool_that_does_not_fit_the_memory_limit_waits_instead_of_an_oom(
     not fit (before: the pool's imports got the container OOM-killed with no fault at all,
     the app FAILED). The pool waits for room instead, says so once, and a killed worker's
     restart starts cold, from the snapshots: 0 steps lost, bit-identical, SUCCEEDED."""
-    if not Path(SITE, "torch").is_dir():
-        pytest.skip(f"no torch in {SITE}")
-    ref = warm_drill.reference(tmp_path)
-    ws, out = tmp_path / "ws", tmp_path / "out"
-    ws.mkdir()
-    out.mkdir()
-    shutil.copy(TRAIN, ws / TRAIN.name)
-    shutil.copy(warm_drill.KILLER, out / warm_drill.KILLER.name)
-    app = ddp(
-        *warm_drill.ARGS, *warm_drill.SLEEP, "--checkpoint-dir", "/out/ckpt",
-        "--out", "/out/result.json",
-        script=TRAIN.name, j="1x4", recover="warm", max_retries=2, image="xrun-python:latest",
-        env={"PYTHONPATH": "/opt/xrun:/venv-site"},
-        mounts=[f"type=bind,src={out},dst=/out", f"type=bind,src={SITE},dst=/venv-site,readonly"],
-    )  # fmt: skip
-    app_id = sched.submit(app, {}, str(ws))
+    app_id, out, ref = _submit(sched, tmp_path, "1x4")
     log0 = lambda: "".join(sched.log_iter(app_id, ROLE, 0))  # noqa: E731
     try:
         deadline = time.monotonic() + 300

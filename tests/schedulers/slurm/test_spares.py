@@ -14,7 +14,6 @@ answers (< 0.1 s here); the test resumes it anyway.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -24,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.chaos import listening_pid, runtime_agent
 from tests.helpers.net import free_port
 from tests.helpers.paths import SCRIPTS, XRUN
+from tests.helpers.spares import events
 from tests.helpers.waiting import wait_for
 from tests.schedulers.slurm.test_integration import sched, slurm_cluster  # noqa: F401
 from xrun.components.dist import ddp
@@ -35,46 +36,6 @@ from xrun.specs import AppState
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
 CONF = "heartbeat_interval=0.2,heartbeat_timeout=2,last_call_timeout=5,join_timeout=120"
-
-
-def events(out: Path) -> list[dict[str, str]]:
-    path = out / "events.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def agent_of(job_id: str, node: str) -> int:
-    """The pid of the job's runtime agent on ``node``."""
-    for d in Path("/proc").iterdir():
-        try:
-            argv = (d / "cmdline").read_bytes().split(b"\0")
-            env = (d / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            b"xrun.runtime" in argv
-            and f"SLURM_JOB_ID={job_id}".encode() in env
-            and f"XRUN_NODE_ID={node}".encode() in env
-        ):
-            return int(d.name)
-    raise AssertionError(f"no agent of job {job_id} on {node}")
-
-
-def serves_port(pid: int, port: int) -> bool:
-    """Whether process ``pid`` holds the socket listening on ``port`` (the rendezvous store)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for row in f.read().splitlines()[1:]:
-                cols = row.split()
-                if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                    inodes.add(f"socket:[{cols[9]}]")
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            if os.readlink(fd) in inodes:
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def run_drill(sched: SlurmScheduler, tmp_path: Path, lose: str) -> None:  # noqa: F811
@@ -107,11 +68,12 @@ def run_drill(sched: SlurmScheduler, tmp_path: Path, lose: str) -> None:  # noqa
     spare = next(n for n in nodes if n not in first)
     # Neither the first node (the batch script runs there: Slurm ends the job with it) nor the
     # agent that serves the store (docs/runtime.md) can be replaced: both are replica 0's.
-    assert serves_port(agent_of(app_id, nodes[0]), port)
+    agent = runtime_agent(SLURM_JOB_ID=app_id, XRUN_NODE_ID=nodes[0])
+    assert listening_pid(port, [agent]) == agent
     lost = next(n for n in nodes[1:] if n in first)
     t0 = time.monotonic()
     if lose == "kill":
-        os.killpg(os.getpgid(agent_of(app_id, lost)), signal.SIGKILL)
+        os.killpg(os.getpgid(runtime_agent(SLURM_JOB_ID=app_id, XRUN_NODE_ID=lost)), signal.SIGKILL)
     else:
         subprocess.run(
             ["scontrol", "update", f"nodename={lost}", "state=down", "reason=xrun-spares-test"],
