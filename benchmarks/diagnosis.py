@@ -85,7 +85,7 @@ SMOKE = ("exception without @record", "kill -9 from outside")
 def hit(screen: list[str], cause: str, rank: int = 1) -> bool:
     """Whether ``screen`` names ``rank`` and ``cause`` together."""
     pat = re.compile(cause)
-    named = (f"rank {rank}", f"[default{rank}]", f"rank      : {rank} ")
+    named = (f"rank {rank}", f"[default{rank}]", f"[{rank}]:", f"rank      : {rank} ")
     if any(pat.search(x) and any(n in x for n in named) for x in screen):
         return True
     text = "\n".join(screen)

@@ -347,6 +347,10 @@ class DistJob(Value):
             str(self.max_retries),
             "--tee",
             str(self.tee),
+            # An empty role, as TorchX's dist.ddp gives torchrun: ROLE_NAME='' and each worker
+            # line's prefix is `[1]:` in both tools' logs (the agent's own default: `[default1]:`).
+            "--role",
+            "''",
         ]
         if self.rdzv_backend == "static":
             # Each replica is one node rank of a fixed world: replica 0 serves the store at the

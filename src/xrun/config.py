@@ -26,13 +26,18 @@ An INI file (Python's configparser; ``#`` or ``;`` start comments)::
     [tracker:fsspec]
     config = /tmp/tracker.conf
 
-Two files are read: ``~/.xrunconfig`` and ``./.xrunconfig`` (the current directory). Precedence,
-highest first: the command line > the cwd file > the home file > the component's own defaults
-(or the scheduler's run-option defaults). A key in a file overrides the same key of a
+Two files are read: ``~/.xrunconfig`` and ``./.xrunconfig`` (the current directory), and below
+them a TorchX project's ``.torchxconfig`` (the same format), read as TorchX reads it: the file
+``$TORCHXCONFIG`` names, alone, else ``~/.torchxconfig`` over ``./.torchxconfig`` (TorchX's own
+order: the user's file wins). Precedence, highest first: the command line > ``./.xrunconfig`` >
+``~/.xrunconfig`` > the ``.torchxconfig`` files > the component's own defaults (or the
+scheduler's run-option defaults). A key in a file overrides the same key of a
 lower-precedence file only; other keys of that section still come from below.
 
 Errors name the file, section and key: an unknown section, an unknown run option or component
-parameter, a value that does not convert to the option's type.
+parameter, a value that does not convert to the option's type. A ``.torchxconfig`` may name what
+xrun does not have (a ``[kubernetes]`` section, a TorchX-only run option): as TorchX does with
+what it does not know, that entry is skipped, with one warning line on stderr naming it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ from xrun.contract import SCHEDULER_ALIASES
 from xrun.errors import UsageError
 
 FILENAME = ".xrunconfig"
+# A TorchX project's config file, and TorchX's variable naming the one file to read instead.
+TORCHX_FILENAME = ".torchxconfig"
+TORCHX_ENV = "TORCHXCONFIG"
 COMPONENT_PREFIX = "component:"
 CLI_RUN = "cli:run"
 _CLI_RUN_KEYS = ("scheduler", "component")
@@ -67,6 +75,25 @@ class Config:
 
     files: list[str] = field(default_factory=list)
     sections: dict[str, dict[str, Sourced]] = field(default_factory=dict)
+    # The .torchxconfig files among ``files``: what xrun does not know there is skipped.
+    torchx_files: list[str] = field(default_factory=list)
+
+    def usable(
+        self, entries: dict[str, Sourced], known: Callable[[str], bool], what: str
+    ) -> dict[str, Sourced]:
+        """``entries`` less the ones a ``.torchxconfig`` gave that ``known`` refuses (one
+        warning line each, as TorchX skips an option it does not know); an unknown key from
+        a ``.xrunconfig`` stays, for the caller's one-line error."""
+        out = {}
+        for key, (value, source) in entries.items():
+            if not known(key) and self._from_torchx(source):
+                warn(f"{source}: xrun has no {what} {key!r}; skipped (TorchX-only)")
+                continue
+            out[key] = (value, source)
+        return out
+
+    def _from_torchx(self, source: str) -> bool:
+        return any(source.startswith(f"{f} [") for f in self.torchx_files)
 
     def section(self, name: str) -> dict[str, Sourced]:
         return dict(self.sections.get(name, {}))
@@ -117,6 +144,38 @@ def config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> lis
     return out
 
 
+def torchx_config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> list[str]:
+    """The ``.torchxconfig`` files TorchX would read, lowest precedence first: the one
+    ``$TORCHXCONFIG`` names alone (a missing one is an error, as in TorchX), else the cwd's
+    then the home one (TorchX applies ``[$HOME, $CWD]`` in order, keeping the first value)."""
+    named = os.environ.get(TORCHX_ENV)
+    if named is not None:
+        if not os.path.isfile(named):
+            raise UsageError(
+                f"{TORCHX_ENV}={named}: no such file; point it at a .torchxconfig file or unset it"
+            )
+        return [named]
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except FileNotFoundError:
+            cwd = None
+    dirs = [*([cwd] if cwd is not None else []), home or os.path.expanduser("~")]
+    out: list[str] = []
+    for d in dirs:
+        p = os.path.join(d, TORCHX_FILENAME)
+        if os.path.isfile(p) and all(not os.path.samefile(p, q) for q in out):
+            out.append(p)
+    return out
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr (a config entry skipped)."""
+    import sys
+
+    print(f"xrun: warning: {message}", file=sys.stderr)
+
+
 def load(
     cwd: PathArg | None = None,
     home: PathArg | None = None,
@@ -127,13 +186,21 @@ def load(
     ``schedulers``: the names a scheduler section may have, asked only for a section that is
     no builtin scheduler's (the runner passes the registry's, plugins included; asking it
     reads the installed packages' entry points). Default: the builtins."""
-    paths = config_paths(cwd, home)
-    cfg = Config(files=paths)
+    torchx = torchx_config_paths(cwd, home)
+    paths = [*torchx, *config_paths(cwd, home)]
+    cfg = Config(files=paths, torchx_files=torchx)
     for path in paths:
         for section, items in _read(path).items():
             # a TorchX .xrunconfig's [local_docker] is the [docker] section
             section = SCHEDULER_ALIASES.get(section, section)
-            _check_section(path, section, items, schedulers or (lambda: _BUILTIN_SCHEDULERS))
+            try:
+                _check_section(path, section, items, schedulers or (lambda: _BUILTIN_SCHEDULERS))
+            except UsageError:
+                if path not in torchx:
+                    raise
+                # TorchX's other schedulers (kubernetes, aws_batch, ...) or keys xrun lacks
+                warn(f"{path} [{section}]: xrun has no such section or key; skipped (TorchX-only)")
+                continue
             merged = cfg.sections.setdefault(section, {})
             for key, value in items.items():
                 merged[key] = (value, f"{path} [{section}] {key}")

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from xrun.component import call_component, get_component
+from xrun.component import Component, call_component, get_component
 from xrun.config import Config
 from xrun.config import load as load_config
 from xrun.errors import UsageError
@@ -127,8 +127,12 @@ class Runner:
     def run_cfg(self, scheduler: str, cfg: Mapping[str, object] | None) -> dict[str, object]:
         """The config files' run options for ``scheduler`` under the explicit ``cfg``."""
         sched = self.scheduler(scheduler)
-        defaults = self.config.scheduler_defaults(scheduler)
         opts = sched.run_opts()
+        defaults = self.config.usable(
+            self.config.scheduler_defaults(scheduler),
+            lambda k: opts.get(k) is not None,
+            f"{scheduler} run option",
+        )
         merged: dict[str, object] = dict(resolve_run_options(opts, defaults, scheduler))
         merged.update(opts.canonical(cfg or {}, scheduler))  # mail-user and mail_user: one key
         return merged
@@ -138,11 +142,20 @@ class Runner:
         """Call a component with CLI-style ``args`` (its config-file defaults applied, then the
         runner's ``component_defaults``)."""
         comp = get_component(component)
-        defaults = dict(self.config.component_defaults(comp.name))
+        defaults = self._component_config(comp)
         given = self._component_defaults.get(component, self._component_defaults.get(comp.name))
         where = "Runner(component_defaults=...)"
         defaults.update({k: (v, where) for k, v in (given or {}).items()})
         return call_component(comp, args, defaults)
+
+    def _component_config(self, comp: Component) -> dict[str, tuple[str, str]]:
+        """The config files' defaults for ``comp`` (a parameter it lacks that only a
+        .torchxconfig names is skipped, as TorchX skips it)."""
+        return self.config.usable(
+            self.config.component_defaults(comp.name),
+            lambda k: comp.option(k) is not None,
+            f"{comp.name} parameter",
+        )
 
     def with_job_env(self, app: AppDef, scheduler: str, parent_run_id: str | None = None) -> AppDef:
         """A copy of ``app`` whose roles' env tells the replicas their job (``TORCHX_JOB_ID``,
@@ -325,7 +338,7 @@ class Runner:
         from xrun.sweeps.plan import plan_from_args  # benchmark 5: an app's dry run skips it
 
         comp = get_component(component)
-        defaults = self.config.component_defaults(comp.name)
+        defaults = self._component_config(comp)
         return plan_from_args(lambda a: call_component(comp, a, defaults), args, sweep)
 
     def run_sweep(

@@ -505,3 +505,22 @@ def test_top_level_log_level_sets_pythons_logging(cli: Env) -> None:
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "'loud' is not a log level; expected one of DEBUG" in bad.stderr
     assert "--log_level LEVEL" in cli.run("--help").stdout
+
+
+@pytest.mark.timeout(150)
+def test_dist_ddp_workers_look_as_under_torchx(cli: Env) -> None:
+    """gap N17: TorchX's `dist.ddp` gives torchrun an empty role and its CLI sets
+    TORCHX_CONTEXT_NAME=cli_run, so its workers see ROLE_NAME='' and print `[1]:` before each
+    line; a log grep written for one tool must work on the other. A .torchxconfig's
+    [cli:run] scheduler is honoured on the way (the project's file, unchanged)."""
+    (cli.cwd / ".torchxconfig").write_text("[cli:run]\nscheduler = local_cwd\n")
+    (cli.cwd / "envdump.py").write_text(
+        "import os\n"
+        "print('ENV', repr(os.environ['ROLE_NAME']), os.environ.get('TORCHX_CONTEXT_NAME'),"
+        " os.environ.get('TORCHX_RANK0_HOST'), os.environ['RANK'])\n"
+    )
+    p = cli.run("run", "dist.ddp", "-j", "1x2", "--script", "envdump.py", timeout=140)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = [ln for ln in (p.stdout + p.stderr).splitlines() if "ENV" in ln]
+    for rank in (0, 1):
+        assert any(ln.endswith(f"[{rank}]:ENV '' cli_run localhost {rank}") for ln in out), out

@@ -43,7 +43,7 @@ def test_ddp_sizes(j: str, nnodes: str, nproc: int, replicas: int, min_replicas:
     assert cmd.startswith(RUNTIME_PREFIX + " ")
     assert f"--nnodes {nnodes} --nproc-per-node {nproc} " in cmd
     assert "--rdzv-backend c10d" in cmd and "--rdzv-id ${app_id}" in cmd
-    assert "--max-restarts 0 --tee 3 train.py" in cmd
+    assert "--max-restarts 0 --tee 3 --role '' train.py" in cmd
 
 
 def test_single_node_uses_a_free_local_port_and_multi_node_the_rank0_env_var() -> None:
@@ -91,7 +91,7 @@ def test_script_args_survive_the_shell_exactly(tmp_path: Path) -> None:
 
 def test_module_instead_of_script() -> None:
     app = dist.ddp("--x", "1", m="pkg.train", j="1x1")
-    assert cmd_of(app).endswith("--tee 3 -m pkg.train --x 1")
+    assert cmd_of(app).endswith("--tee 3 --role '' -m pkg.train --x 1")
     assert app.name == "train" and app.roles[0].name == "train"
 
 
@@ -146,7 +146,10 @@ def test_env_debug_retries_conf_tee_image_mounts() -> None:
     assert role.env["NCCL_DEBUG"] == "WARN"  # the user's env wins over debug's
     assert role.max_retries == 3 and role.image == DEFAULT_IMAGE
     cmd = cmd_of(app)
-    assert "--max-restarts 3 --tee 1 --rdzv-conf join_timeout=600,last_call_timeout=30 t.py" in cmd
+    assert (
+        "--max-restarts 3 --tee 1 --role '' --rdzv-conf join_timeout=600,last_call_timeout=30 t.py"
+        in cmd
+    )
     assert role.mounts == [BindMount("/a", "/b", True), VolumeMount("v", "/c", False)]
     assert "TORCH_DISTRIBUTED_DEBUG" not in dist.ddp(script="t.py").roles[0].env
 

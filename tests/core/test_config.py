@@ -128,3 +128,79 @@ def test_torchx_name_local_docker_is_the_docker_scheduler(dirs: tuple[Path, Path
         assert runner.scheduler("local_docker").backend == "docker"
         for name in ("local_docker", "docker"):
             assert runner.run_cfg(name, {})["image_repo"] == "reg.example:5000/team/ws"
+
+
+# --------------------------------------------------------------------------- .torchxconfig
+def test_a_torchx_projects_config_is_read_below_xrunconfig(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A TorchX project's ``.torchxconfig`` (gap §8: silently ignored before) gives its
+    scheduler, run options and component defaults; ``.xrunconfig`` keys win over it; among
+    TorchX's files the home one wins, as TorchX applies ``[$HOME, $CWD]`` keeping the first."""
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    home, cwd = dirs
+    (cwd / ".torchxconfig").write_text(
+        "[cli:run]\nscheduler = slurm\ncomponent = utils.echo\n"
+        "[local_cwd]\nlog_dir = /tx-cwd\nstop_grace_s = 7\n"
+        "[component:utils.echo]\nmsg = from-torchx\nnum_replicas = 3\n"
+    )
+    (home / ".torchxconfig").write_text("[local_cwd]\nstop_grace_s = 9\n")
+    (cwd / ".xrunconfig").write_text("[local_cwd]\nlog_dir = /xrun-cwd\n")
+    cfg = load(cwd, home)
+    assert cfg.files == [
+        str(cwd / ".torchxconfig"),
+        str(home / ".torchxconfig"),
+        str(cwd / ".xrunconfig"),
+    ]
+    assert cfg.default_scheduler() == "slurm" and cfg.default_component() == "utils.echo"
+    with Runner(config=cfg) as runner:
+        run = runner.run_cfg("local_cwd", {})
+        assert run["log_dir"] == "/xrun-cwd" and run["stop_grace_s"] == 9.0
+        app = runner.component_app("utils.echo", [])
+        assert app.roles[0].args == ["from-torchx"] and app.roles[0].num_replicas == 3
+    assert capsys.readouterr().err == ""
+
+
+def test_torchxconfig_env_names_the_one_file(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    home, cwd = dirs
+    (cwd / ".torchxconfig").write_text("[local_cwd]\nlog_dir = /not-read\n")
+    named = tmp_path / "team.ini"
+    named.write_text("[local_cwd]\nlog_dir = /named\n")
+    monkeypatch.setenv("TORCHXCONFIG", str(named))
+    cfg = load(cwd, home)
+    assert cfg.files == [str(named)]
+    assert cfg.scheduler_defaults("local_cwd")["log_dir"][0] == "/named"
+    monkeypatch.setenv("TORCHXCONFIG", str(tmp_path / "missing.ini"))
+    with pytest.raises(UsageError, match=r"TORCHXCONFIG=.*missing\.ini: no such file"):
+        load(cwd, home)
+
+
+def test_what_only_torchx_has_is_skipped_with_one_line_each(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TorchX skips an option it does not know; so does xrun for a ``.torchxconfig`` (a
+    ``[kubernetes]`` section, a TorchX-only run option or component parameter), saying so in
+    one line each. The same entries in a ``.xrunconfig`` stay errors."""
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    home, cwd = dirs
+    (cwd / ".torchxconfig").write_text(
+        "[kubernetes]\nqueue = default\n[local_cwd]\nlog_dir = /ok\nnewer_torchx_opt = True\n"
+        "[component:utils.echo]\nmsg = hi\nno_such = 1\n"
+    )
+    cfg = load(cwd, home)
+    with Runner(config=cfg) as runner:
+        assert runner.run_cfg("local_cwd", {})["log_dir"] == "/ok"
+        assert runner.component_app("utils.echo", []).roles[0].args == ["hi"]
+    err = capsys.readouterr().err.splitlines()
+    assert any("[kubernetes]" in ln and "skipped" in ln for ln in err), err
+    assert any("'newer_torchx_opt'" in ln and "skipped" in ln for ln in err), err
+    assert any("'no_such'" in ln and "skipped" in ln for ln in err), err
+    assert all(ln.startswith("xrun: warning: ") for ln in err)
+    (cwd / ".xrunconfig").write_text("[local_cwd]\nnewer_torchx_opt = True\n")
+    with (
+        Runner(config=load(cwd, home)) as runner,
+        pytest.raises(UsageError, match="newer_torchx_opt"),
+    ):
+        runner.run_cfg("local_cwd", {})

@@ -29,6 +29,10 @@ record = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(record)
 
 KNOWN: dict[str, str] = {
+    "torchx.components.metrics.tensorboard.image.default": "xrun's components default to "
+    "xrun's image (TorchX's to its own, which has TorchX in it)",
+    "torchx.tracker.backend.fsspec.FsspecTracker.root_dir.default": "xrun's own code also "
+    "builds one from a store alone (TorchX's two arguments work as in TorchX)",
     "behaviour.get_default_scheduler_name": "xrun run's default is local_cwd (TorchX's "
     "local_docker, its default, is accepted as another name for xrun's docker)",
 }

@@ -8,6 +8,7 @@ Options: :mod:`xrun.cli.run_args`; a run with ``--sweep`` goes on in :mod:`xrun.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -33,12 +34,17 @@ if TYPE_CHECKING:
 
 # Schedulers whose jobs run on this machine: `run` waits and streams their logs by default.
 _WAITING_SCHEDULERS = {"local_cwd"}
+# TorchX's name for "what started this app" (its CLI's run sets it to cli_run).
+CONTEXT_ENV = "TORCHX_CONTEXT_NAME"
 # After the app ends, how long its log readers may take to drain.
 _LOG_DRAIN_S = 30.0
 
 
 def main(opts: RunOptions, component: str | None, comp_args: list[str]) -> int:
     """``xrun run``, its own options parsed (:mod:`xrun.cli.run_args`): the exit code."""
+    # As TorchX's `run` does: the schedulers that pass the CLI's environment on (local_cwd,
+    # slurm) hand it to the workers, so code that asks where it was started from works alike.
+    os.environ.setdefault(CONTEXT_ENV, "cli_run")
     if is_sweep(opts):
         from xrun.cli import run_sweep  # benchmark 5: a plain dry run skips the sweep CLI
 

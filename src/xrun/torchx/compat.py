@@ -155,7 +155,10 @@ class StructuredJArgument:
 # --------------------------------------------------------------------------- the stand-ins
 def _module(name: str, attrs: Mapping[str, Any], package: bool = False) -> types.ModuleType:
     mod = types.ModuleType(name, f"xrun's stand-in for TorchX {TORCHX_VERSION}'s {name}")
-    mod.__dict__.update({k: v for k, v in attrs.items() if not k.startswith("__")})
+    # not another module's dunders (vars(dist) holds __name__, __file__, ...); __version__ is API
+    mod.__dict__.update(
+        {k: v for k, v in attrs.items() if not k.startswith("__") or k == "__version__"}
+    )
     mod.__xrun_stand_in__ = True  # type: ignore[attr-defined]
     if package:
         mod.__path__ = []  # a package: `import torchx.specs` looks for submodules
@@ -265,21 +268,32 @@ class _RefuseOthers(importlib.abc.MetaPathFinder):
 def torchx_imports() -> Iterator[None]:
     """While active, ``import torchx...`` gives xrun's stand-ins (unless TorchX is installed,
     or the stand-ins are already in place: nesting is a no-op)."""
-    if "torchx" in sys.modules or torchx_installed():
+    undo = install_stand_ins()
+    try:
         yield
-        return
+    finally:
+        if undo is not None:
+            undo()
+
+
+def install_stand_ins() -> Callable[[], None] | None:
+    """Put the stand-ins in place; returns what takes them away again (None, and nothing
+    done, when TorchX is installed or the stand-ins are already in place)."""
+    if "torchx" in sys.modules or torchx_installed():
+        return None
     modules = add_stand_ins(_stand_ins())
     refuse, lazy = _RefuseOthers(), LazyStandIns()
     sys.modules.update(modules)
     sys.meta_path[:0] = [lazy, refuse]
-    try:
-        yield
-    finally:
+
+    def undo() -> None:
         sys.meta_path.remove(refuse)
         sys.meta_path.remove(lazy)
         for name in [n for n in sys.modules if n == "torchx" or n.startswith("torchx.")]:
             if getattr(sys.modules[name], "__xrun_stand_in__", False):
                 del sys.modules[name]  # the lazily made ones (torchx.runner) too
+
+    return undo
 
 
 def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:

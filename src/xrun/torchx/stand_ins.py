@@ -43,6 +43,14 @@ MORE_STAND_INS = (
     "torchx.schedulers",
     "torchx.runner",
     "torchx.runner.api",
+    "torchx.schedulers.api",
+    "torchx.components.metrics",
+    "torchx.util",
+    "torchx.util.types",
+    "torchx.util.entrypoints",
+    "torchx.version",
+    "torchx.tracker.backend",
+    "torchx.tracker.backend.fsspec",
 )
 # Loaded by name on first import (see the module's docstring): stand-in -> (module, names).
 _FINDER = (
@@ -54,12 +62,53 @@ _FINDER = (
     "ComponentValidationException",
 )
 _BUILDERS = ("materialize_appdef", "parse_args", "make_app_handle", "parse_mounts")
+_UTIL_TYPES = (
+    "to_list",
+    "to_dict",
+    "is_bool",
+    "is_primitive",
+    "decode_optional",
+    "decode_from_string",
+    "decode",
+    "get_argparse_param_type",
+    "none_throws",
+)
+_SCHEDULER_API = (
+    "AppDef",
+    "AppDryRunInfo",
+    "AppState",
+    "DescribeAppResponse",
+    "ListAppResponse",
+    "Role",
+    "RoleStatus",
+    "Scheduler",
+    "Stream",
+    "runopts",
+    "WorkspaceMixin",
+    "filter_regex",
+    "split_lines",
+    "split_lines_iterator",
+    "DAYS_IN_2_WEEKS",
+    "NONE",
+    "NULL_RESOURCE",
+)
+_FSSPEC = ("FsspecTracker", "create", "TrackerBase", "TrackerArtifact", "TrackerSource", "Lineage")
 LAZY: dict[str, tuple[str, tuple[str, ...]]] = {
     "torchx.runner": ("xrun.runner", ("Runner", "get_runner")),
     "torchx.runner.api": ("xrun.runner", ("Runner", "get_runner")),
     "torchx.specs.finder": ("xrun.torchx.finder", _FINDER),
     "torchx.specs.builders": ("xrun.torchx.finder", _BUILDERS),
+    "torchx.schedulers.api": ("xrun.torchx.extras", _SCHEDULER_API),
+    "torchx.components.metrics": ("xrun.components.metrics", ("tensorboard",)),
+    "torchx.util": ("xrun.torchx.extras", ()),
+    "torchx.util.types": ("xrun.torchx.util_types", _UTIL_TYPES),
+    "torchx.util.entrypoints": ("xrun.torchx.extras", ("load",)),
+    "torchx.version": ("xrun.torchx.extras", ("__version__", "TORCHX_IMAGE", "load")),
+    "torchx.tracker.backend": ("xrun.tracker.fsspec_backend", ()),
+    "torchx.tracker.backend.fsspec": ("xrun.tracker.fsspec_backend", _FSSPEC),
 }
+# The lazy stand-ins that are packages (hold submodules).
+_LAZY_PACKAGES = ("torchx.runner", "torchx.util", "torchx.tracker.backend")
 # torchx.specs's own names that live in a lazy submodule (TorchX's specs re-exports them).
 _SPECS_FROM_BUILDERS = ("materialize_appdef",)
 # xrun run's default scheduler (TorchX's get_default_scheduler_name is local_cwd's too).
@@ -238,7 +287,7 @@ class LazyStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in LAZY:
             return None
-        is_package = fullname.count(".") == 1  # torchx.runner, not torchx.runner.api
+        is_package = fullname in _LAZY_PACKAGES
         return importlib.machinery.ModuleSpec(fullname, self, is_package=is_package)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:

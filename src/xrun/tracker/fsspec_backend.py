@@ -129,8 +129,14 @@ def _time_order(name: str) -> tuple[int, str]:
 class FsspecTracker(TrackerBase):
     """Runs stored as files under ``root`` (see the module's docstring for the layout)."""
 
-    def __init__(self, store: _Local) -> None:
-        self._store = store
+    def __init__(self, fs: _Local | Any, root_dir: str | None = None) -> None:
+        """TorchX's ``FsspecTracker(fs, root_dir)``: an fsspec filesystem and the root on it
+        (a local one takes the fast ``os`` path); or xrun's own ``FsspecTracker(store)``."""
+        if root_dir is not None:
+            fs = _store_on(fs, root_dir)
+        elif not isinstance(fs, _Local):
+            raise TypeError("FsspecTracker(fs, root_dir): give the root dir on the filesystem")
+        self._store: _Local = fs
         self._made: set[str] = set()  # dirs this process created (one mkdir per category)
         self._last_ns = 0
 
@@ -296,6 +302,15 @@ def store_for(config: str) -> _Local:
     return _Remote(fs, root)
 
 
+def _store_on(fs: Any, root: str) -> _Local:
+    """The store for TorchX's ``FsspecTracker(fs, root_dir)`` constructor."""
+    protocol = getattr(fs, "protocol", None)
+    names = (protocol,) if isinstance(protocol, str) else tuple(protocol or ())
+    if "file" in names or "local" in names:
+        return _local(root)
+    return _Remote(fs, root)
+
+
 def _local(root: str) -> _Local:
     root = os.path.abspath(os.path.expanduser(root))
     os.makedirs(root, exist_ok=True)
@@ -315,9 +330,8 @@ def read_only_default() -> FsspecTracker:
     return FsspecTracker(_Local(default_root()))
 
 
-def create(config: str | None) -> FsspecTracker:
-    """The factory (TorchX's ``torchx.tracker.backend.fsspec:create``): ``config`` as in
-    :func:`store_for`; None: the embedded default under xrun's state dir."""
-    if not config:
-        config = default_root()
-    return FsspecTracker(store_for(config))
+def create(config_file: str | None) -> FsspecTracker:
+    """The factory (TorchX's ``torchx.tracker.backend.fsspec:create``): ``config_file`` as
+    in :func:`store_for` (TorchX's config file, or a dir or URL); None: the embedded default
+    under xrun's state dir."""
+    return FsspecTracker(store_for(config_file or default_root()))
