@@ -31,6 +31,7 @@ from xrun.contract import (
 from xrun.errors import UsageError
 from xrun.procs import visible_gpus
 from xrun.specs import AppDef, Role, appdef_to_dict, macros
+from xrun.torchx.shim_dir import role_shim
 from xrun.xdg import check_writable_dir
 
 from ..api import replicas_role_may_lose
@@ -159,6 +160,7 @@ def build_request(app: AppDef, opts: LocalOptions) -> LocalRequest:
     for role in app.roles:
         if role.mounts:
             notes.append(f"role {role.name}: mounts are ignored (local_cwd uses the host's files)")
+        shim = role_shim(role.env)
         for i in range(role.num_replicas):
             values = macros.Values(
                 img_root=cwd, app_id=app_id, replica_id=str(i), rank0_env=RANK0_HOST_ENV
@@ -185,6 +187,9 @@ def build_request(app: AppDef, opts: LocalOptions) -> LocalRequest:
             if (role.name, i) in gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
             env.update(role_env)  # the role's own env wins, PATH included
+            if shim:  # a TorchX script's `from torchx.tracker import ...` (gap N16)
+                given = role_env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (given, shim) if p)
             # ... but not over what status and cancel rely on (see xrun.contract)
             env[APP_DIR_ENV] = paths.app_dir
             env[EXIT_RECORD_ENV] = paths.exit_record(role.name, i)

@@ -44,6 +44,7 @@ from xrun.contract import (
 )
 from xrun.errors import UsageError
 from xrun.specs import AppDef, BindMount, Role, macros
+from xrun.torchx.shim_dir import role_shim
 
 from ..api import scheduler_retries
 from . import losses
@@ -300,6 +301,9 @@ def _role_command(role: Role, offset: int, img_root: str) -> str:
     ]
     for k, v in role.env.items():
         lines.append(f"export {k}={shell_word(v, img_root)}")
+    shim = role_shim(role.env)
+    if shim:  # a TorchX script's `from torchx.tracker import ...` (gap N16); same path on nodes
+        lines.append(f'export PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}"{shlex.quote(shim)}')
     argv = [shell_word(role.entrypoint, img_root)] + [shell_word(a, img_root) for a in role.args]
     lines.append("xrun_replica " + " ".join(argv))
     return "\n".join(lines)

@@ -103,3 +103,35 @@ def test_a_sweeps_trials_are_child_runs_with_their_values(
     assert [r[0] for r in rows("--sort", "lr")] == ["1", "0"]
     bad = xrun("status", sweep, "--sort", "acc", cwd=tmp_path, env=env)
     assert bad.returncode == 2 and "--sort acc" in bad.stderr and "valid: lr, loss" in bad.stderr
+
+
+TRACK_PLAIN = """\
+from torchx.tracker import app_run_from_env
+run = app_run_from_env()
+run.add_metadata(lr=0.1)
+run.add_source("dataset")
+print("tracked", run.job_id())
+"""
+
+
+def test_utils_python_script_imports_torchx_tracker_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gap N16: TorchX's documented pattern in a role run without xrun's agent
+    (`utils.python --script track.py`) failed with `No module named 'torchx'`; the role now
+    gets the worker-side stand-in on its PYTHONPATH, after the user's own entries."""
+    for var in ("TORCHX_TRACKERS", "TORCHX_PARENT_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "track.py").write_text(TRACK_PLAIN)
+    (tmp_path / "mine").mkdir()
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    r = xrun(
+        "run", "--wait", "--log", "-s", "local_cwd", "-cfg", f"log_dir={tmp_path / 'logs'}",
+        "utils.python", "--env", f"PYTHONPATH={tmp_path / 'mine'}", "--script", "track.py",
+        cwd=tmp_path, env=env, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    handle = r.stdout.splitlines()[0].strip()
+    assert f"tracked {handle}" in r.stdout + r.stderr
+    md = xrun("tracker", "list", "metadata", handle, cwd=tmp_path, env=env)
+    assert "lr" in md.stdout and "0.1" in md.stdout, md.stdout + md.stderr

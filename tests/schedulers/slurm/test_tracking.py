@@ -141,3 +141,30 @@ def test_array_tasks_are_child_runs_of_the_sweep(
     ]
     assert table[0][:7] == ["trial", "lr", "state", "exit", "host", "duration", "loss"], status
     assert [(row[0], row[6]) for row in table[1:]] == [("1", "2.5"), ("0", "5")], status
+
+
+TRACK_PLAIN = """\
+from torchx.tracker import app_run_from_env
+app_run_from_env().add_metadata(lr=0.1)
+"""
+
+
+def test_a_utils_python_role_imports_torchx_tracker_unchanged(
+    slurm_cluster: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gap N16 on Slurm: a role run without xrun's agent gets the worker-side stand-in on its
+    PYTHONPATH too (TorchX's documented `from torchx.tracker import app_run_from_env`)."""
+    from tests.helpers.cli import xrun
+
+    root = tmp_path / "tracker"
+    (tmp_path / "track.py").write_text(TRACK_PLAIN)
+    env = {"TORCHX_TRACKERS": "fsspec", "TORCHX_TRACKER_FSSPEC_CONFIG": str(root)}
+    monkeypatch.delenv("TORCHX_PARENT_RUN_ID", raising=False)
+    r = xrun(
+        "run", "--wait", "-s", "slurm", "utils.python", "--memMB", "256", "--script", "track.py",
+        cwd=tmp_path, env=env, timeout=150,
+    )  # fmt: skip
+    handle = r.stdout.splitlines()[0].strip() if r.stdout else ""
+    logs = "".join(read(p) for p in (tmp_path / "slurm-logs").rglob("*.std*"))
+    assert r.returncode == 0, r.stderr[-2000:] + logs[-2000:]
+    assert create(str(root)).metadata(handle)["lr"] == 0.1
