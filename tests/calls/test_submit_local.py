@@ -340,3 +340,33 @@ def test_only_the_users_own_modules_are_pickled_by_value() -> None:
     assert _user_module(json.dumps) is None  # the standard library: by reference
     assert _user_module(yaml.safe_load) is None  # an installed package: by reference
     assert _user_module(len) is None
+
+
+def test_another_process_attaches_to_a_call_by_its_folder(tmp_path: Path) -> None:
+    """submitit's ``Job(folder, job_id)``: a job is found again later, from another process
+    (a notebook restarted), by its call's folder; a map_array call too."""
+    job = xrun.submit(where, "later", folder=tmp_path / "calls")
+    [mapped] = xrun.map_array(where, ["m"], folder=tmp_path / "calls")
+    code = (
+        "import sys, xrun\n"
+        "for folder in sys.argv[1:]:\n"
+        "    job = xrun.Job.attach(folder)\n"
+        "    print(job.handle, job.result()['tag'], job.wait(timeout=120).state.name)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(job.folder), str(mapped.folder)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.splitlines() == [
+        f"{job.handle} later SUCCEEDED",
+        f"{mapped.handle} m SUCCEEDED",
+    ]
+    with pytest.raises(UsageError, match=r"is no call's folder \(job.json: No such file"):
+        Job.attach(tmp_path)
+    (tmp_path / "job.json").write_text("{not json")
+    with pytest.raises(UsageError, match=r"is no call's folder \(job.json: JSONDecodeError\)"):
+        Job.attach(tmp_path)

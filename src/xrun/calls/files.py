@@ -6,6 +6,7 @@ A call's folder (``<folder>/<call id>/``) holds:
                            pickled by cloudpickle; a checkpoint (worker.py) replaces it
 - ``<I>/args.pkl``         ``map_array``: call I's ``(args, kwargs)``; ``call.pkl`` holds
                            the function once; call I's outcomes go to ``<I>/``
+- ``job.json``             what ``Job.attach(folder)`` needs to find the job again
 - ``place.<RANK>``         ``REPLICA LOCAL_RANK`` of rank RANK's worker: whose log has its lines
 - ``outcome.<RANK>.pkl``   what rank RANK's call gave: ``("ok", value)`` or
                            ``("error", exception, traceback text, rank)``; written to a
@@ -24,6 +25,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 CALL_FILE = "call.pkl"
+JOB_FILE = "job.json"  # the caller's Job (handle, role, ...): Job.attach(folder) reads it
+# job.json is a few hundred bytes; a larger one is no job's.
+JOB_FILE_MAX = 64 * 1024
 ARGS_FILE = "args.pkl"  # a map_array call's own (args, kwargs), in its folder <I>/
 OUTCOME_PREFIX = "outcome."
 OUTCOME_SUFFIX = ".pkl"
@@ -122,3 +126,12 @@ def load(path: Path, limit: int, what: str) -> Any:
                 f"{human_bytes(limit)} (max_result_bytes)"
             )
         return pickle.load(f)
+
+
+def read_small(path: Path) -> str:
+    """A small text file (``job.json``); ValueError when it is larger than any of ours."""
+    with open(path, "rb") as f:
+        data = f.read(JOB_FILE_MAX + 1)
+    if len(data) > JOB_FILE_MAX:
+        raise ValueError(f"over {JOB_FILE_MAX} bytes")
+    return data.decode("utf-8")

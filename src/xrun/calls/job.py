@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import sys
 import time
@@ -21,7 +22,16 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from xrun.calls.files import DEFAULT_MAX_BYTES, ERROR, load, outcome_file, outcome_ranks, place
+from xrun.calls.files import (
+    DEFAULT_MAX_BYTES,
+    ERROR,
+    JOB_FILE,
+    load,
+    outcome_file,
+    outcome_ranks,
+    place,
+    read_small,
+)
 from xrun.specs import AppState, AppStatus
 
 if TYPE_CHECKING:
@@ -37,6 +47,19 @@ R = TypeVar("R")
 _FOLDER_POLL_S = 0.05
 
 _PREFIX = re.compile(r"\[[A-Za-z_]*(\d+)\]:")
+
+
+_runner: Runner | None = None
+
+
+def default_runner() -> Runner:
+    """One Runner for every job this process submits or attaches to (schedulers cached)."""
+    global _runner
+    if _runner is None:
+        from xrun.runner import get_runner
+
+        _runner = get_runner()
+    return _runner
 
 
 class CallFailedError(RuntimeError):
@@ -78,6 +101,53 @@ class Job(Generic[R]):
         # ended (on Slurm ~0.3-0.7 s later: the agents' exit, squeue).
         self.world, self.early = world, early
         self._final: AppStatus | None = None
+
+    # ------------------------------------------------------------------ finding it again
+    def save(self) -> None:
+        """Write what :meth:`attach` needs into the call's folder (``job.json``)."""
+        facts = {
+            "handle": self.handle,
+            "role": self.role,
+            "all_ranks": self.all_ranks,
+            "max_bytes": self.max_bytes,
+            "nproc_per_node": self.nproc_per_node,
+            "world": self.world,
+            "early": self.early,
+        }
+        tmp = self.folder / f"{JOB_FILE}.tmp"
+        tmp.write_text(json.dumps(facts))
+        tmp.replace(self.folder / JOB_FILE)
+
+    @classmethod
+    def attach(cls, folder: str | Path, runner: Runner | None = None) -> Job[Any]:
+        """The :class:`Job` of the call whose folder is ``folder`` (``job.folder``), from any
+        process, later (submitit's ``Job(folder, job_id)``): ``result()``, ``status()``,
+        ``cancel()``, ... work as on the job ``submit`` returned."""
+        from xrun.errors import UsageError
+
+        path = Path(folder) / JOB_FILE
+        try:
+            facts = json.loads(read_small(path))
+            handle, role = str(facts["handle"]), str(facts["role"])
+            world = facts["world"]
+            job: Job[Any] = cls(
+                runner or default_runner(),
+                handle,
+                Path(folder),
+                role,
+                all_ranks=bool(facts["all_ranks"]),
+                max_bytes=int(facts["max_bytes"]),
+                nproc_per_node=int(facts["nproc_per_node"]),
+                world=None if world is None else int(world),
+                early=bool(facts["early"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}"
+            raise UsageError(
+                f"xrun.Job.attach: {str(folder)!r} is no call's folder ({path.name}: {why}); "
+                "give the folder of a submitted call (job.folder)"
+            ) from None
+        return job
 
     @property
     def job_id(self) -> str:

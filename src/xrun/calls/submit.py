@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from xrun.calls.files import ARGS_FILE, CALL_FILE, DEFAULT_MAX_BYTES, dump
-from xrun.calls.job import DebugJob, Job
+from xrun.calls.job import DebugJob, Job, default_runner
 from xrun.errors import UsageError
 from xrun.specs import macros
 from xrun.specs.jobspec import parse_j
@@ -47,18 +47,6 @@ DEBUG = "debug"
 # dist.ddp's own options that submit sets itself: the rest (cpu, memMB, h, env, mounts, tee,
 # rdzv_backend, stall_timeout, ...) pass through as keyword arguments.
 _OWN = {"script_args", "script", "m"}
-
-_runner: Runner | None = None
-
-
-def default_runner() -> Runner:
-    """One Runner for every job this process submits (its schedulers are cached)."""
-    global _runner
-    if _runner is None:
-        from xrun.runner import get_runner
-
-        _runner = get_runner()
-    return _runner
 
 
 def _component_options() -> dict[str, inspect.Parameter]:
@@ -226,7 +214,7 @@ class Executor:
     def _job(self, handle: str, call: Path, app: AppDef) -> Job[Any]:
         size = parse_j(self.j)
         fixed = size.min_nnodes == size.max_nnodes
-        return Job(
+        job: Job[Any] = Job(
             self.runner or default_runner(),
             handle,
             call,
@@ -237,6 +225,8 @@ class Executor:
             world=size.max_nnodes * size.nproc_per_node if fixed else None,
             early=not self.options.get("max_retries"),
         )
+        job.save()  # Job.attach(folder) finds it again from another process
+        return job
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Job[R] | DebugJob[R]:
         """Run ``fn(*args, **kwargs)`` as one job; its :class:`Job` at once."""
