@@ -14,7 +14,7 @@ the step it last committed. Two things make the replacement resume from that ste
   on every rank and died with the node, so each rank keeps a copy of it on a *buddy*, the rank
   ``LOCAL_WORLD_SIZE`` further on (``(rank + L) mod world``: on the next node when nodes have
   equal sizes). At every commit each rank sends its pickled per-rank part to its buddy (one
-  small point-to-point message each way, the length first), which writes it to a *ward* file
+  64 KiB point-to-point message each way; a bigger part adds a second), which writes it to a *ward* file
   in its own rank dir (two files in turn, each written whole then renamed, with a CRC: never
   half of one).
 
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 WARD_MAGIC = b"XRWARD01"
+CAPACITY = 1 << 16  # bytes of the one message a commit sends to the buddy (RNG states: ~12 KB)
 _TAG_STATE, _TAG_PART = 7301, 7302  # point-to-point tags: a sender may send both to one rank
 
 # (lineage, step) -> bytes of the pickled per-rank part, per ward rank
@@ -88,19 +89,28 @@ def _u8(data: bytes | bytearray | memoryview, device: Any) -> Any:
 
 def exchange(part: bytes, rank: int, world: int, local: int) -> bytes:
     """Send ``part`` to this rank's buddy, receive the ward's (every rank calls it at the same
-    commit: a collective of the whole group, two point-to-point rounds)."""
+    commit: a collective of the whole group). One point-to-point round of ``CAPACITY`` bytes
+    (an 8-byte length, then the part); a part that does not fit sends the rest in a second."""
     import torch
 
     dist = group()
     assert dist is not None
     dev = _device(dist)
     buddy, ward = buddy_of(rank, world, local), ward_of(rank, world, local)
-    mine = torch.tensor([len(part)], dtype=torch.int64, device=dev)
-    theirs = torch.zeros(1, dtype=torch.int64, device=dev)
-    _run(dist, [("send", mine, buddy, _TAG_PART), ("recv", theirs, ward, _TAG_PART)])
-    buf = torch.empty(int(theirs.item()), dtype=torch.uint8, device=dev)
-    _run(dist, [("send", _u8(part, dev), buddy, _TAG_PART), ("recv", buf, ward, _TAG_PART)])
-    return bytes(buf.cpu().numpy().tobytes())
+    head = len(part).to_bytes(8, "little") + part[: CAPACITY - 8]
+    out = _u8(head + bytes(CAPACITY - len(head)), dev)
+    got = torch.empty(CAPACITY, dtype=torch.uint8, device=dev)
+    _run(dist, [("send", out, buddy, _TAG_PART), ("recv", got, ward, _TAG_PART)])
+    raw = bytes(got.cpu().numpy().tobytes())
+    n = int.from_bytes(raw[:8], "little")
+    ops: list[tuple[str, Any, int, int]] = []
+    if len(part) > CAPACITY - 8:
+        ops.append(("send", _u8(part[CAPACITY - 8 :], dev), buddy, _TAG_PART))
+    rest = torch.empty(max(0, n - (CAPACITY - 8)), dtype=torch.uint8, device=dev)
+    if n > CAPACITY - 8:
+        ops.append(("recv", rest, ward, _TAG_PART))
+    _run(dist, ops)
+    return raw[8 : 8 + min(n, CAPACITY - 8)] + bytes(rest.cpu().numpy().tobytes())
 
 
 def _run(dist: Any, ops: list[tuple[str, Any, int, int]]) -> None:

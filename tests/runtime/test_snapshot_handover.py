@@ -5,7 +5,8 @@ of its own on /dev/shm. A first run commits 3 steps and trains 2 more without co
 undisturbed reference). Then node 1's dir is wiped (its replacement's memory is empty) and the
 four ranks start again in a re-formed world (``XRUN_ROUND=1``, no failure restart): every rank
 must resume after step 3, the lacking ranks with node 0's model/optimizer state and their OWN
-RNG state and ``extra`` (from their buddy's copy on node 0), and 2 more steps must give the
+RNG state and ``extra`` (from their buddy's copy on node 0; rank 3's is over one message's
+size), and 2 more steps must give the
 reference's parameters and RNG draws bit for bit. Without the buddy copies, every rank falls
 back to the disk.
 """
@@ -68,7 +69,9 @@ def test_a_lost_nodes_ranks_resume_from_their_peers_bit_for_bit(shm: Path) -> No
     got = run(shm, "b", 1, commits=0, more=2)
     assert [r["restored"] for r in got] == [3] * 4
     # each rank its own extra (ranks 2 and 3 from their buddies on node 0)
-    assert [r["extra"] for r in got] == [{"rank": r, "pos": 3} for r in range(4)]
+    assert [r["extra"] for r in got] == [
+        {"rank": r, "pos": 3, "pad": "x" * (70_000 if r == 3 else 10)} for r in range(4)
+    ]
     for a, b in zip(ref, got, strict=True):
         assert b["step"] == a["step"] == 5
         assert b["params"] == a["params"], "the parameters differ from the undisturbed run's"
