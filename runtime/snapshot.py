@@ -36,16 +36,20 @@ node, the world size changed, first start), every rank returns ``fallback``'s va
 Snapshots carry a *lineage*: a token drawn when training starts from something other than a
 snapshot (a disk checkpoint, scratch); restoring keeps it. Only the newest lineage found in any
 rank's directory on any node is restorable, so an old but self-consistent set of snapshots left
-by ranks that have since moved elsewhere is never mistaken for the latest state.
+by ranks that have since moved elsewhere is never mistaken for the latest state. With
+``replicated=True`` a lost node's ranks (nothing in their node's memory) get the newest step
+the others hold from them instead: ``snapshot_peers.py``.
 
 **Where, and cleanup.** ``$XRUN_SNAPSHOT_DIR/rank-<RANK>`` when that is set (the agent will set
-it per job and remove it when the job ends); else ``/dev/shm/xrun-snapshots-<uid>/<run id>/
-rank-<RANK>``, the run id being ``XRUN_RUN_ID`` or ``TORCHELASTIC_RUN_ID``. With neither (a plain
+it per job and remove it when the job ends); else ``/dev/shm/xrun-snapshots-<uid>/<run id>@
+<node id>/rank-<RANK>``, the run id being ``XRUN_RUN_ID`` or ``TORCHELASTIC_RUN_ID``, the node
+id ``XRUN_NODE_ID`` (when set). With neither run id (a plain
 ``python train.py``), or when ``TORCHELASTIC_MAX_RESTARTS`` says no restart can follow this
 attempt, commits are no-ops: nothing could ever restore them. Files are removed: by
 ``close(remove=True)`` when training ends (the job's whole dir on the node); by the last allowed
-attempt, right after its ``restore`` (each rank its own; it commits nothing); at a job's first start (restart count 0: whatever is there is
-stale); and, for the default root, any job directory that no live process holds (a shared
+attempt, right after its ``restore`` (each rank its own; it commits nothing); at a job's first start (restart count 0 in
+round ``XRUN_ROUND`` 0: whatever is there is stale; a world re-formed without a failure keeps
+it); and, for the default root, any job directory that no live process holds (a shared
 ``flock``) and that no attempt entered for ``GC_IDLE_S`` is deleted when a Snapshotter starts.
 Memory: two slots per rank, each the size of the state (``posix_fallocate``d up front, so a full
 ``/dev/shm`` turns snapshots off with one warning instead of a SIGBUS mid-step).
