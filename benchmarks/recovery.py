@@ -82,9 +82,13 @@ class _Job:
     the nodes of one job share one queue, whichever holds rank 0)."""
 
     def __init__(
-        self, cmd: list[str], cwd: str, lines: queue.Queue[tuple[float, str]] | None = None
+        self,
+        cmd: list[str],
+        cwd: str,
+        lines: queue.Queue[tuple[float, str]] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        env = {**os.environ, **c.BASE_ENV}
+        env = {**os.environ, **c.BASE_ENV, **(env or {})}
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True, cwd=cwd, env=env, start_new_session=True,

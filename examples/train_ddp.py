@@ -20,7 +20,10 @@ undisturbed run, however often the job is killed and restarted (e.g. by the runt
 * after every step each rank also commits its state (parameters, optimizer, RNG, step) to the
   node's shared memory (``xrun.runtime.snapshot``, see docs/recovery.md). A restarted job
   resumes from the newest step every rank committed, losing no step; without one (first start,
-  a rank on a new node, another world size) from the disk checkpoint as above. The commits are
+  a rank on a new node, another world size) from the disk checkpoint as above; a node that was
+  lost and replaced by a spare gets the step from its peers' memory (``replicated=True``:
+  the state is DDP's, the same on every rank; each rank's RNG state is copied to a rank of the
+  next node at each commit). The commits are
   skipped when no restart can follow (``--max-restarts 0``, plain ``python``, torchrun's default).
 
 * a stop request (a preemption, a time limit's warning, ``xrun cancel``, ``docker stop``,
@@ -261,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     spe = args.steps_per_epoch
     model = make_model(args.seed)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)  # the parameters DDP will wrap
-    snap = Snapshotter(every=args.snapshot_every)
+    # replicated: DDP keeps the model and optimizer state equal on every rank, so a node that
+    # is lost and replaced (--spares) gets the step back from its peers (docs/recovery.md)
+    snap = Snapshotter(every=args.snapshot_every, replicated=True)
     done = torch.tensor([resume(snap, fs, root, spe, model, opt, rank)])  # steps completed
     dist.broadcast(done, src=0)
     start = int(done[0])

@@ -36,16 +36,20 @@ node, the world size changed, first start), every rank returns ``fallback``'s va
 Snapshots carry a *lineage*: a token drawn when training starts from something other than a
 snapshot (a disk checkpoint, scratch); restoring keeps it. Only the newest lineage found in any
 rank's directory on any node is restorable, so an old but self-consistent set of snapshots left
-by ranks that have since moved elsewhere is never mistaken for the latest state.
+by ranks that have since moved elsewhere is never mistaken for the latest state. With
+``replicated=True`` a lost node's ranks (nothing in their node's memory) get the newest step
+the others hold from them instead: ``snapshot_peers.py``.
 
 **Where, and cleanup.** ``$XRUN_SNAPSHOT_DIR/rank-<RANK>`` when that is set (the agent will set
-it per job and remove it when the job ends); else ``/dev/shm/xrun-snapshots-<uid>/<run id>/
-rank-<RANK>``, the run id being ``XRUN_RUN_ID`` or ``TORCHELASTIC_RUN_ID``. With neither (a plain
+it per job and remove it when the job ends); else ``/dev/shm/xrun-snapshots-<uid>/<run id>@
+<node id>/rank-<RANK>``, the run id being ``XRUN_RUN_ID`` or ``TORCHELASTIC_RUN_ID``, the node
+id ``XRUN_NODE_ID`` (when set). With neither run id (a plain
 ``python train.py``), or when ``TORCHELASTIC_MAX_RESTARTS`` says no restart can follow this
 attempt, commits are no-ops: nothing could ever restore them. Files are removed: by
 ``close(remove=True)`` when training ends (the job's whole dir on the node); by the last allowed
-attempt, right after its ``restore`` (each rank its own; it commits nothing); at a job's first start (restart count 0: whatever is there is
-stale); and, for the default root, any job directory that no live process holds (a shared
+attempt, right after its ``restore`` (each rank its own; it commits nothing); at a job's first start (restart count 0 in
+round ``XRUN_ROUND`` 0: whatever is there is stale; a world re-formed without a failure keeps
+it); and, for the default root, any job directory that no live process holds (a shared
 ``flock``) and that no attempt entered for ``GC_IDLE_S`` is deleted when a Snapshotter starts.
 Memory: two slots per rank, each the size of the state (``posix_fallocate``d up front, so a full
 ``/dev/shm`` turns snapshots off with one warning instead of a SIGBUS mid-step).
@@ -57,18 +61,19 @@ import fcntl
 import mmap
 import os
 import pickle
-import random
 import shutil
 import struct
 import sys
 import time
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xrun.contract import RUN_ID_ENV
+from xrun.contract import NODE_ID_ENV, RDZV_ROUND_ENV, RUN_ID_ENV
+
+from . import snapshot_peers as peers
+from .snapshot_tree import _flatten, _numel, _rng_state, _set_rng_state, _unflatten
 
 DIR_ENV = "XRUN_SNAPSHOT_DIR"  # set by the agent (per job); wins over the default below
 RUN_ID_ENVS = (RUN_ID_ENV, "TORCHELASTIC_RUN_ID")
@@ -104,18 +109,6 @@ class _Header:
     meta_off: int
     meta_len: int
     meta_crc: int
-
-
-class _T:
-    """Placeholder for the i-th tensor in the pickled skeleton."""
-
-    __slots__ = ("i",)
-
-    def __init__(self, i: int) -> None:
-        self.i = i
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_T, (self.i,))
 
 
 def read_header(path: str | os.PathLike[str]) -> _Header | None:
@@ -154,6 +147,9 @@ class Snapshotter:
     ``every``: commit every N-th step (``commit`` returns False for the others); 0 turns it off.
     ``dir``: the job's snapshot directory (default: from the environment, see the module doc).
     ``enabled``: force on or off (default: on when a restart can follow and a directory is known).
+    ``replicated``: the model's and optimizer's state is the same on every rank (DDP): a rank
+    that lost its node gets it from a peer, and its own RNG/``extra`` from its buddy's copy
+    (``snapshot_peers.py``; each commit then also sends this rank's small part to its buddy).
     """
 
     def __init__(
@@ -162,6 +158,7 @@ class Snapshotter:
         *,
         dir: str | os.PathLike[str] | None = None,  # noqa: A002 - the natural name
         enabled: bool | None = None,
+        replicated: bool = False,
     ) -> None:
         if every < 0:
             raise ValueError(f"every={every} is invalid: expected an integer >= 0")
@@ -169,6 +166,10 @@ class Snapshotter:
         self.rank = _env_int("RANK", 0)
         self.world = _env_int("WORLD_SIZE", 1)
         self.restart = _env_int("TORCHELASTIC_RESTART_COUNT", 0)
+        self.local = _env_int("LOCAL_WORLD_SIZE", self.world)
+        self.replicated = replicated
+        # The job's first start (no failure restart, the first world): what is here is stale.
+        self.first = self.restart == 0 and _env_int(RDZV_ROUND_ENV, 0) == 0
         self.last_attempt = self.restart >= _env_int("TORCHELASTIC_MAX_RESTARTS", 1 << 30)
         self.job_dir = Path(dir) if dir is not None else _default_job_dir()
         on = self.job_dir is not None and every > 0 and not self.last_attempt
@@ -177,6 +178,7 @@ class Snapshotter:
         self._maps: list[tuple[int, mmap.mmap, Any] | None] = [None, None]  # (size, mm, u8)
         self._newest = -1  # the slot holding the newest commit (-1: none yet)
         self._generation = 0
+        self._turn = 0  # the ward file the next buddy copy goes to
         self._lineage: tuple[bytes, int] | None = None  # set by restore
         self._lock_fd = -1
         self._default_dir = dir is None and not os.environ.get(DIR_ENV)
@@ -201,7 +203,7 @@ class Snapshotter:
         os.utime(lock)  # "an attempt entered now": keeps the dir from the collector below
         if self._default_dir:
             _collect_abandoned(self.job_dir.parent, keep=self.job_dir)
-        if self.restart == 0:
+        if self.first:
             # A job's first start: a snapshot here is another job's that reused the run id.
             shutil.rmtree(self.rank_dir, ignore_errors=True)
         self.rank_dir.mkdir(mode=0o700, exist_ok=True)
@@ -241,7 +243,7 @@ class Snapshotter:
     ) -> bool:
         """Save the state after ``step`` steps; True when written (False: not an N-th step, or
         off). Call ``restore`` first: it is where the ranks agree on the lineage."""
-        if not self.enabled or self._broken or step % self.every:
+        if not self.enabled or step % self.every:
             return False
         if self._lineage is None:
             raise RuntimeError("Snapshotter.commit before restore(): call restore() once first")
@@ -251,6 +253,28 @@ class Snapshotter:
             "extra": extra,
             "rng": _rng_state(),
         }
+        written = not self._broken and self._write(step, tree)
+        if self._peers():  # every rank, written or not: its buddy waits for the message
+            part = peers.exchange(
+                pickle.dumps({"rng": tree["rng"], "extra": extra}, protocol=5),
+                self.rank, self.world, self.local,
+            )  # fmt: skip
+            ward = peers.ward_of(self.rank, self.world, self.local)
+            lineage, birth = self._lineage
+            try:
+                peers.write_ward(
+                    self.rank_dir, self._turn, ward, lineage, birth, step, self.world, part
+                )
+                self._turn ^= 1
+            except OSError:
+                pass  # /dev/shm full or the dir gone (snapshots off): only the copy is lost
+        return written
+
+    def _peers(self) -> bool:
+        """Buddy copies are made: a replicated state, in a group of more than one node."""
+        return self.replicated and self.world > self.local and peers.group() is not None
+
+    def _write(self, step: int, tree: dict[str, Any]) -> bool:
         tensors: list[Any] = []
         skeleton = _flatten(tree, tensors)
         table, off = [], HEADER_BYTES
@@ -273,6 +297,7 @@ class Snapshotter:
             u8[at : at + n].view(t.dtype).view(shape).copy_(t)
         mm[off : off + len(meta)] = meta  # 3. the rest
         self._generation += 1
+        assert self._lineage is not None  # commit checked it
         lineage, birth = self._lineage
         body = _BODY.pack(
             self._generation, step, self.world, self.rank, lineage, birth, off - HEADER_BYTES,
@@ -291,16 +316,38 @@ class Snapshotter:
         mine = self._candidates() if self.enabled or self.last_attempt else {}
         newest = self._newest_lineage()
         proposal = (os.urandom(16), time.time_ns())
-        reports = _gather((mine, newest, proposal))
+        on = self._peers() and (self.enabled or self.last_attempt) and not self.first
+        wards = peers.read_wards(self.rank_dir, self.world) if on else {}
+        self._turn = peers.next_turn(wards.get(peers.ward_of(self.rank, self.world, self.local)))
+        reports = _gather((mine, newest, proposal, peers.report(wards)))
         lineage = max(r[1] for r in reports)[1]  # the newest lineage seen anywhere
         common = set.intersection(*({k for k in r[0] if k[0] == lineage} for r in reports))
         chosen = max(common, key=lambda k: k[1]) if common else None
+        handed: tuple[Any, bytes, _Header] | None = None
+        if chosen is None and self._peers():  # a node was lost: its peers hand its state over
+            holds = [set(r[0]) for r in reports]
+            p = peers.plan(holds, [r[3] for r in reports], lineage)
+            if p is not None:
+                chosen = (lineage, p.step)
+                sizes = {
+                    r: (_end(reports[src][0][chosen][1]), reports[p.part_from[r]][3][r][chosen])
+                    for r, src in p.state_from.items()
+                }
+                got = peers.hand_over(
+                    p, self.rank, lineage, lambda: self._slot_bytes(*mine[chosen]), wards, sizes
+                )
+                if got is not None:  # this rank lacked the step: whose bytes it got
+                    handed = (*got, reports[p.state_from[self.rank]][0][chosen][1])
         if chosen is None:
             self._lineage = reports[0][2]  # rank 0's fresh token: a new lineage, shared by all
             self._after_restore()
             return _call_fallback(fallback)
-        slot, header = mine[chosen]
-        tree = self._load(slot, header)
+        if handed is not None:  # a lacking rank: the peer's state, its own RNG and extra
+            header, slot = handed[2], -1
+            tree = {**_decode(handed[0], header), **pickle.loads(handed[1])}
+        else:
+            slot, header = mine[chosen]
+            tree = self._load(slot, header)
         if model is not None:
             model.load_state_dict(tree["model"])
         if optimizer is not None:
@@ -308,7 +355,8 @@ class Snapshotter:
         _set_rng_state(tree["rng"])
         self._lineage = (header.lineage, header.birth)
         self._generation = header.generation
-        self._newest = slot  # the next commit overwrites the other slot, never this one
+        self._newest = slot  # the next commit overwrites the other slot, never this one (-1:
+        # handed over, nothing of this step is here: the next commit writes slot 0)
         self._after_restore()
         return Restored(step=header.step, extra=tree["extra"], generation=header.generation)
 
@@ -320,7 +368,7 @@ class Snapshotter:
     def _candidates(self) -> dict[tuple[bytes, int], tuple[int, _Header]]:
         """(lineage, step) -> (slot, header) of this rank's valid slots for this world."""
         out: dict[tuple[bytes, int], tuple[int, _Header]] = {}
-        if self.job_dir is None or self.restart == 0:
+        if self.job_dir is None or self.first:
             return out
         for i, name in enumerate(SLOTS):
             h = read_header(self.rank_dir / name)
@@ -333,7 +381,7 @@ class Snapshotter:
     def _newest_lineage(self) -> tuple[int, bytes]:
         """(birth, token) of the newest lineage in any rank's slots on this node."""
         best = (-1, b"")
-        if self.job_dir is None or self.restart == 0:
+        if self.job_dir is None or self.first:
             return best
         for path in self.job_dir.glob("rank-*/slot-*"):
             h = read_header(path)
@@ -348,21 +396,20 @@ class Snapshotter:
             # Copy-on-write: writable for torch.frombuffer, and never written back.
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         try:
-            meta = mm[h.meta_off : h.meta_off + h.meta_len]
-            if zlib.crc32(meta) != h.meta_crc:  # nobody writes between gather and load
-                raise RuntimeError(f"{self.rank_dir / SLOTS[slot]} changed while restoring")
-            skeleton, table = pickle.loads(meta)
             u8 = torch.frombuffer(mm, dtype=torch.uint8)
-            tensors = []
-            for dtype, shape, at, device in table:
-                dt = getattr(torch, dtype)
-                n = _numel(shape) * torch.empty(0, dtype=dt).element_size()
-                t = u8[at : at + n].view(dt).view(shape).clone()  # owned: the map goes below
-                tensors.append(t if device == "cpu" else t.to(device))
+            tree = _decode(u8, h)
             del u8  # the export must go before the map can close
         finally:
             mm.close()
-        return _unflatten(skeleton, tensors)
+        return tree
+
+    def _slot_bytes(self, slot: int, h: _Header) -> bytes:
+        """The slot's header, tensor bytes and pickled rest, as a peer's ``_decode`` reads them."""
+        with open(self.rank_dir / SLOTS[slot], "rb") as f:
+            data = os.pread(f.fileno(), _end(h), 0)
+        if zlib.crc32(data[h.meta_off :]) != h.meta_crc:
+            raise RuntimeError(f"{self.rank_dir / SLOTS[slot]} changed while restoring")
+        return data
 
     # ------------------------------------------------------------------ cleanup
     def close(self, remove: bool = False) -> None:
@@ -400,7 +447,11 @@ def _default_job_dir() -> Path | None:
     run_id = next((os.environ[k] for k in RUN_ID_ENVS if os.environ.get(k)), None)
     if run_id is None or not os.path.isdir(DEFAULT_ROOT):
         return None
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    # One dir per node of the job: replicas that share a host (local_cwd) are distinct nodes,
+    # and a rank that moves to another node must not find its old node's state.
+    node = os.environ.get(NODE_ID_ENV)
+    name = f"{run_id}@{node}" if node else run_id
+    safe = "".join(c if c.isalnum() or c in "-_.@" else "_" for c in name)
     return Path(DEFAULT_ROOT) / f"xrun-snapshots-{os.getuid()}" / safe
 
 
@@ -469,6 +520,27 @@ def _gather(obj: Any) -> list[Any]:
     return out
 
 
+def _end(h: _Header) -> int:
+    return h.meta_off + h.meta_len
+
+
+def _decode(u8: Any, h: _Header) -> Any:
+    """The state tree in a slot's bytes (``u8``: a uint8 tensor over them), tensors copied out."""
+    import torch
+
+    meta = bytes(u8[h.meta_off : _end(h)].numpy())
+    if zlib.crc32(meta) != h.meta_crc:  # nobody writes between gather and load
+        raise RuntimeError("a snapshot changed while restoring")
+    skeleton, table = pickle.loads(meta)
+    tensors = []
+    for dtype, shape, at, device in table:
+        dt = getattr(torch, dtype)
+        n = _numel(shape) * torch.empty(0, dtype=dt).element_size()
+        t = u8[at : at + n].view(dt).view(shape).clone()  # owned: the buffer may go
+        tensors.append(t if device == "cpu" else t.to(device))
+    return _unflatten(skeleton, tensors)
+
+
 def _call_fallback(fallback: Any) -> Any:
     if fallback is None:
         return None
@@ -479,69 +551,6 @@ def _call_fallback(fallback: Any) -> Any:
 
         return torch.load(fallback, weights_only=True)
     return None
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _flatten(obj: Any, tensors: list[Any]) -> Any:
-    """The tree with each strided tensor replaced by ``_T(i)`` (its bytes go to the slot)."""
-    torch = sys.modules["torch"]
-    if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and not obj.is_quantized:
-        tensors.append(obj.detach())
-        return _T(len(tensors) - 1)
-    if type(obj) in (list, tuple):
-        return type(obj)(_flatten(v, tensors) for v in obj)
-    if type(obj) in (dict, OrderedDict):
-        out = type(obj)((k, _flatten(v, tensors)) for k, v in obj.items())
-        meta = getattr(obj, "_metadata", None)  # a module state_dict's versions
-        if meta is not None:
-            out._metadata = meta
-        return out
-    return obj  # anything else is pickled whole
-
-
-def _unflatten(obj: Any, tensors: list[Any]) -> Any:
-    if isinstance(obj, _T):
-        return tensors[obj.i]
-    if type(obj) in (list, tuple):
-        return type(obj)(_unflatten(v, tensors) for v in obj)
-    if type(obj) in (dict, OrderedDict):
-        out = type(obj)((k, _unflatten(v, tensors)) for k, v in obj.items())
-        meta = getattr(obj, "_metadata", None)
-        if meta is not None:
-            out._metadata = meta
-        return out
-    return obj
-
-
-def _rng_state() -> dict[str, Any]:
-    import torch
-
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    np = sys.modules.get("numpy")
-    if np is not None:
-        state["numpy"] = np.random.get_state()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    import torch
-
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy as np
-
-        np.random.set_state(state["numpy"])
-    if "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 __all__ = ["DIR_ENV", "Restored", "Snapshotter", "read_header"]

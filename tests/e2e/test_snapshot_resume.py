@@ -94,7 +94,8 @@ def test_killed_worker_resumes_from_shared_memory(
         assert sorted(workers) == [0, 1], workers
         env = chaos.environ(workers[victim].pid)
         run_id = env.get("XRUN_RUN_ID") or env["TORCHELASTIC_RUN_ID"]
-        job_dir = Path("/dev/shm") / f"xrun-snapshots-{os.getuid()}" / run_id
+        name = f"{run_id}@{env['XRUN_NODE_ID']}".replace("/", "_")  # one dir per node
+        job_dir = Path("/dev/shm") / f"xrun-snapshots-{os.getuid()}" / name
         assert sorted(p.name for p in (job_dir / f"rank-{victim}").iterdir()) == [
             "slot-0",
             "slot-1",
