@@ -57,6 +57,7 @@ Memory: two slots per rank, each the size of the state (``posix_fallocate``d up 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import mmap
 import os
@@ -79,6 +80,11 @@ DIR_ENV = "XRUN_SNAPSHOT_DIR"  # set by the agent (per job); wins over the defau
 RUN_ID_ENVS = (RUN_ID_ENV, "TORCHELASTIC_RUN_ID")
 DEFAULT_ROOT = "/dev/shm"
 GC_IDLE_S = 600.0  # an unlocked job dir untouched this long belongs to a job that is gone
+# How often a committing rank marks its job dir as in use (the lock's mtime): a job that runs
+# for hours after its last start is still between holders for a moment at every failure (the
+# ranks killed, their replacements not yet in), and another job's collector must not take its
+# snapshots then. One utime a minute at most: nothing on a step's path.
+TOUCH_EVERY_S = GC_IDLE_S / 10
 
 MAGIC = b"XRSNAP01"
 _BODY = struct.Struct("<QqII16sqQQQI")  # gen, step, world, rank, lineage, birth, data, meta...
@@ -181,6 +187,7 @@ class Snapshotter:
         self._turn = 0  # the ward file the next buddy copy goes to
         self._lineage: tuple[bytes, int] | None = None  # set by restore
         self._lock_fd = -1
+        self._touched = time.monotonic()  # the lock's mtime was set on entry (_enter)
         self._default_dir = dir is None and not os.environ.get(DIR_ENV)
         if self.job_dir is not None:
             self._enter()
@@ -254,6 +261,11 @@ class Snapshotter:
             "rng": _rng_state(),
         }
         written = not self._broken and self._write(step, tree)
+        now = time.monotonic()
+        if written and now - self._touched >= TOUCH_EVERY_S and self.job_dir is not None:
+            self._touched = now
+            with contextlib.suppress(OSError):  # the dir gone: the next entry remakes it
+                os.utime(self.job_dir / "lock")
         if self._peers():  # every rank, written or not: its buddy waits for the message
             part = peers.exchange(
                 pickle.dumps({"rng": tree["rng"], "extra": extra}, protocol=5),

@@ -315,6 +315,28 @@ def test_abandoned_job_dirs_are_collected(
     assert sorted(p.name for p in root.iterdir()) == ["live", "next", "recent"]
 
 
+def test_a_long_running_job_between_attempts_is_not_collected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shm: Path
+) -> None:
+    """A job that last (re)started more than GC_IDLE_S ago still commits; at a failure its
+    ranks die and, until the replacements enter, nobody holds its lock. Another job starting on
+    the node then must not collect its snapshots: commits keep the lock's mtime fresh."""
+    monkeypatch.setattr(snapshot, "DEFAULT_ROOT", str(tmp_path))
+    monkeypatch.setattr(snapshot, "TOUCH_EVERY_S", 0.0, raising=False)  # a minute, at once
+    root = tmp_path / f"xrun-snapshots-{os.getuid()}"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "long")
+    job = Snapshotter()
+    job.restore()
+    old = time.time() - 2 * snapshot.GC_IDLE_S
+    os.utime(root / "long" / "lock", (old, old))  # entered long ago
+    assert job.commit(1, extra=torch.arange(4))  # ... and still training
+    os.close(job._lock_fd)  # its ranks killed: nobody holds the lock now
+    job._lock_fd = -1
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "another")
+    Snapshotter()
+    assert (root / "long" / "rank-0").is_dir(), "a live job's snapshots were collected"
+
+
 def test_a_full_shm_turns_snapshots_off_not_the_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shm: Path
 ) -> None:
