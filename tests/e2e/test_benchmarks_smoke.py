@@ -61,6 +61,7 @@ def test_one_run_of_several_measures_writes_them_all_in_one_document(tmp_path: P
     assert doc["wall_s"] > 0 and set(doc["measures"]) == {"5", "9"}
 
 
+@pytest.mark.timeout(1260)  # pytest's own bound over the subprocess's (below)
 @pytest.mark.parametrize("key", KEYS)
 def test_smoke_run_of_measure(
     key: str, tmp_path: Path, slurm_cluster: SlurmCluster, docker_engine: str
