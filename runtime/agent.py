@@ -218,9 +218,9 @@ class Agent:
                 self._signals.check()
                 if cfg.logs_specs is None and cfg.log_dir != os.devnull:
                     self._logs.prepare()  # a bad --log-dir: exit 2 before any peer waits for us
-                if cfg.spares:
-                    self._warm_pool()  # --recover warm: a spare parks with its pool warm
                 handler = create_handler(params)
+                if cfg.spares and self._warm_pool():  # --recover warm: a spare parks warm,
+                    handler.warm_spares(self._pool)  # with the job's modules (issue #35)
                 result = self._loop(handler)
             except AgentSignal as s:
                 result = self._on_signal_exit(handler, None, s.signum)

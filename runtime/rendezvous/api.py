@@ -9,7 +9,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xrun.record import Value
 
@@ -215,6 +215,10 @@ class RendezvousHandler(ABC):
     def kv(self) -> KeyValue:
         """The agent's own keys in the job's store (the stall watchdog's exchange);
         ``RendezvousError`` where the backend has no xrun store."""
+
+    def warm_spares(self, pool: Any) -> None:  # noqa: B027 - a no-op unless overridden
+        """``--spares --recover warm``: share the modules ``pool``'s workers import with the
+        job's spares, and take theirs when parked as one; a no-op where spares cannot run."""
 
     def ledger(self) -> Ledger | None:
         """The job-wide restart budget and quarantine (``budget.py``), when the job has more

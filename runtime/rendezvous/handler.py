@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..store.client import StoreClient
 from ..store.errors import StoreAuthError, StoreError, StoreTimeoutError
@@ -308,6 +308,19 @@ class StoreRendezvousHandler(RendezvousHandler):
 
     def ledger(self) -> Ledger | None:
         return self._ledger
+
+    def warm_spares(self, pool: Any) -> None:
+        """``--spares --recover warm``: the agent's warm pool shares the modules its workers
+        import with the job's spares, and, parked as a spare, takes theirs (spares.py, "Warm
+        modules"; issue #35: a replacement's imports held up the whole world)."""
+        from .spares import share  # --spares only
+
+        def publish(names: list[str]) -> None:
+            with contextlib.suppress(RendezvousError):  # best effort: the store's loss is seen
+                share(self.kv(), names)  # by the rendezvous calls
+
+        pool.share = publish
+        self._rounds.on_modules = pool.take_modules
 
     def _place(self) -> tuple[int, int]:
         """(round, arrival index) of the round this node is in (the ledger's)."""

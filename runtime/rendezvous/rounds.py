@@ -54,6 +54,8 @@ class Rounds:
         self._spares = params.spares > 0 and not self._static
         self._slot = -1  # the group rank this node held in its last round (spares only)
         self._parked = False  # a spare that parked and has not held a slot since
+        # --spares --recover warm: the warm pool's, fed the modules the job's workers import
+        self.on_modules: Callable[[list[str]], None] | None = None
 
     def join(self, last_round: int) -> tuple[int, int, Seat]:
         """Join the first round after ``last_round`` (-1: none yet) that takes this node and
@@ -140,7 +142,7 @@ class Rounds:
                 # Not a member of the running round: a spare until a slot opens (spares.py).
                 from .spares import park  # --spares only
 
-                park(c, self._keys, rnd - 1, self._notify_if_room)
+                park(c, self._keys, rnd - 1, self._notify_if_room, self.on_modules)
                 self._parked = True
                 deadline = time.monotonic() + self.cfg.join_timeout
             v = c.add(self._keys.of(rnd, "join"), 1) if first_add is None else first_add

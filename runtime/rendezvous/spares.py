@@ -23,46 +23,106 @@ its slot and gives the free slots, lowest first, to the newcomers in the rank ru
 if fewer nodes than slots remain (no spare left, an elastic job shrinks) the slots close up in
 order. So a spare that replaces group rank 1 becomes group rank 1, and ``RANK``\\ s stay stable.
 Without ``--spares`` every entry says -1 and the rank rule is the one it always was.
+
+**Warm modules** (``--recover warm``). A spare's pool never ran the script, so its children
+would hold ``torch`` alone, and the replacement's workers would import the rest (``torch._dynamo``,
+``sympy`` ... that ``use_deterministic_algorithms`` and DDP load: 10-25 s of CPU on a busy
+2-core host) while every survivor waits for them in ``init_process_group`` (issue #35). So the
+active agents ``share`` the modules their workers reported (``pool.py``) in the store: each
+new list under ``<run_id>/kv/spare-modules/<n>`` (n from an ADD on ``.../n``); a parked spare
+adds the next ``n`` to each blocking ``WAIT`` and hands every list to its pool (``took``),
+whose idle children import it. Still no polling: one more key per ``WAIT``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import zlib
 from collections.abc import Callable
 
 from ..store.client import StoreClient
 from .keys import Keys, Seat, World, closed_error
+from .kv import KeyValue
 
-__all__ = ["by_slot", "park", "say"]
+__all__ = ["Modules", "by_slot", "park", "say", "share"]
 
 # (addr, sortkey, arrival index, nproc, slot), as the sealer reads the node entries
 Entry = tuple[str, str, int, int, int]
 
 
-def park(c: StoreClient, k: Keys, rnd: int, notify: Callable[[int, int], None]) -> None:
+_MODULES = "spare-modules/"  # under the agents' own keys (kv.KeyValue: <run_id>/kv/)
+
+
+def share(kv: KeyValue, names: list[str]) -> None:
+    """An active agent: publish ``names`` (the modules its workers reported) to the spares."""
+    n = kv.add(_MODULES + "n", 1)
+    kv.set(f"{_MODULES}{n}", zlib.compress("\n".join(names).encode()))
+
+
+class Modules:
+    """A parked spare's reader of the shared module lists: ``key`` is the next one's key."""
+
+    def __init__(self, c: StoreClient, run_id: str, took: Callable[[list[str]], None]) -> None:
+        self._c, self._took = c, took
+        self._prefix = f"{run_id}/kv/{_MODULES}"
+        self.key = ""
+        # the lists shared before we came: all at once, then one key per WAIT
+        n = int(c.get(self._prefix + "n") or 0)
+        self.take([v for v in c.multi_get([f"{self._prefix}{i}" for i in range(1, n + 1)]) if v])
+        self._next(n + 1)
+
+    def _next(self, n: int) -> None:
+        self._n, self.key = n, f"{self._prefix}{n}"
+
+    def take(self, values: list[bytes]) -> None:
+        names: dict[str, None] = {}
+        for v in values:
+            names.update(dict.fromkeys(zlib.decompress(v).decode().split("\n")))
+        names.pop("", None)
+        if names:
+            self._took(list(names))
+
+    def arrived(self, value: bytes) -> None:
+        self.take([value])
+        self._next(self._n + 1)
+
+
+def park(
+    c: StoreClient,
+    k: Keys,
+    rnd: int,
+    notify: Callable[[int, int], None],
+    took: Callable[[list[str]], None] | None = None,
+) -> None:
     """Block until round ``rnd`` formed, went stale and every member of it left it: then a
     spare may take an index in round ``rnd + 1``. ``notify(rnd, nodes)`` on the formed world:
-    one with room (an elastic job) re-forms to take the spare in. Raises the job's verdict
+    one with room (an elastic job) re-forms to take the spare in. ``took(names)``: the module
+    lists the active agents share, as they come (see "Warm modules"). Raises the job's verdict
     (``RendezvousClosedError``) when it closes meanwhile."""
-    world = _wait_one(c, k, k.of(rnd, "world"))
+    mods = Modules(c, k.prefix.removesuffix("/rdzv/"), took) if took is not None else None
+    world = _wait_one(c, k, k.of(rnd, "world"), mods)
     notify(rnd, Seat.parse(world).nodes)
     say(f"standing by as a spare: the world of round {rnd} is full")
-    _wait_one(c, k, k.of(rnd, "stale"))
-    members = World.parse(rnd, _wait_one(c, k, k.of(rnd, "members")))
+    _wait_one(c, k, k.of(rnd, "stale"), mods)
+    members = World.parse(rnd, _wait_one(c, k, k.of(rnd, "members"), mods))
     for i in members.indices:
         if i:
-            _wait_one(c, k, k.of(rnd, f"left/{i}"))
+            _wait_one(c, k, k.of(rnd, f"left/{i}"), mods)
     say(f"round {rnd} went stale and its members left it: trying for a seat in round {rnd + 1}")
 
 
-def _wait_one(c: StoreClient, k: Keys, key: str) -> bytes:
-    vals = c.wait([key, k.closed], want_all=False, timeout=None)
-    assert vals is not None  # no timeout: only an answer ends the WAIT
-    if vals[1] is not None:
-        raise closed_error(vals[1])
-    assert vals[0] is not None
-    return vals[0]
+def _wait_one(c: StoreClient, k: Keys, key: str, mods: Modules | None = None) -> bytes:
+    while True:
+        keys = [key, k.closed, *([mods.key] if mods else [])]
+        vals = c.wait(keys, want_all=False, timeout=None)
+        assert vals is not None  # no timeout: only an answer ends the WAIT
+        if vals[1] is not None:
+            raise closed_error(vals[1])
+        if vals[0] is not None:
+            return vals[0]
+        assert mods is not None and vals[2] is not None
+        mods.arrived(vals[2])
 
 
 def say(msg: str) -> None:

@@ -61,6 +61,7 @@ __all__ = [
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_child.py")
 REFILL_AFTER = 1.0  # seconds after a restart's start before its refill is spawned
 _LOOK = 2.0  # seconds between the agent's looks for a child's no-room note while it warms
+_SHARE_LOOK = 2.0  # seconds between looks at the workers' reports, to share them with spares
 REFILL_DELAY = 1.0  # seconds a refilled child then waits before it imports (see the docstring)
 _FLAGS = ("-u", "-B")  # interpreter options a pool child can be started with
 _PYTHON = re.compile(r"python[0-9.]*$")
@@ -126,6 +127,10 @@ class WarmPool:
         self.warm_starts = 0  # ranks started from a warm (ready) child
         self.log: Callable[[str], None] | None = None  # the agent's, until it said no-room
         self.starts = 0
+        # --spares: publishes the reported modules to the spares (handler.warm_spares)
+        self.share: Callable[[list[str]], None] | None = None
+        self._shared: set[str] = set()
+        self._look = (0.0, 0.0)  # (next look at the reports, last one): while workers report
 
     @classmethod
     def create(cls, entrypoint: str, args: Sequence[Any], size: int) -> WarmPool | None:
@@ -206,6 +211,8 @@ class WarmPool:
         pc.before_stop = None
         pc.kill_survivors = True
         self.refill(pc.envs)
+        now = time.monotonic()  # the workers report for 90 s (warm_child._REPORT_AT)
+        self._look = (now + _SHARE_LOOK, now + 95.0)
 
     def refill(self, envs: Mapping[int, Mapping[str, str]]) -> None:
         """Top the pool up to ``size`` warm children, started with what every rank's
@@ -233,6 +240,8 @@ class WarmPool:
             elif not all(c.check_ready() for c in self._idle):
                 # children still warming may find no room under a memory limit: look again
                 timeout = _LOOK if timeout is None else min(timeout, _LOOK)
+        if self.share is not None and self._look[0]:
+            timeout = self._share(timeout)
         if self._pending is None:
             return timeout
         due, env = self._pending
@@ -242,6 +251,29 @@ class WarmPool:
         self._pending = None
         self._fill(REFILL_DELAY, env)
         return timeout
+
+    def _share(self, timeout: float | None) -> float | None:
+        """Every ``_SHARE_LOOK`` s while the workers report: hand the spares what they added."""
+        now = time.monotonic()
+        if now >= self._look[0]:
+            from .warm_child import _reported_modules  # stdlib only; --spares only
+
+            names = _reported_modules(self.dir)
+            if not self._shared.issuperset(names):
+                self._shared.update(names)
+                assert self.share is not None
+                self.share(sorted(self._shared))
+            self._look = (now + _SHARE_LOOK, self._look[1]) if now < self._look[1] else (0.0, 0.0)
+        left = max(0.0, self._look[0] - now) if self._look[0] else None
+        return left if timeout is None or left is None else min(timeout, left)
+
+    def take_modules(self, names: list[str]) -> None:
+        """A spare: the modules the job's workers import (spares.Modules), for the idle
+        children to import (they look at the reports every 2 s)."""
+        path = os.path.join(self.dir, "modules.spare")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:  # .tmp: not read as a report
+            f.write("\n".join(names) + "\n")
+        os.replace(path + ".tmp", path)
 
     def _fill(self, delay: float, env: Mapping[str, str]) -> None:
         while len(self._idle) < self.size:

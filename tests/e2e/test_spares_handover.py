@@ -29,7 +29,7 @@ from tests.helpers.paths import TRAIN, XRUN
 EPOCHS, SPE, KILL_AT = 3, 20, 25
 CONF = "heartbeat_interval=0.2,heartbeat_timeout=1.5,last_call_timeout=5,join_timeout=60"
 STEP_RE = re.compile(r"\]:step (\d+)$")
-STARTED_RE = re.compile(r"^(\S+) \[default\d+\]:rank (\d+)/4: started")
+STARTED_RE = re.compile(r"^(\S+) \[(?:default)?\d+\]:rank (\d+)/4: started")  # role "" (#36): [0]:
 
 
 def _start(tmp: Path, name: str, spares: int, sleep: float) -> tuple[subprocess.Popen[str], int]:

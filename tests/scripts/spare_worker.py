@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 
 out = sys.argv[1]
+if os.environ.get("SPARE_PROBE"):  # the warm-modules test: a library module the job imports
+    __import__(os.environ["SPARE_PROBE"])
 dist.init_process_group("gloo")  # MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE from the agent
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)

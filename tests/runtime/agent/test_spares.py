@@ -5,6 +5,7 @@ process group (its workers die with it: PR_SET_PDEATHSIG)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -190,3 +191,48 @@ def test_a_worker_failure_leaves_the_spare_parked(
         assert agents[name].wait(timeout=120) == 0, stderr(tmp_path, name)
     # the members came first: the spare found round 1 full and parked on it
     assert "standing by as a spare: the world of round 1 is full" in stderr(tmp_path, "c")
+
+
+PROBE = """import json, os, sys
+with open(os.environ["SPARE_PROBE_OUT"], "a") as f:  # one line per process that imports it
+    f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv}) + "\\n")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_spares_pool_imports_what_the_jobs_workers_import(
+    tmp_path: Path, procs: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #35: a spare's pool never ran the script, so its warm children held torch alone;
+    the replacement's workers imported the rest (torch._dynamo, sympy, ... ~10-25 s of CPU on
+    a busy host) while every survivor waited in init_process_group. Now the active agents
+    share their workers' module reports through the store and the parked spare's children
+    import them: the replacement worker's process imported the job's library module (a probe
+    on PYTHONPATH, which torch never imports) while it idled, before it got its rank."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "xrun_spare_probe.py").write_text(PROBE)
+    probes = tmp_path / "probes.jsonl"
+    path = [str(lib), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
+    monkeypatch.setenv("SPARE_PROBE", "xrun_spare_probe")
+    monkeypatch.setenv("SPARE_PROBE_OUT", str(probes))
+    agents, first = pair_and_spare(procs, tmp_path, "2", 30, ("--recover", "warm"))
+
+    def spare_probed() -> bool:  # a child of the parked spare imported the probe
+        kids = Path(f"/proc/{agents['c'].pid}/task/{agents['c'].pid}/children").read_text()
+        lines = probes.read_text().splitlines() if probes.exists() else []
+        return any(json.loads(ln)["pid"] in map(int, kids.split()) for ln in lines)
+
+    wait_for(spare_probed, timeout=180, what="the spare's warm child to import the probe")
+    lose(agents["b"])
+    second = world(tmp_path, 2)
+    worker = next(e for e in second if e["XRUN_NODE_ID"] == "c")
+    imported = [json.loads(ln) for ln in probes.read_text().splitlines()]
+    mine = [p["argv"] for p in imported if p["pid"] == worker["pid"]]
+    # imported once, by the warm child while idle (its argv), never again by the script
+    assert len(mine) == 1 and "warm" in mine[0] and "spare_worker.py" not in str(mine[0]), mine
+    (tmp_path / "go").touch()
+    for name in ("a", "c"):
+        assert agents[name].wait(timeout=120) == 0, stderr(tmp_path, name)
+    assert "1 of 1 workers started warm (--recover warm)" in stderr(tmp_path, "c")
