@@ -109,8 +109,12 @@ def test_killed_worker_resumes_from_shared_memory(
     resumed = re.findall(r"rank 0: resuming after step (\d+) from shared memory", text)
     assert len(resumed) == 1 and int(resumed[0]) >= KILL_AT, text[-3000:]
     assert "resuming after epoch" not in text, "resumed from the disk checkpoint"
-    # Every step printed once: none trained twice (0 steps lost), none skipped.
-    assert _steps(text) == list(range(1, EPOCHS * SPE + 1)), text[-3000:]
+    # Every step printed once: none trained twice (0 steps lost), none skipped. Only the step
+    # it resumed after may lack its line: rank 0 prints a step after every rank committed it,
+    # and a kill of rank 0 between the two loses the line, not the step (seen under load).
+    every = list(range(1, EPOCHS * SPE + 1))
+    after = int(resumed[0])
+    assert _steps(text) in (every, [s for s in every if s != after]), text[-3000:]
     result = json.loads(out.read_text())
     assert result["restart_count"] == 1
     assert (result["params_sha256"], result["final_loss"]) == (

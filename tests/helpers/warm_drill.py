@@ -60,7 +60,13 @@ def check(log: str, result: Path, ref: str) -> int:
     resumed = re.findall(r"rank 0: resuming after step (\d+) from shared memory", log)
     assert len(resumed) == 1 and int(resumed[0]) >= WAIT_STEP, log[-4000:]
     assert "resuming after epoch" not in log, "resumed from the disk checkpoint"
-    assert steps(log) == list(range(1, EPOCHS * SPE + 1)), steps(log)
+    # Every step printed once; only the step it resumed after may lack its line: rank 0 prints
+    # a step after every rank committed it, and the survivors are SIGKILLed at once under
+    # --recover warm, so rank 0 can die between the commit and the print (seen on Slurm under
+    # load: step 9 done, resumed after 9, no "step 9" line). Nothing was trained twice or lost.
+    every = list(range(1, EPOCHS * SPE + 1))
+    after = int(resumed[0])
+    assert steps(log) in (every, [s for s in every if s != after]), steps(log)
     got = json.loads(result.read_text())
     assert got["params_sha256"] == ref, "the recovered run's parameters differ from the reference"
     return int(resumed[0])
