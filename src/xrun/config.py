@@ -126,22 +126,34 @@ def current_dir() -> str:
         ) from None
 
 
-def config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> list[str]:
-    """The files that exist, lowest precedence first (home, then cwd; once if the same). A
-    deleted cwd holds no file: only the home one is read (the commands that need the cwd
-    itself say so, see :func:`current_dir`)."""
+def _dirs(cwd: PathArg | None, home: PathArg | None) -> tuple[PathArg, PathArg | None]:
+    """(home, cwd): the cwd None when it was deleted (it then holds no file)."""
     if cwd is None:
         try:
             cwd = os.getcwd()
         except FileNotFoundError:
             cwd = None
-    dirs = [home or os.path.expanduser("~"), *([cwd] if cwd is not None else [])]
+    return home or os.path.expanduser("~"), cwd
+
+
+def _existing(dirs: Sequence[PathArg | None], filename: str) -> list[str]:
+    """``filename`` in each of ``dirs`` where it is a file, in order, each file once."""
     out: list[str] = []
     for d in dirs:
-        p = os.path.join(d, FILENAME)
+        if d is None:
+            continue
+        p = os.path.join(d, filename)
         if os.path.isfile(p) and all(not os.path.samefile(p, q) for q in out):
             out.append(p)
     return out
+
+
+def config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> list[str]:
+    """The files that exist, lowest precedence first (home, then cwd; once if the same). A
+    deleted cwd holds no file: only the home one is read (the commands that need the cwd
+    itself say so, see :func:`current_dir`)."""
+    home, cwd = _dirs(cwd, home)
+    return _existing([home, cwd], FILENAME)
 
 
 def torchx_config_paths(cwd: PathArg | None = None, home: PathArg | None = None) -> list[str]:
@@ -155,18 +167,8 @@ def torchx_config_paths(cwd: PathArg | None = None, home: PathArg | None = None)
                 f"{TORCHX_ENV}={named}: no such file; point it at a .torchxconfig file or unset it"
             )
         return [named]
-    if cwd is None:
-        try:
-            cwd = os.getcwd()
-        except FileNotFoundError:
-            cwd = None
-    dirs = [*([cwd] if cwd is not None else []), home or os.path.expanduser("~")]
-    out: list[str] = []
-    for d in dirs:
-        p = os.path.join(d, TORCHX_FILENAME)
-        if os.path.isfile(p) and all(not os.path.samefile(p, q) for q in out):
-            out.append(p)
-    return out
+    home, cwd = _dirs(cwd, home)
+    return _existing([cwd, home], TORCHX_FILENAME)
 
 
 def warn(message: str) -> None:
