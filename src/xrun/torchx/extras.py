@@ -67,7 +67,8 @@ def load(group: str, name: str, default: Any = None) -> Any:
     return default
 
 
-# torchx.schedulers.api's names (xrun's own classes, under TorchX's names where they differ).
+# What torchx.schedulers.api holds (its stand-in takes exactly these: stand_ins.LAZY), xrun's
+# own classes under TorchX's names where they differ.
 __all__ = [
     "AppDef",
     "AppDryRunInfo",
@@ -83,6 +84,8 @@ __all__ = [
     "filter_regex",
     "split_lines",
     "split_lines_iterator",
-    "load",
+    "DAYS_IN_2_WEEKS",
+    "NONE",
+    "NULL_RESOURCE",
 ]
 WorkspaceMixin = api.WorkspaceBuilder

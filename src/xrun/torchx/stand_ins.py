@@ -73,32 +73,14 @@ _UTIL_TYPES = (
     "get_argparse_param_type",
     "none_throws",
 )
-_SCHEDULER_API = (
-    "AppDef",
-    "AppDryRunInfo",
-    "AppState",
-    "DescribeAppResponse",
-    "ListAppResponse",
-    "Role",
-    "RoleStatus",
-    "Scheduler",
-    "Stream",
-    "runopts",
-    "WorkspaceMixin",
-    "filter_regex",
-    "split_lines",
-    "split_lines_iterator",
-    "DAYS_IN_2_WEEKS",
-    "NONE",
-    "NULL_RESOURCE",
-)
 _FSSPEC = ("FsspecTracker", "create", "TrackerBase", "TrackerArtifact", "TrackerSource", "Lineage")
-LAZY: dict[str, tuple[str, tuple[str, ...]]] = {
+# A stand-in's names: listed, or None for all its source module's public names (__all__).
+LAZY: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "torchx.runner": ("xrun.runner", ("Runner", "get_runner")),
     "torchx.runner.api": ("xrun.runner", ("Runner", "get_runner")),
     "torchx.specs.finder": ("xrun.torchx.finder", _FINDER),
     "torchx.specs.builders": ("xrun.torchx.finder", _BUILDERS),
-    "torchx.schedulers.api": ("xrun.torchx.extras", _SCHEDULER_API),
+    "torchx.schedulers.api": ("xrun.torchx.extras", None),
     "torchx.components.metrics": ("xrun.components.metrics", ("tensorboard",)),
     "torchx.util": ("xrun.torchx.extras", ()),
     "torchx.util.types": ("xrun.torchx.util_types", _UTIL_TYPES),
@@ -293,7 +275,9 @@ class LazyStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         source, names = LAZY[spec.name]
         real = importlib.import_module(source)  # by name: see the module's docstring
-        mod = _module(spec.name, {n: getattr(real, n) for n in names})
+        mod = _module(
+            spec.name, {n: getattr(real, n) for n in (real.__all__ if names is None else names)}
+        )
         if spec.submodule_search_locations is not None:
             mod.__path__ = []
         return mod
