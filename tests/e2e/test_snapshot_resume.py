@@ -17,17 +17,16 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import chaos
+from tests.helpers.job_output import STEP_RE, finish, steps
 from tests.helpers.paths import TRAIN, XRUN
 
 EPOCHS, SPE, KILL_AT = 3, 10, 14
 ARGS = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(SPE), "--step-sleep", "0.05"]
-STEP_RE = re.compile(r"\]:step (\d+)$")
 
 
 def _start(tmp: Path, name: str) -> tuple[subprocess.Popen[str], Path]:
@@ -44,23 +43,11 @@ def _start(tmp: Path, name: str) -> tuple[subprocess.Popen[str], Path]:
 
 
 def _finish(proc: subprocess.Popen[str], lines: list[str], timeout: float = 200) -> str:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    try:
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            assert time.monotonic() < deadline, "the job did not end in time"
-        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    text = "\n".join(lines)
-    assert proc.returncode == 0, text[-4000:]
-    return text
+    return finish(proc, lines, timeout)
 
 
 def _steps(text: str) -> list[int]:
-    return [int(m[1]) for line in text.splitlines() if (m := STEP_RE.search(line))]
+    return steps(text)
 
 
 @pytest.fixture(scope="module")

@@ -17,18 +17,17 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import chaos
+from tests.helpers.job_output import STEP_RE, finish, steps
 from tests.helpers.net import free_port
 from tests.helpers.paths import TRAIN, XRUN
 
 EPOCHS, SPE, KILL_AT = 3, 20, 25
 CONF = "heartbeat_interval=0.2,heartbeat_timeout=1.5,last_call_timeout=5,join_timeout=60"
-STEP_RE = re.compile(r"\]:step (\d+)$")
 STARTED_RE = re.compile(r"^(\S+) \[(?:default)?\d+\]:rank (\d+)/4: started")  # role "" (#36): [0]:
 
 
@@ -49,19 +48,7 @@ def _start(tmp: Path, name: str, spares: int, sleep: float) -> tuple[subprocess.
 
 
 def _finish(proc: subprocess.Popen[str], lines: list[str], timeout: float = 300) -> str:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    try:
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-            assert time.monotonic() < deadline, "the job did not end in time"
-        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    text = "\n".join(lines)
-    assert proc.returncode == 0, text[-4000:]
-    return text
+    return finish(proc, lines, timeout)
 
 
 def _ranks(lines: list[str]) -> dict[str, list[int]]:
@@ -74,7 +61,7 @@ def _ranks(lines: list[str]) -> dict[str, list[int]]:
 
 
 def _steps(text: str) -> list[int]:
-    return [int(m[1]) for line in text.splitlines() if (m := STEP_RE.search(line))]
+    return steps(text)
 
 
 @pytest.mark.timeout(600)
