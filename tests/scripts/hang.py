@@ -47,12 +47,18 @@ def beat() -> None:
         xrun_beat()
 
 
+def say(line: str) -> None:
+    # One write per line: under PYTHONUNBUFFERED=1 print() writes "step 2" and "\n" apart, and
+    # two ranks' pieces interleave on the pipe they share ("step 2step 2").
+    os.write(1, f"{line}\n".encode())
+
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 t = torch.ones(1)
 for step in range(a.steps):
     if not a.quiet:
-        print(f"step {step}", flush=True)
+        say(f"step {step}")
     beat()
     if step == a.hang_step and rank == a.hang_rank:
         stuck_here()
@@ -60,6 +66,6 @@ for step in range(a.steps):
         waiting_here()
     dist.all_reduce(t)
     time.sleep(a.step_s)
-print("done", flush=True)
+say("done")
 # torch 2.13's gloo teardown can deadlock on a busy host (see allreduce.py): leave without it.
 os._exit(0)
