@@ -61,7 +61,10 @@ EXAMPLE_ARGS = ["--epochs", "3", "--steps-per-epoch", "20", "--print-steps"]
 
 def example_reference(tmp: Path) -> str:
     """The final parameters' sha256 of an undisturbed 4-worker run of examples/train_ddp.py
-    (one runtime agent here; the result depends on the world size only)."""
+    (one runtime agent here; the result depends on the world size only). Computed once per
+    test process: every scheduler's drill compares against the same run."""
+    if _EXAMPLE_REFERENCE:
+        return _EXAMPLE_REFERENCE[0]
     import subprocess
     import sys
 
@@ -74,7 +77,11 @@ def example_reference(tmp: Path) -> str:
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return str(json.loads(out.read_text())["params_sha256"])
+    _EXAMPLE_REFERENCE.append(str(json.loads(out.read_text())["params_sha256"]))
+    return _EXAMPLE_REFERENCE[0]
+
+
+_EXAMPLE_REFERENCE: list[str] = []
 
 
 def example_stop_and_resume(log: str) -> int:

@@ -38,7 +38,10 @@ _STEP = re.compile(r"(?:^|\]:)step (\d+)$", re.M)
 
 def reference(tmp: Path) -> str:
     """The final parameters' sha256 of an undisturbed 4-worker run (one agent, no sleeps: the
-    result depends on the world size only)."""
+    result depends on the world size only). Computed once per test process: every drill of
+    every scheduler compares against the same run."""
+    if _REFERENCE:
+        return _REFERENCE[0]
     out = tmp / "reference.json"
     proc = subprocess.run(
         [sys.executable, "-m", "xrun.runtime", "--nproc-per-node", "4", str(TRAIN), *ARGS,
@@ -46,7 +49,11 @@ def reference(tmp: Path) -> str:
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return str(json.loads(out.read_text())["params_sha256"])
+    _REFERENCE.append(str(json.loads(out.read_text())["params_sha256"]))
+    return _REFERENCE[0]
+
+
+_REFERENCE: list[str] = []
 
 
 def steps(log: str) -> list[int]:
