@@ -4,6 +4,7 @@ in its containers, and a plain role the engine itself restarts, each record into
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,3 +113,40 @@ def test_an_engine_retry_is_the_same_run(
     assert list(tracker.run_ids()) == [handle]
     md = tracker.metadata(handle)
     assert (md["try.0"], md["try.1"]) == (0, 1)
+
+
+# TorchX's documented import, in a role the agent does not start (gap N16): the stand-in comes
+# from the workspace image's copy of xrun, after the role's PYTHONPATH (or the image's).
+TRACK_TORCHX = """\
+import os
+from torchx.tracker import app_run_from_env
+run = app_run_from_env()
+role = os.environ["WHO"]
+open(f"/tmp/xrun-docker-marks/{role}.path", "w").write(os.environ["PYTHONPATH"])
+run.add_metadata(**{f"{role}.tracked": run.job_id()})
+"""
+
+
+def test_a_plain_role_imports_torchx_tracker_unchanged(
+    sched: DockerScheduler, tracked: Path, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "track.py").write_text(TRACK_TORCHX)
+    plain = utils.python(script="track.py", image=IMAGE, name="plain").roles[0]
+    plain.env["WHO"] = "plain"
+    plain.mounts = [BindMount(str(tracked), "/tmp/xrun-docker-marks")]
+    mine = dataclasses.replace(
+        plain, name="mine", env={"WHO": "mine", "PYTHONPATH": "/opt/xrun:/mine"}
+    )
+    app_id, handle = _submit(sched, AppDef("n16", [plain, mine]), ws)
+    resp = sched.wait(app_id, timeout=150)
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    shim = "/opt/xrun/xrun/torchx/shim"
+    # the image's own PYTHONPATH kept (xrun-python sets none; the recipe adds /opt/xrun)
+    assert (tracked / "plain.path").read_text() == f"/opt/xrun:{shim}"
+    assert (tracked / "mine.path").read_text() == f"/opt/xrun:/mine:{shim}"
+    tracker = create(str(tracked / "tracker"))
+    assert list(tracker.run_ids()) == [handle]
+    md = tracker.metadata(handle)
+    assert (md["plain.tracked"], md["mine.tracked"]) == (handle, handle)
