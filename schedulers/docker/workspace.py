@@ -35,7 +35,7 @@ from typing import Any
 from xrun.errors import UsageError
 
 from ..workspace import CHUNK, Workspace, WorkspaceFile, open_file, open_workspace, walk
-from .request import XRUN_DIR
+from .request import SHIM_IN_IMAGE, XRUN_DIR
 
 CUSTOM_DOCKERFILE = "Dockerfile.xrun"
 IMAGE_REPO = "xrun-workspace"
@@ -48,6 +48,10 @@ COPY xrun {XRUN_DIR}/xrun
 # Byte-compiled once here, not at every agent start (~60-80 ms each); a cached layer while
 # xrun itself is unchanged. Images without python3 still build (their roles run no agent).
 RUN python3 -m compileall -q {XRUN_DIR}/xrun >/dev/null 2>&1 || true
+# An image with a TorchX of its own keeps it: the torchx.tracker stand-in, which a role run
+# without the agent gets on PYTHONPATH (gap N16; the submitter cannot see what the image holds),
+# would shadow it there.
+RUN if python3 -c "import torchx" >/dev/null 2>&1; then rm -r {SHIM_IN_IMAGE}/torchx; fi
 ENV PYTHONPATH={XRUN_DIR}${{PYTHONPATH:+:${{PYTHONPATH}}}}
 COPY workspace {WORKDIR}
 WORKDIR {WORKDIR}

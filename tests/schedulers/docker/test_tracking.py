@@ -1,10 +1,12 @@
 # ruff: noqa: F811  (the docker_engine fixture is imported, then named by the tests)
 """One tracker run per logical job on the real Docker Engine: a dist.ddp job restarted in place
-in its containers, and a plain role the engine itself restarts, each record into ONE run."""
+in its containers, and a plain role the engine itself restarts, each record into ONE run; and a
+plain role's `from torchx.tracker import ...` with no TorchX in the image (gap N16)."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +152,43 @@ def test_a_plain_role_imports_torchx_tracker_unchanged(
     assert list(tracker.run_ids()) == [handle]
     md = tracker.metadata(handle)
     assert (md["plain.tracked"], md["mine.tracked"]) == (handle, handle)
+
+
+# A base image with a TorchX of its own: a `torchx` package in its site-packages.
+OWN_TORCHX = """\
+FROM {image}
+RUN d=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torchx \\
+    && mkdir -p "$d" && echo 'OWN = True' > "$d/__init__.py"
+"""
+
+
+def test_an_image_with_its_own_torchx_keeps_it(
+    sched: DockerScheduler, tracked: Path, tmp_path: Path
+) -> None:
+    """The stand-in goes on PYTHONPATH by what the submitter sees (no TorchX here); the
+    workspace build drops it from an image that has TorchX, which it would shadow."""
+    import docker
+
+    base = "xrun-test-own-torchx:latest"
+    client = docker.from_env()
+    try:
+        client.images.build(
+            fileobj=io.BytesIO(OWN_TORCHX.format(image=IMAGE).encode()), tag=base, rm=True
+        )
+    finally:
+        client.close()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "which.py").write_text(
+        "import os, torchx\n"
+        "open('/tmp/xrun-docker-marks/which', 'w').write(torchx.__file__ + ' '"
+        " + os.environ['PYTHONPATH'])\n"
+    )
+    app = utils.python(script="which.py", image=base)
+    app.roles[0].mounts = [BindMount(str(tracked), "/tmp/xrun-docker-marks")]
+    app_id, _ = _submit(sched, app, ws)
+    resp = sched.wait(app_id, timeout=150)
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    module, path = (tracked / "which").read_text().split(" ")
+    assert path == "/opt/xrun:/opt/xrun/xrun/torchx/shim"  # on PYTHONPATH, but empty
+    assert module.endswith("-packages/torchx/__init__.py"), module
