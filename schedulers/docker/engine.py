@@ -187,18 +187,30 @@ def prune_workspace_images(
                     pass  # in use by a container, or removed by another process meanwhile
 
 
+def image_pythonpath(client: Any, image: str) -> str:
+    """The ``PYTHONPATH`` an image's own ENV sets ('' for none)."""
+    env = (client.images.get(image).attrs.get("Config") or {}).get("Env") or []
+    return next((e.split("=", 1)[1] for e in env if e.startswith("PYTHONPATH=")), "")
+
+
 # --------------------------------------------------------------------------- containers
-def create_args(client: Any, job: DockerJob, c: DockerContainer) -> dict[str, Any]:
-    """``client.containers.create`` keyword arguments for one container of the request."""
+def create_args(
+    client: Any, job: DockerJob, c: DockerContainer, image_path: str = ""
+) -> dict[str, Any]:
+    """``client.containers.create`` keyword arguments for one container of the request;
+    ``image_path``: its image's PYTHONPATH, which ``c.pythonpath_tail`` is appended to."""
     from docker.types import DeviceRequest, Mount
 
+    env = c.env
+    if c.pythonpath_tail:
+        env = {**env, "PYTHONPATH": ":".join(p for p in (image_path, *c.pythonpath_tail) if p)}
     args: dict[str, Any] = {
         "image": c.image,
         "entrypoint": [c.command[0]],
         "command": c.command[1:],
         "name": c.name,
         "hostname": c.name,
-        "environment": c.env,
+        "environment": env,
         # The SDK cannot set a container's StopTimeout; a label keeps the app's stop_timeout
         # with the container, so a cancel from any process honours it.
         "labels": {**c.labels, LABEL_STOP_TIMEOUT: str(c.stop_timeout)},

@@ -12,11 +12,13 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import xrun
 from xrun.contract import RANK0_HOST_ENV, STOP_GRACE_ENV, TORCHX_RANK0_HOST_ENV
 from xrun.errors import UsageError
 from xrun.specs import (
@@ -28,6 +30,7 @@ from xrun.specs import (
     VolumeMount,
     macros,
 )
+from xrun.torchx.shim_dir import SHIM, role_shim
 
 from ..api import replicas_role_may_lose, scheduler_retries
 from .options import STOP_TIMEOUT, DockerOptions
@@ -49,6 +52,11 @@ LABEL_STOP_TIMEOUT = "xrun.stop_timeout"  # the app's stop_timeout run option, i
 LABEL_MAY_LOSE = "xrun.may_lose"
 
 _DNS_MAX = 63
+
+# Where a workspace image holds xrun's package tree (the default recipe, see .workspace; its
+# ENV puts the folder on PYTHONPATH), and there the worker-side `torchx.tracker` stand-in.
+XRUN_DIR = "/opt/xrun"
+SHIM_IN_IMAGE = f"{XRUN_DIR}/xrun/" + os.path.relpath(SHIM, os.path.dirname(xrun.__file__))
 
 
 @dataclass
@@ -75,6 +83,11 @@ class DockerContainer:
     # py-spy reads the workers through ptrace (`xrun stacks`, the stall watchdog), which a
     # container's default capabilities do not allow.
     cap_add: list[str] = field(default_factory=lambda: ["SYS_PTRACE"])
+    # Folders appended to the image's own PYTHONPATH when the container is created (the engine
+    # reads it from the image then): a container's PYTHONPATH replaces the image's, which holds
+    # /opt/xrun and whatever the base image put there. Empty when ``env`` has a PYTHONPATH
+    # (the role's own, which then ends with them).
+    pythonpath_tail: list[str] = field(default_factory=list)
 
     def restart_policy(self) -> dict[str, Any] | None:
         if self.max_retries <= 0:
@@ -106,6 +119,8 @@ def format_job(job: DockerJob) -> str:
     ]
     for c in job.containers:
         lines.append(f"# {c.role}/{c.replica_id}")
+        if c.pythonpath_tail:
+            lines.append(f"# PYTHONPATH: the image's, then {':'.join(c.pythonpath_tail)}")
         opts = [
             "docker run --detach --init",
             f"--name {c.name}",
@@ -184,12 +199,17 @@ def materialize(
     opts: DockerOptions,
     environ: Mapping[str, str] | None = None,
     session: str = "default",
+    xrun_in_image: bool = False,
 ) -> DockerJob:
-    """Build the request for ``app``. ``environ`` is the submitter's env (for ``copy_env``)."""
+    """Build the request for ``app``. ``environ`` is the submitter's env (for ``copy_env``);
+    ``xrun_in_image``: the images are workspace images, with xrun at :data:`XRUN_DIR`."""
     copy_env = _copied_env(opts.copy_env, environ or {})
     containers: list[DockerContainer] = []
     for role in app.roles:
         rank0_host = container_name(app_id, role.name, 0)
+        # A TorchX script's `from torchx.tracker import ...` in a role the agent does not start
+        # (utils.python; gap N16), as on local_cwd and slurm: the image's copy of the stand-in.
+        shim = SHIM_IN_IMAGE if xrun_in_image and role_shim(role.env) else None
         for i in range(role.num_replicas):
             values = macros.Values(
                 img_root="", app_id=app_id, replica_id=str(i), rank0_env=RANK0_HOST_ENV
@@ -204,6 +224,10 @@ def materialize(
             grace = {STOP_GRACE_ENV: str(opts.stop_timeout)}
             c.env = {**grace, **copy_env, **opts.env, **c.env, RANK0_HOST_ENV: rank0_host}
             c.env[TORCHX_RANK0_HOST_ENV] = rank0_host
+            if shim and "PYTHONPATH" in c.env:  # after the user's entries, as the agent does
+                c.env["PYTHONPATH"] = ":".join(p for p in (c.env["PYTHONPATH"], shim) if p)
+            elif shim:
+                c.pythonpath_tail = [shim]
     names = [c.name for c in containers]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)

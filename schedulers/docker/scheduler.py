@@ -84,6 +84,7 @@ from .engine import (
     create_args,
     engine_errors,
     ensure_images,
+    image_pythonpath,
     parallel,
 )
 from .options import STOP_TIMEOUT, DockerOptions
@@ -203,7 +204,9 @@ class DockerScheduler(WorkspaceBuilder, Scheduler[DockerJob]):
         (its URL and ignore set, read as the build reads them), or that none is built."""
         alphabet = string.ascii_lowercase + string.digits
         app_id = make_app_id(app.name, "".join(secrets.choice(alphabet) for _ in range(8)))
-        job = materialize(app, app_id, cfg, os.environ, self.session_name)
+        job = materialize(
+            app, app_id, cfg, os.environ, self.session_name, xrun_in_image=workspace is not None
+        )
         if workspace is not None:
             check_image_scripts(app, workspace)
             head = (
@@ -251,6 +254,9 @@ class DockerScheduler(WorkspaceBuilder, Scheduler[DockerJob]):
         import docker
 
         ensure_images(client, [c.image for c in job.containers])
+        # once per image that a container appends to (DockerContainer.pythonpath_tail)
+        tails = {c.image for c in job.containers if c.pythonpath_tail}
+        paths = {image: image_pythonpath(client, image) for image in tails}
         labels = {LABEL_APP: job.app_name, LABEL_APP_ID: job.app_id, LABEL_SESSION: job.session}
         network = client.networks.create(job.network, driver="bridge", labels=labels)
         created: list[Any] = []
@@ -259,7 +265,7 @@ class DockerScheduler(WorkspaceBuilder, Scheduler[DockerJob]):
             # value, so that --dryrun and the saved job never show it.
             token = secrets.token_hex(16)
             for spec in job.containers:
-                args = create_args(client, job, spec)
+                args = create_args(client, job, spec, paths.get(spec.image, ""))
                 args["environment"] = {**args["environment"], TOKEN_ENV: token}
                 created.append(client.containers.create(**args))
             # Written once every container exists: from here on a missing container means

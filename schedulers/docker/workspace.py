@@ -35,6 +35,7 @@ from typing import Any
 from xrun.errors import UsageError
 
 from ..workspace import CHUNK, Workspace, WorkspaceFile, open_file, open_workspace, walk
+from .request import SHIM_IN_IMAGE, XRUN_DIR
 
 CUSTOM_DOCKERFILE = "Dockerfile.xrun"
 IMAGE_REPO = "xrun-workspace"
@@ -43,11 +44,15 @@ WORKDIR = "/workspace"
 DEFAULT_DOCKERFILE = f"""\
 ARG IMAGE
 FROM ${{IMAGE}}
-COPY xrun /opt/xrun/xrun
+COPY xrun {XRUN_DIR}/xrun
 # Byte-compiled once here, not at every agent start (~60-80 ms each); a cached layer while
 # xrun itself is unchanged. Images without python3 still build (their roles run no agent).
-RUN python3 -m compileall -q /opt/xrun/xrun >/dev/null 2>&1 || true
-ENV PYTHONPATH=/opt/xrun${{PYTHONPATH:+:${{PYTHONPATH}}}}
+RUN python3 -m compileall -q {XRUN_DIR}/xrun >/dev/null 2>&1 || true
+# An image with a TorchX of its own keeps it: the torchx.tracker stand-in, which a role run
+# without the agent gets on PYTHONPATH (gap N16; the submitter cannot see what the image holds),
+# would shadow it there.
+RUN if python3 -c "import torchx" >/dev/null 2>&1; then rm -r {SHIM_IN_IMAGE}/torchx; fi
+ENV PYTHONPATH={XRUN_DIR}${{PYTHONPATH:+:${{PYTHONPATH}}}}
 COPY workspace {WORKDIR}
 WORKDIR {WORKDIR}
 """

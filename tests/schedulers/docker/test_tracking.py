@@ -1,9 +1,12 @@
 # ruff: noqa: F811  (the docker_engine fixture is imported, then named by the tests)
 """One tracker run per logical job on the real Docker Engine: a dist.ddp job restarted in place
-in its containers, and a plain role the engine itself restarts, each record into ONE run."""
+in its containers, and a plain role the engine itself restarts, each record into ONE run; and a
+plain role's `from torchx.tracker import ...` with no TorchX in the image (gap N16)."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,3 +115,80 @@ def test_an_engine_retry_is_the_same_run(
     assert list(tracker.run_ids()) == [handle]
     md = tracker.metadata(handle)
     assert (md["try.0"], md["try.1"]) == (0, 1)
+
+
+# TorchX's documented import, in a role the agent does not start (gap N16): the stand-in comes
+# from the workspace image's copy of xrun, after the role's PYTHONPATH (or the image's).
+TRACK_TORCHX = """\
+import os
+from torchx.tracker import app_run_from_env
+run = app_run_from_env()
+role = os.environ["WHO"]
+open(f"/tmp/xrun-docker-marks/{role}.path", "w").write(os.environ["PYTHONPATH"])
+run.add_metadata(**{f"{role}.tracked": run.job_id()})
+"""
+
+
+def test_a_plain_role_imports_torchx_tracker_unchanged(
+    sched: DockerScheduler, tracked: Path, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "track.py").write_text(TRACK_TORCHX)
+    plain = utils.python(script="track.py", image=IMAGE, name="plain").roles[0]
+    plain.env["WHO"] = "plain"
+    plain.mounts = [BindMount(str(tracked), "/tmp/xrun-docker-marks")]
+    mine = dataclasses.replace(
+        plain, name="mine", env={"WHO": "mine", "PYTHONPATH": "/opt/xrun:/mine"}
+    )
+    app_id, handle = _submit(sched, AppDef("n16", [plain, mine]), ws)
+    resp = sched.wait(app_id, timeout=150)
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    shim = "/opt/xrun/xrun/torchx/shim"
+    # the image's own PYTHONPATH kept (xrun-python sets none; the recipe adds /opt/xrun)
+    assert (tracked / "plain.path").read_text() == f"/opt/xrun:{shim}"
+    assert (tracked / "mine.path").read_text() == f"/opt/xrun:/mine:{shim}"
+    tracker = create(str(tracked / "tracker"))
+    assert list(tracker.run_ids()) == [handle]
+    md = tracker.metadata(handle)
+    assert (md["plain.tracked"], md["mine.tracked"]) == (handle, handle)
+
+
+# A base image with a TorchX of its own: a `torchx` package in its site-packages.
+OWN_TORCHX = """\
+FROM {image}
+RUN d=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torchx \\
+    && mkdir -p "$d" && echo 'OWN = True' > "$d/__init__.py"
+"""
+
+
+def test_an_image_with_its_own_torchx_keeps_it(
+    sched: DockerScheduler, tracked: Path, tmp_path: Path
+) -> None:
+    """The stand-in goes on PYTHONPATH by what the submitter sees (no TorchX here); the
+    workspace build drops it from an image that has TorchX, which it would shadow."""
+    import docker
+
+    base = "xrun-test-own-torchx:latest"
+    client = docker.from_env()
+    try:
+        client.images.build(
+            fileobj=io.BytesIO(OWN_TORCHX.format(image=IMAGE).encode()), tag=base, rm=True
+        )
+    finally:
+        client.close()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "which.py").write_text(
+        "import os, torchx\n"
+        "open('/tmp/xrun-docker-marks/which', 'w').write(torchx.__file__ + ' '"
+        " + os.environ['PYTHONPATH'])\n"
+    )
+    app = utils.python(script="which.py", image=base)
+    app.roles[0].mounts = [BindMount(str(tracked), "/tmp/xrun-docker-marks")]
+    app_id, _ = _submit(sched, app, ws)
+    resp = sched.wait(app_id, timeout=150)
+    assert resp is not None and resp.state == AppState.SUCCEEDED, resp
+    module, path = (tracked / "which").read_text().split(" ")
+    assert path == "/opt/xrun:/opt/xrun/xrun/torchx/shim"  # on PYTHONPATH, but empty
+    assert module.endswith("-packages/torchx/__init__.py"), module
