@@ -82,6 +82,7 @@ class StoreRendezvousHandler(RendezvousHandler):
         self._closed = False
         self._shut = False
         self._kv: KeyValue | None = None
+        self._publisher: Any = None  # spares.Publisher (warm_spares)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -313,13 +314,12 @@ class StoreRendezvousHandler(RendezvousHandler):
         """``--spares --recover warm``: the agent's warm pool shares the modules its workers
         import with the job's spares, and, parked as a spare, takes theirs (spares.py, "Warm
         modules"; issue #35: a replacement's imports held up the whole world)."""
-        from .spares import share  # --spares only
+        from .spares import Publisher  # --spares only
 
-        def publish(names: list[str]) -> None:
-            with contextlib.suppress(RendezvousError):  # best effort: the store's loss is seen
-                share(self.kv(), names)  # by the rendezvous calls
-
-        pool.share = publish
+        # In a thread of its own, on a connection of its own: a hung store must not hold up the
+        # agent's watch loop, which calls pool.share (nor queue the other kv() calls behind it)
+        self._publisher = Publisher(self._link.open_client, self.params.run_id)
+        pool.share = self._publisher
         self._rounds.on_modules = pool.take_modules
 
     def _place(self) -> tuple[int, int]:
@@ -330,6 +330,8 @@ class StoreRendezvousHandler(RendezvousHandler):
         """Stop heartbeats, close sockets, stop the store if this node serves it; idempotent."""
         if self._shut:
             return
+        if self._publisher is not None:
+            self._publisher.close()
         if self._round >= 0 and not (self._finished or self._closed):
             # Leaving mid-round without close/finish: let the peers re-form at once.
             self.request_restart("left the rendezvous")

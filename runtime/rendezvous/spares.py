@@ -32,20 +32,32 @@ active agents ``share`` the modules their workers reported (``pool.py``) in the 
 new list under ``<run_id>/kv/spare-modules/<n>`` (n from an ADD on ``.../n``); a parked spare
 adds the next ``n`` to each blocking ``WAIT`` and hands every list to its pool (``took``),
 whose idle children import it. Still no polling: one more key per ``WAIT``.
+
+Publishing is a side feature and must never hold up the agent's watch loop (worker exits, stop
+requests, the round's heartbeats, the stall watchdog): a store that stops answering (its host
+SIGSTOPped, packets dropped) would block each ADD/SET up to the store's ``read_timeout``. So the
+pool hands each list to a ``Publisher``, whose one daemon thread sends it on a connection of its
+own (the agent's other calls never queue behind its reads): latest list wins (each one holds the
+ones before), one in flight at a time, errors swallowed (best effort: the rendezvous calls see a
+lost store); ``close`` on the handler's shutdown stops it (bounded join; a daemon never holds up
+the exit).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import zlib
 from collections.abc import Callable
 
 from ..store.client import StoreClient
+from ..store.errors import StoreError
+from .api import RendezvousError
 from .keys import Keys, Seat, World, closed_error
 from .kv import KeyValue
 
-__all__ = ["Modules", "by_slot", "park", "say", "share"]
+__all__ = ["Modules", "Publisher", "by_slot", "park", "say", "share"]
 
 # (addr, sortkey, arrival index, nproc, slot), as the sealer reads the node entries
 Entry = tuple[str, str, int, int, int]
@@ -58,6 +70,71 @@ def share(kv: KeyValue, names: list[str]) -> None:
     """An active agent: publish ``names`` (the modules its workers reported) to the spares."""
     n = kv.add(_MODULES + "n", 1)
     kv.set(f"{_MODULES}{n}", zlib.compress("\n".join(names).encode()))
+
+
+class Publisher:
+    """An active agent's ``share``, off its watch loop (see "Warm modules"): calling it never
+    blocks; ``open_client`` (a new store connection, called in the thread: connecting to a hung
+    store blocks too) and ``run_id`` name where the lists go."""
+
+    def __init__(self, open_client: Callable[[], StoreClient], run_id: str) -> None:
+        self._open, self._run_id = open_client, run_id
+        self._cond = threading.Condition()
+        self._names: list[str] | None = None  # the latest list, not sent yet
+        self._client: StoreClient | None = None
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, names: list[str]) -> None:
+        with self._cond:
+            if self._stopped:
+                return
+            self._names = list(names)
+            self._cond.notify()
+            if self._thread is None:  # started on the first list: most jobs never publish
+                self._thread = threading.Thread(
+                    target=self._run, name="xrun-spare-modules", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        kv: KeyValue | None = None
+        while True:
+            with self._cond:
+                while self._names is None and not self._stopped:
+                    self._cond.wait()
+                names, self._names = self._names, None
+                if self._stopped or names is None:
+                    return
+            try:
+                if kv is None:
+                    client = self._open()
+                    with self._cond:
+                        self._client = client
+                        if self._stopped:  # closed while we connected
+                            client.close()
+                            return
+                    kv = KeyValue(client, self._run_id)
+                share(kv, names)
+            except (RendezvousError, StoreError, OSError):
+                # best effort: the store's loss is seen by the rendezvous calls; the next list
+                # (the newest, holding this one) goes on a new connection
+                if kv is not None:
+                    kv.close()
+                kv = None
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop the thread: wake a call blocked on the store (its socket shut down), and wait
+        for it up to ``timeout`` s (a connect in progress may outlast it; the thread is a
+        daemon, and closes what it opened)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+            client, thread = self._client, self._thread
+        if client is not None:
+            client.abort()  # wakes a call blocked on a hung store
+        if thread is not None:
+            thread.join(timeout)
 
 
 class Modules:

@@ -514,3 +514,10 @@ class StoreClient:
 
     def close(self) -> None:
         self._conn.close()
+
+    def abort(self) -> None:
+        """Close from another thread: a call blocked reading an answer wakes (and fails) now;
+        ``close`` alone leaves it blocked until ``read_timeout``."""
+        with contextlib.suppress(OSError):
+            self._conn.sock.shutdown(socket.SHUT_RDWR)
+        self._conn.close()
