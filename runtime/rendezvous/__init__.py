@@ -57,7 +57,10 @@ Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
   round, or on finish/close/shutdown, or by a third lease, ``r/leftlease/i``, when its connection
   closes or its heartbeats lapse), as torch's c10d opens a round once the last participant left
   the previous one. So a world forms only after the previous world's workers stopped, and the
-  members re-forming are already counted in it. A node arriving while a world with room runs
+  members re-forming are already counted in it. One node keeps this gate: the first arrival in
+  ``r + 1`` reads ``r/members``, waits for their ``left`` keys and sets ``r/out``; the others
+  wait for ``r/out`` alone (each waiting for N keys cost the store O(N^2) per re-formation;
+  if the keeper is lost first, ``r + 1`` goes stale and each node keeps the gate itself). A node arriving while a world with room runs
   sets ``r/stale`` ("waiting to join") so that world re-forms with it; next to a full world it
   stands by (until join_timeout) instead of forming a second world.
 * everyone waits *on the server* for its own ``r/seat/i`` (or ``closed``, ``r/stale``, or the
