@@ -44,8 +44,8 @@ Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
   ``r/stale``), ``r/finlease/i`` (on disconnect it sets ``r/fin/i``: "gone") and
   ``r/leftlease/i`` (like the first, it sets ``r/left/i``).
 * seal: the round is sealed by whoever first adds ``SEAL`` (2**40) to ``r/join``: the node that
-  arrives as number ``max_nodes``, or (once ``min_nodes`` are in) any node whose last-call timer
-  expired with no new arrival, or any node that sees ``r/stale`` before the round formed (a
+  arrives as number ``max_nodes``, or (once ``min_nodes`` are in) the latest arrival, whose
+  last-call timer expired with no newer one (the earlier ones just wait for their seat), or any node that sees ``r/stale`` before the round formed (a
   joiner died: form now, stale, and re-form without it). The winner reads ``r/node/1..n`` and
   writes, in one message: ``workers`` = r (the workers' store starts a new, empty generation),
   ``r/members`` (the member list), one ``r/seat/i`` per counted arrival (its group rank, the

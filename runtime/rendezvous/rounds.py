@@ -201,10 +201,12 @@ class Rounds:
             # waiting forever for a MAX-th node that will never seal.
             keys = [seat_key, self._keys.closed, self._keys.closed if stale_seen else stale_key]
             last_call = False
-            if known < p.min_nodes:
-                if p.min_nodes < p.max_nodes:  # else the node arriving as number MAX seals
-                    keys.append(self._keys.of(rnd, f"node/{p.min_nodes}"))
-            elif known < p.max_nodes:
+            if p.min_nodes <= known == index < p.max_nodes:
+                # The last call is the latest arrival's alone (with MIN in): each earlier node
+                # woken by the next arrival, or all of them by the MIN-th, cost an elastic job
+                # one more wake-up, ADD and WAIT per node. An earlier one waits for its seat;
+                # if the latest dies, its lease makes the round stale: the stale round is
+                # sealed by whoever sees it first. (MIN = MAX: the MAX-th arrival seals.)
                 keys.append(self._keys.of(rnd, f"node/{known + 1}"))
                 last_call = True
             timeout = min(cfg.last_call_timeout, remaining) if last_call else remaining

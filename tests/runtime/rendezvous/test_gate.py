@@ -125,3 +125,40 @@ def test_a_spare_waits_for_the_members_to_leave_in_one_wait(
     finally:
         c.close()
         server.stop()
+
+
+@pytest.mark.timeout(120)
+def test_in_an_elastic_round_only_the_latest_arrival_runs_the_last_call(
+    make: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nodes arriving one by one into a MIN:MAX round: each earlier node used to wake at every
+    later arrival (and read the count): O(N^2) for the store. Now a node wakes at most once,
+    when it is no longer the latest arrival, and the world still forms with every node."""
+    probes: list[str] = []  # the count reads (ADD 0) of woken nodes
+    real_add = StoreClient.add
+
+    def counted(self: StoreClient, key: str, delta: int) -> int:
+        if delta == 0:
+            probes.append(key)
+        return real_add(self, key, delta)
+
+    monkeypatch.setattr(StoreClient, "add", counted)
+    n = 12
+    conf = {"last_call_timeout": "30"}
+    hs = [make(nodes=f"2:{n}", addr="n00", **conf)]
+    hs += [make(hs[0].endpoint, nodes=f"2:{n}", addr=f"n{i:02d}", **conf) for i in range(1, n)]
+    got: list[object] = []
+    threads = []
+    watcher = StoreClient(hs[0].endpoint.host, hs[0].endpoint.port)
+    for i, h in enumerate(hs):
+        t = threading.Thread(target=lambda h=h: got.append(h.next_rendezvous()), daemon=True)
+        t.start()
+        threads.append(t)
+        assert watcher.wait([f"job/rdzv/0/node/{i + 1}"], timeout=20) is not None
+        time.sleep(0.05)  # it waits now: the next one is a later arrival
+    for t in threads:
+        t.join(30)
+    watcher.close()
+    assert len(got) == n
+    assert {(i.round, i.group_world_size) for i in got} == {(0, n)}  # type: ignore[attr-defined]
+    assert len(probes) <= n, probes
