@@ -3,7 +3,10 @@
 11. Rendezvous of N agents (``benchmarks/rdzv_spread.py``): the store in one process, the agents
     spread over several (threads in each), N = 1,024 / 4,096 / 16,384; the figure is the time
     until every agent holds the world. Beside it: t(16,384)/t(1,024) (linear would be 16) and
-    the store's connections per agent once they all have it.
+    the store's connections per agent once they all have it. Then a lost node replaced by a
+    spare in a job of N (``benchmarks/rdzv_replace.py``, issue #35): the time from the loss
+    until the N - 1 survivors and the spare hold the next world, the spare on the lost node's
+    group rank, no survivor's rank changed; the store's CPU in that time.
 12. The workers' store under torch's own clients (``benchmarks/torch_store.py``): 1,024
     ``TCPStore(is_master=False)`` clients doing set/add/get/wait against xrun's store and
     against torch's own TCPStore server (libuv), interleaved; calls per second and the time
@@ -81,7 +84,40 @@ def measure_11(reps: int, smoke: bool) -> list[Row]:
     if not smoke:
         rows.append(_ratio_row(rows[0], rows[-1]))
     rows.append(_connections_row(seen))
+    rows += [_replace_row(n, cap) for n in sizes]
     return rows
+
+
+def _replace_row(n: int, cap: float) -> Row:
+    row = Row(
+        f"a spare replaces 1 lost node of {n} (simulation)",
+        "s",
+        "16,384 nodes < 10 s" if n == 16384 else "(scaling)",
+        reference="xrun",
+        check=(lambda r: _median_below(r, "xrun", 10.0)) if n == 16384 else None,
+    )
+    runs: list[dict[str, Any]] = []
+
+    def once() -> float:
+        code = (
+            "import json, benchmarks.rdzv_replace as r\n"
+            f"print(json.dumps(r.run({n}, timeout={cap * 2!r})))"
+        )
+        result = _json_child(code, cap * 4 + 60)
+        if result["spare_took_rank"] != result["lost_rank"] or result["ranks_changed"]:
+            raise RunFailed(f"the replacement moved ranks: {result}")
+        runs.append(result)
+        return float(result["replace_seconds"])
+
+    row.results = interleave({"xrun": once}, reps=1, warmup=False)
+    if runs:
+        r = runs[-1]
+        row.note = (
+            f"round 0 formed in {r['round0_seconds']:.2f} s; the store's CPU for the "
+            f"replacement {r['replace_store_cpu']:.2f} s; the spare took group rank "
+            f"{r['lost_rank']}, no survivor's rank changed"
+        )
+    return row
 
 
 def _median_below(results: Mapping[str, Stats | str], name: str, limit: float) -> bool | None:

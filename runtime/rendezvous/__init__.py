@@ -44,8 +44,8 @@ Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
   ``r/stale``), ``r/finlease/i`` (on disconnect it sets ``r/fin/i``: "gone") and
   ``r/leftlease/i`` (like the first, it sets ``r/left/i``).
 * seal: the round is sealed by whoever first adds ``SEAL`` (2**40) to ``r/join``: the node that
-  arrives as number ``max_nodes``, or (once ``min_nodes`` are in) any node whose last-call timer
-  expired with no new arrival, or any node that sees ``r/stale`` before the round formed (a
+  arrives as number ``max_nodes``, or (once ``min_nodes`` are in) the latest arrival, whose
+  last-call timer expired with no newer one (the earlier ones just wait for their seat), or any node that sees ``r/stale`` before the round formed (a
   joiner died: form now, stale, and re-form without it). The winner reads ``r/node/1..n`` and
   writes, in one message: ``workers`` = r (the workers' store starts a new, empty generation),
   ``r/members`` (the member list), one ``r/seat/i`` per counted arrival (its group rank, the
@@ -57,7 +57,10 @@ Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
   round, or on finish/close/shutdown, or by a third lease, ``r/leftlease/i``, when its connection
   closes or its heartbeats lapse), as torch's c10d opens a round once the last participant left
   the previous one. So a world forms only after the previous world's workers stopped, and the
-  members re-forming are already counted in it. A node arriving while a world with room runs
+  members re-forming are already counted in it. One node keeps this gate: the first arrival in
+  ``r + 1`` reads ``r/members``, waits for their ``left`` keys and sets ``r/out``; the others
+  wait for ``r/out`` alone (each waiting for N keys cost the store O(N^2) per re-formation;
+  if the keeper is lost first, ``r + 1`` goes stale and each node keeps the gate itself). A node arriving while a world with room runs
   sets ``r/stale`` ("waiting to join") so that world re-forms with it; next to a full world it
   stands by (until join_timeout) instead of forming a second world.
 * everyone waits *on the server* for its own ``r/seat/i`` (or ``closed``, ``r/stale``, or the

@@ -201,10 +201,12 @@ class Rounds:
             # waiting forever for a MAX-th node that will never seal.
             keys = [seat_key, self._keys.closed, self._keys.closed if stale_seen else stale_key]
             last_call = False
-            if known < p.min_nodes:
-                if p.min_nodes < p.max_nodes:  # else the node arriving as number MAX seals
-                    keys.append(self._keys.of(rnd, f"node/{p.min_nodes}"))
-            elif known < p.max_nodes:
+            if p.min_nodes <= known == index < p.max_nodes:
+                # The last call is the latest arrival's alone (with MIN in): each earlier node
+                # woken by the next arrival, or all of them by the MIN-th, cost an elastic job
+                # one more wake-up, ADD and WAIT per node. An earlier one waits for its seat;
+                # if the latest dies, its lease makes the round stale: the stale round is
+                # sealed by whoever sees it first. (MIN = MAX: the MAX-th arrival seals.)
                 keys.append(self._keys.of(rnd, f"node/{known + 1}"))
                 last_call = True
             timeout = min(cfg.last_call_timeout, remaining) if last_call else remaining
@@ -241,7 +243,14 @@ class Rounds:
         that died or hung is out once its connection closes or its heartbeats lapse. (torch's
         c10d rendezvous, likewise, opens the next round once the last participant of the
         complete one has left it.) None when the gate opened; our seat when ``rnd`` formed
-        meanwhile."""
+        meanwhile.
+
+        One node keeps the gate: the first arrival reads the member list and waits for their
+        N ``left`` keys, then sets ``r/out``; the others wait for that one key. Every node
+        waiting for the N keys itself cost the store O(N) per node: in a 1,024-node job a
+        replacement took 10-17 s, 5 s of it the store decoding and answering 1,024 lists of
+        1,024 keys (benchmarks/rdzv_replace.py). If the keeper is lost before the gate opens
+        (``rnd`` goes stale), each node keeps it for itself."""
         c, k = self._link.client, self._keys
         seat_key = k.of(rnd, f"seat/{index}")
         vals = c.wait(
@@ -260,20 +269,23 @@ class Rounds:
             raise closed_error(vals[2])
         if vals[1] is not None:
             return Seat.parse(vals[1])
-        # Stale: who was in it? (A round goes stale only once it has begun to form: its member
-        # list follows, written with its seats.)
-        vals = c.wait(
-            [k.of(rnd - 1, "members"), k.closed],
-            want_all=False,
-            timeout=max(0.0, deadline - time.monotonic()),
-        )
-        if vals is not None and vals[1] is not None:
-            raise closed_error(vals[1])
-        if vals is not None:
-            assert vals[0] is not None
-            left = [k.of(rnd - 1, f"left/{i}") for i in World.parse(rnd - 1, vals[0]).indices if i]
-            if not left or c.wait(left, timeout=max(0.0, deadline - time.monotonic())):
-                return None
+        out = k.of(rnd - 1, "out")
+        if index != 1:
+            vals = c.wait(
+                [out, seat_key, k.closed, k.of(rnd, "stale")],
+                want_all=False,
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
+            if vals is not None:
+                if vals[2] is not None:
+                    raise closed_error(vals[2])
+                if vals[1] is not None:
+                    return Seat.parse(vals[1])
+                if vals[0] is not None:
+                    return None
+        if vals is not None and self._members_left(rnd - 1, deadline):
+            c.post_set(out, b"")
+            return None
         self._withdraw(rnd, index)
         raise RendezvousTimeoutError(
             f"rendezvous {self.params.run_id!r} at {self._link.endpoint}: round {rnd - 1} went "
@@ -281,6 +293,23 @@ class Rounds:
             f"{self.cfg.join_timeout:g}s (their workers still stopping?); raise --rdzv-conf "
             f"join_timeout or the agents' --shutdown-timeout grace below it"
         )
+
+    def _members_left(self, rnd: int, deadline: float) -> bool:
+        """Wait until every member of round ``rnd`` (stale, so its member list is written:
+        a round goes stale only once it has begun to form) is out of it; False on timeout."""
+        c, k = self._link.client, self._keys
+        vals = c.wait(
+            [k.of(rnd, "members"), k.closed],
+            want_all=False,
+            timeout=max(0.0, deadline - time.monotonic()),
+        )
+        if vals is None:
+            return False
+        if vals[1] is not None:
+            raise closed_error(vals[1])
+        assert vals[0] is not None
+        left = [k.of(rnd, f"left/{i}") for i in World.parse(rnd, vals[0]).indices if i]
+        return not left or c.wait(left, timeout=max(0.0, deadline - time.monotonic())) is not None
 
     def _withdraw(self, rnd: int, index: int) -> None:
         # An empty node entry tells a later sealer to leave us out.

@@ -122,7 +122,7 @@ def test_killed_rank_on_the_second_node_recovers_warm_2x2(
     assert [a.returncode for a in agents] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     seen = started(outs[0][0] + outs[1][0])
     assert seen[1] == dict.fromkeys(range(4), True), seen  # both nodes replaced theirs warm
-    assert any("killed by SIGKILL" in err for _, err in outs)
+    assert any("killed by SIGKILL" in err for _, err in outs), outs[0][1] + outs[1][1]
 
 
 @pytest.mark.timeout(300)

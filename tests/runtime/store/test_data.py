@@ -51,3 +51,46 @@ def test_add_keeps_ascii_decimal_and_refuses_other_values() -> None:
     assert data.add("n", 3) == 3 and data.values["n"] == b"3"
     with pytest.raises(StoreError, match="not an integer"):
         data.add("text", 1)
+
+
+def test_a_wait_for_all_of_many_keys_is_parked_on_one_at_a_time() -> None:
+    """A round's gate waits for every member's ``left`` key (16,384 of them): parked on all of
+    them, with each arrival re-checking the whole list, it cost the store O(N) per key and
+    O(N^2) per round (benchmarks/rdzv_replace.py). Parked on the first missing key only, it
+    moves on as they come, in any order, and answers once, when the last one is there."""
+    data = KeySpace(ManualClock())
+    keys = tuple(f"left/{i}" for i in range(1000))
+    seen: list[bool] = []
+    w = Waiter(keys, True, lambda w, ok: seen.append(ok))
+    data.park(w, timeout=0)
+    assert list(data.waiters) == ["left/0"]
+    for i in [*range(999, 499, -1), *range(500)]:  # the second half first, then the rest
+        assert seen == []
+        data.put(f"left/{i}", b"")
+        assert len(data.waiters) <= 1
+    assert seen == [True] and data.waiters == {}
+
+
+def test_a_key_deleted_behind_a_wait_for_all_holds_its_answer() -> None:
+    data = KeySpace(ManualClock())
+    seen: list[bool] = []
+    data.park(Waiter(("a", "b", "c"), True, lambda w, ok: seen.append(ok)), timeout=0)
+    data.put("a", b"1")
+    data.put("b", b"2")
+    data.delete("a")  # passed, then gone: the answer waits for it again
+    data.put("c", b"3")
+    assert seen == [] and list(data.waiters) == ["a"]
+    data.put("a", b"4")
+    assert seen == [True] and data.waiters == {}
+
+
+def test_a_wait_for_all_that_times_out_leaves_nothing_parked() -> None:
+    clock = ManualClock()
+    data = KeySpace(clock)
+    seen: list[bool] = []
+    data.park(Waiter(("a", "b"), True, lambda w, ok: seen.append(ok)), timeout=5)
+    data.put("a", b"1")
+    clock.fire_all()
+    assert seen == [False] and data.waiters == {}
+    data.put("b", b"2")
+    assert seen == [False]
