@@ -53,6 +53,10 @@ class ProcessFailure:
     # When the agent saw the exit, in float epoch seconds (finer than ``timestamp``, to order
     # failures within one second); 0: now.
     exit_time: float = field(default=0.0, compare=False, repr=False)
+    # When the agent last saw it running (0: unknown): a death without an error file happened
+    # between then and exit_time. ``outside``: a signal the agent did not send killed it.
+    seen_alive: float = field(default=0.0, compare=False, repr=False)
+    outside: bool = field(default=False, compare=False, repr=False)
     error_file_data: dict[str, Any] = field(init=False)
     message: str = field(init=False)
     timestamp: int = field(init=False)

@@ -72,8 +72,40 @@ class ChildFailedError(AgentFailedError):
 
 
 def root_cause(failures: Mapping[int, ProcessFailure]) -> int:
-    """The global rank of the first observed failure."""
-    return min(failures, key=lambda r: (failures[r].timestamp, failures[r].exit_time, r))
+    """The global rank of the first observed failure.
+
+    torch's order (the error file's timestamp, else when the exit was seen), except where it
+    cannot tell: a worker killed from outside (kill -9, the OOM killer, a segfault) leaves no
+    timestamp, only "dead since the agent last looked". On a busy host the agent may look
+    once after both it and a peer that raised because of it ("connection closed by peer")
+    are gone, and seeing the lower local rank first, named the peer (a stress run of
+    tests/runtime/agent/test_warm.py). So among the failures that could have come first
+    (that began no later than the earliest one surely ended), a kill from outside is the
+    cause: a kill makes peers raise, a raise does not kill a peer from outside."""
+
+    def key(r: int) -> tuple[float, float, int]:
+        return (failures[r].timestamp, failures[r].exit_time, r)
+
+    first = min(failures, key=key)
+    ended = min(_latest(f) for f in failures.values())
+    killed = [r for r, f in failures.items() if f.outside and _earliest(f) <= ended]
+    return min(killed, key=key) if killed and not failures[first].outside else first
+
+
+def _earliest(f: ProcessFailure) -> float:
+    """The earliest time ``f`` can have happened: its error file's second, or, without one,
+    when it was last seen running."""
+    if f.error_file not in ("", _NA):
+        return float(f.timestamp)
+    return f.seen_alive or float(f.timestamp)
+
+
+def _latest(f: ProcessFailure) -> float:
+    """The latest time ``f`` can have happened: when its exit was seen (the end of the error
+    file's second, if earlier)."""
+    if f.error_file not in ("", _NA):
+        return min(f.timestamp + 1.0, f.exit_time or f.timestamp + 1.0)
+    return f.exit_time or float(f.timestamp)
 
 
 def _format_failure(idx: int, rank: int, f: ProcessFailure, host: str) -> str:

@@ -223,9 +223,13 @@ class PContext:
         """Record every worker that exited non-zero so far (once each)."""
         for w in self._workers:
             if w.exitcode not in (None, 0) and w.local_rank not in self._failures:
-                self._failures[w.local_rank] = ProcessFailure.from_exit(
+                f = ProcessFailure.from_exit(
                     w.local_rank, w.pid, w.exitcode, w.error_file, w.exit_time
                 )
+                f.seen_alive = w.seen_alive
+                # killed by a signal the agent did not send (kill -9, the OOM killer, a crash)
+                f.outside = w.exitcode < 0 and -w.exitcode not in w.sent
+                self._failures[w.local_rank] = f
         return self._failures
 
     def _finish(self) -> RunProcsResult:

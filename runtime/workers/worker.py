@@ -31,6 +31,9 @@ class Worker:
         self.error_file = error_file
         self.exitcode: int | None = None
         self.exit_time = 0.0
+        # When a look last found it running (0: never): it died after that, at or before
+        # exit_time (errors/report.root_cause orders failures seen in one look by this).
+        self.seen_alive = 0.0
         # The signals the agent sent while the worker still ran, in order: a death by one of
         # them is the agent's own stop, not a kill from outside (errors/deaths.py).
         self.sent: list[int] = []
@@ -44,11 +47,14 @@ class Worker:
     def poll(self) -> int | None:
         """Reap without blocking; the exit code once the process is gone."""
         if self.exitcode is None:
+            now = time.time()
             code = self.handle.poll() if hasattr(self.handle, "poll") else self.handle.exitcode
             if code is not None:
                 self.exitcode = code
-                self.exit_time = time.time()
+                self.exit_time = now
                 self.close_fd()
+            else:
+                self.seen_alive = now
         return self.exitcode
 
     def close_fd(self) -> None:
