@@ -44,11 +44,13 @@ def test_spare_replica_takes_the_lost_replicas_rank(tmp_path: Path) -> None:
         spare = next(f"{role}/{i}" for i in range(3) if f"{role}/{i}" not in first)
         # Lose an active replica that does not serve the store (which cannot be replaced, see
         # docs/runtime.md). On one host the store is the first agent's to bind the port: usually
-        # replica 0, but not always (the spare may be replica 0 and a replica 2 the host).
-        host = listening_pid(port, [runtime_agent(XRUN_NODE_ID=n) for n in first])
-        assert host is not None, "no active agent serves the store"
-        lost = next(n for n in sorted(first) if runtime_agent(XRUN_NODE_ID=n) != host)
-        os.killpg(runtime_agent(XRUN_NODE_ID=lost), signal.SIGKILL)
+        # replica 0, but not always (the spare may be replica 0 and a replica 2 the host), and
+        # the host may even be the spare: on a busy host its own join came in third (a stress run).
+        agents = {n: runtime_agent(XRUN_NODE_ID=n) for n in [*first, spare]}
+        host = listening_pid(port, list(agents.values()))
+        assert host is not None, "no agent serves the store"
+        lost = next(n for n in sorted(first) if agents[n] != host)
+        os.killpg(agents[lost], signal.SIGKILL)
         try:
             wait_for(lambda: len(events(out)) >= 4, timeout=150, what="the second world")
         except AssertionError as e:
