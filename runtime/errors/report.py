@@ -95,7 +95,7 @@ def root_cause(failures: Mapping[int, ProcessFailure]) -> int:
 def _earliest(f: ProcessFailure) -> float:
     """The earliest time ``f`` can have happened: its error file's second, or, without one,
     when it was last seen running."""
-    if f.error_file not in ("", _NA):
+    if f.has_error_file():
         return float(f.timestamp)
     return f.seen_alive or float(f.timestamp)
 
@@ -103,7 +103,7 @@ def _earliest(f: ProcessFailure) -> float:
 def _latest(f: ProcessFailure) -> float:
     """The latest time ``f`` can have happened: when its exit was seen (the end of the error
     file's second, if earlier)."""
-    if f.error_file not in ("", _NA):
+    if f.has_error_file():
         return min(f.timestamp + 1.0, f.exit_time or f.timestamp + 1.0)
     return f.exit_time or float(f.timestamp)
 

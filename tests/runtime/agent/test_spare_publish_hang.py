@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.store_process import store_process
 from tests.helpers.waiting import wait_for
 from tests.runtime.agent.helpers import agent
 from xrun.runtime.store.client import StoreClient
@@ -27,13 +27,6 @@ from xrun.runtime.store.client import StoreClient
 READ_TIMEOUT = 40  # how long the watch loop blocked before the fix
 PROMPT = 15.0  # the failure's log line after the worker's exit: generous on a busy host
 
-STORE = (
-    "import time\n"
-    "from xrun.runtime.store.server import StoreServer\n"
-    "s = StoreServer('127.0.0.1', 0, seed={'xrun/host_run_id': b'hang'})\n"
-    "print(s.port, flush=True)\n"
-    "time.sleep(900)\n"
-)
 
 WORKER = """\
 import os, sys, time
@@ -51,14 +44,8 @@ sys.exit(3)
 
 @pytest.fixture
 def store() -> Iterator[tuple[subprocess.Popen[str], int]]:
-    p = subprocess.Popen([sys.executable, "-c", STORE], stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout is not None
-        yield p, int(p.stdout.readline())
-    finally:
-        p.send_signal(signal.SIGCONT)
-        p.kill()
-        p.wait()
+    with store_process({"xrun/host_run_id": b"hang"}) as served:
+        yield served
 
 
 @pytest.mark.timeout(300)

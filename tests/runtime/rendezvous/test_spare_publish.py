@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.store_process import store_process
 from tests.helpers.waiting import wait_for
 from tests.runtime.rendezvous.helpers import Factory
 from xrun.runtime.store.client import StoreClient
@@ -30,25 +31,11 @@ from xrun.runtime.workers.pool import WarmPool
 READ_TIMEOUT = 30.0  # what a call to the hung store could block before the fix
 PROMPT = 8.0  # a tick's bound here: generous on a busy 2-core host, far below READ_TIMEOUT
 
-STORE = (
-    "import time\n"
-    "from xrun.runtime.store.server import StoreServer\n"
-    "s = StoreServer('127.0.0.1', 0)\n"
-    "print(s.port, flush=True)\n"
-    "time.sleep(600)\n"
-)
-
 
 @pytest.fixture
 def store() -> Iterator[tuple[subprocess.Popen[str], int]]:
-    p = subprocess.Popen([sys.executable, "-c", STORE], stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout is not None
-        yield p, int(p.stdout.readline())
-    finally:
-        p.send_signal(signal.SIGCONT)
-        p.kill()
-        p.wait()
+    with store_process() as served:
+        yield served
 
 
 @pytest.fixture
