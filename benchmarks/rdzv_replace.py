@@ -25,14 +25,13 @@ import select
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from typing import Any
 
 from benchmarks.rdzv_spread import (
     _STACK,
+    Setup,
     _count_connections,
     _cpu,
     _expect,
@@ -45,36 +44,18 @@ from benchmarks.rdzv_spread import (
 def run(n: int, procs: int = 0, timeout: float = 300.0) -> dict[str, Any]:
     """Seconds from the loss of one of ``n`` agents until the survivors and the spare hold the
     next world; the store's CPU in that time."""
-    from xrun.runtime.store import StoreServer
-
-    procs = procs or max(2, (n + 511) // 512)
-    _fd_limit(n + 512)
-    token = os.urandom(32).hex().encode()
-    tmp = tempfile.TemporaryDirectory(prefix="xrun-bench-")
-    token_file = os.path.join(tmp.name, "token")
-    with open(os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
-        f.write(token)
-    server = StoreServer("127.0.0.1", 0, token)
-    run_id = uuid.uuid4().hex[:8]
-    shares = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
+    setup = Setup(n, procs)
+    procs, tmp, server, shares = setup.procs, setup.tmp, setup.server, setup.shares
+    run_id = setup.run_id
     lost = n // 2  # an agent in the middle, in a process that has no spare
     children: list[subprocess.Popen[str]] = []
     try:
         offset = 0
         for k, share in enumerate(shares):
             # The last process also runs the spare (one more handler, arriving last).
-            cmd = [sys.executable, "-m", "benchmarks.rdzv_replace", "--child", str(server.port)]
-            cmd += [run_id, str(n), str(share), str(offset), token_file, str(timeout)]
-            cmd += ["1" if k == procs - 1 else "0"]
-            children.append(
-                subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                )
-            )
+            args = [str(server.port), run_id, str(n), str(share), str(offset)]
+            args += [setup.token_file, str(timeout), "1" if k == procs - 1 else "0"]
+            children.append(setup.spawn("benchmarks.rdzv_replace", args))
             offset += share
         for ch in children:
             _expect(ch, "ready", timeout)

@@ -38,36 +38,50 @@ def _fd_limit(want: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
 
 
+class Setup:
+    """What a simulated job's run needs (``run`` here, ``rdzv_replace.run``): ``procs`` agent
+    processes (default: one per 512 agents, at least 2) and their shares of ``n`` agents, the
+    store with a job secret (as a scheduler's job has) in this process, its token file, a run
+    id. ``spawn`` starts one agent process (``python -m MODULE --child ARGS``)."""
+
+    def __init__(self, n: int, procs: int) -> None:
+        from xrun.runtime.store import StoreServer
+
+        self.procs = procs or max(2, (n + 511) // 512)
+        _fd_limit(n + 512)
+        token = os.urandom(32).hex().encode()  # a token file is read stripped: no raw bytes
+        self.tmp = tempfile.TemporaryDirectory(prefix="xrun-bench-")
+        self.token_file = os.path.join(self.tmp.name, "token")
+        with open(os.open(self.token_file, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
+            f.write(token)
+        self.server = StoreServer("127.0.0.1", 0, token)
+        self.run_id = uuid.uuid4().hex[:8]
+        p = self.procs
+        self.shares = [n // p + (1 if i < n % p else 0) for i in range(p)]
+
+    @staticmethod
+    def spawn(module: str, args: list[str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, "--child", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+
+
 def run(n: int, procs: int = 0, timeout: float = 120.0) -> dict[str, Any]:
     """Seconds until ``n`` agents in ``procs`` processes (default: one per 512 agents, at
     least 2) all hold the world; plus the store's connections per agent at steady state."""
-    from xrun.runtime.store import StoreServer
-
-    procs = procs or max(2, (n + 511) // 512)
-    _fd_limit(n + 512)
-    token = os.urandom(32).hex().encode()  # a token file is read stripped: no raw bytes
-    tmp = tempfile.TemporaryDirectory(prefix="xrun-bench-")
-    token_file = os.path.join(tmp.name, "token")
-    with open(os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
-        f.write(token)
-    server = StoreServer("127.0.0.1", 0, token)
-    run_id = uuid.uuid4().hex[:8]
-    shares = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
+    setup = Setup(n, procs)
+    procs, tmp, server, shares = setup.procs, setup.tmp, setup.server, setup.shares
     children: list[subprocess.Popen[str]] = []
     try:
         offset = 0
         for share in shares:
-            cmd = [sys.executable, "-m", "benchmarks.rdzv_spread", "--child"]
-            cmd += [str(server.port), run_id, str(n), str(share), str(offset), token_file]
-            cmd += [str(timeout)]
+            args = [str(server.port), setup.run_id, str(n), str(share), str(offset)]
             children.append(
-                subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                )
+                setup.spawn("benchmarks.rdzv_spread", [*args, setup.token_file, str(timeout)])
             )
             offset += share
         for ch in children:
