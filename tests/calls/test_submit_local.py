@@ -370,3 +370,35 @@ def test_another_process_attaches_to_a_call_by_its_folder(tmp_path: Path) -> Non
     (tmp_path / "job.json").write_text("{not json")
     with pytest.raises(UsageError, match=r"is no call's folder \(job.json: JSONDecodeError\)"):
         Job.attach(tmp_path)
+
+
+class SlowCheckpoint:
+    """A Checkpointable whose ``checkpoint`` takes a while and logs each call."""
+
+    def __call__(self, folder: str) -> str:
+        Path(folder, "pid").write_text(str(os.getpid()))
+        time.sleep(600)  # the test stops this worker
+        return "never"
+
+    def checkpoint(self, folder: str) -> None:
+        with open(Path(folder, "checkpoints"), "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(2)  # the agent's stop flag comes meanwhile
+        return None
+
+
+def test_a_stop_that_comes_twice_checkpoints_once(tmp_path: Path) -> None:
+    """A Slurm preemption signals the worker and its agent at once; the agent then raises its
+    stop flag, which the worker turns into a second SIGTERM. ``checkpoint`` runs once."""
+    job = xrun.submit(SlowCheckpoint(), str(tmp_path))
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "pid").exists():
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.2)
+    os.kill(int((tmp_path / "pid").read_text()), signal.SIGTERM)  # Slurm's signal
+    while not (tmp_path / "checkpoints").exists():
+        assert time.monotonic() < deadline, "checkpoint was never called"
+        time.sleep(0.05)
+    job.cancel()  # the agent's stop flag, while checkpoint still runs
+    job.wait(timeout=120)
+    assert len((tmp_path / "checkpoints").read_text().splitlines()) == 1
