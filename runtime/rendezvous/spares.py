@@ -39,7 +39,8 @@ SIGSTOPped, packets dropped) would block each ADD/SET up to the store's ``read_t
 pool hands each list to a ``Publisher``, whose one daemon thread sends it on a connection of its
 own (the agent's other calls never queue behind its reads): latest list wins (each one holds the
 ones before), one in flight at a time, errors swallowed (best effort: the rendezvous calls see a
-lost store); ``close`` on the handler's shutdown stops it (bounded join; a daemon never holds up
+lost store) and the list tried again a few times, into the slot its ADD counted (a slot never
+written would stop the spares at it); ``close`` on the handler's shutdown stops it (bounded join; a daemon never holds up
 the exit).
 """
 
