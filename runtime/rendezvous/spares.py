@@ -39,7 +39,8 @@ SIGSTOPped, packets dropped) would block each ADD/SET up to the store's ``read_t
 pool hands each list to a ``Publisher``, whose one daemon thread sends it on a connection of its
 own (the agent's other calls never queue behind its reads): latest list wins (each one holds the
 ones before), one in flight at a time, errors swallowed (best effort: the rendezvous calls see a
-lost store); ``close`` on the handler's shutdown stops it (bounded join; a daemon never holds up
+lost store) and the list tried again a few times, into the slot its ADD counted (a slot never
+written would stop the spares at it); ``close`` on the handler's shutdown stops it (bounded join; a daemon never holds up
 the exit).
 """
 
@@ -64,6 +65,7 @@ Entry = tuple[str, str, int, int, int]
 
 
 _MODULES = "spare-modules/"  # under the agents' own keys (kv.KeyValue: <run_id>/kv/)
+RETRY_S, RETRIES = 1.0, 5  # a list the store did not take: again after, at most
 
 
 def share(kv: KeyValue, names: list[str]) -> None:
@@ -99,6 +101,8 @@ class Publisher:
 
     def _run(self) -> None:
         kv: KeyValue | None = None
+        slot: int | None = None  # the list's slot, counted (ADD) and not yet written
+        failures = 0
         while True:
             with self._cond:
                 while self._names is None and not self._stopped:
@@ -115,13 +119,27 @@ class Publisher:
                             client.close()
                             return
                     kv = KeyValue(client, self._run_id)
-                share(kv, names)
+                if slot is None:
+                    slot = kv.add(_MODULES + "n", 1)
+                # A slot counted and never written would stop the spares at it for good (they
+                # wait for the slots in order): a list that failed after its ADD keeps its slot.
+                kv.set(f"{_MODULES}{slot}", zlib.compress("\n".join(names).encode()))
+                slot, failures = None, 0
             except (RendezvousError, StoreError, OSError):
-                # best effort: the store's loss is seen by the rendezvous calls; the next list
-                # (the newest, holding this one) goes on a new connection
+                # best effort: the store's loss is seen by the rendezvous calls. This list (or
+                # a newer one, which holds it) is tried again on a new connection, RETRY_S
+                # later, up to RETRIES times in a row.
                 if kv is not None:
                     kv.close()
                 kv = None
+                failures += 1
+                with self._cond:
+                    if failures > RETRIES:
+                        failures = 0
+                        continue  # given up on this list: the next one takes its slot
+                    if self._names is None:
+                        self._names = names
+                    self._cond.wait(RETRY_S)  # close() wakes it
 
     def close(self, timeout: float = 1.0) -> None:
         """Stop the thread: wake a call blocked on the store (its socket shut down), and wait

@@ -117,3 +117,42 @@ def test_shutdown_wakes_a_publish_blocked_on_a_hung_store(
     assert time.monotonic() - start < PROMPT
     # nothing left running: the blocked call woke up (its socket shut down) and the thread ended
     wait_for(lambda: not publishers(), timeout=PROMPT, what="the publisher thread to end")
+
+
+def test_a_list_lost_after_its_slot_was_counted_is_sent_again_into_that_slot() -> None:
+    """The connection dies between the ADD that counts a list's slot and the SET that writes
+    it (injected: a real store cannot drop it on demand). The spares wait for the slots in
+    order, so a counted slot never written would stop them for good: the list goes again,
+    on a new connection, into the same slot."""
+    import zlib
+
+    from xrun.runtime.rendezvous.spares import Publisher
+    from xrun.runtime.store import StoreServer
+    from xrun.runtime.store.errors import StoreError
+
+    server = StoreServer("127.0.0.1", 0)
+    opened: list[StoreClient] = []
+
+    class Flaky(StoreClient):
+        def set(self, key: str, value: bytes) -> None:
+            if len(opened) == 1:  # the first connection dies after its ADD
+                raise StoreError("connection reset by peer")
+            super().set(key, value)
+
+    def open_client() -> StoreClient:
+        c = Flaky("127.0.0.1", server.port)
+        opened.append(c)
+        return c
+
+    pub = Publisher(open_client, "job")
+    reader = StoreClient("127.0.0.1", server.port)
+    try:
+        pub(["torch", "numpy"])
+        got = reader.wait(["job/kv/spare-modules/1"], timeout=20)
+        assert got is not None, "the list was dropped with its slot counted"
+        assert zlib.decompress(got[0] or b"").decode().split("\n") == ["torch", "numpy"]
+        assert reader.get("job/kv/spare-modules/n") == b"1" and len(opened) == 2
+    finally:
+        pub.close()
+        reader.close()
+        server.stop()
