@@ -17,6 +17,9 @@ from tests.helpers.mlflow_server import mlflow_server  # noqa: F401 - the fixtur
 from xrun.tracker.base import TrackerArtifact, TrackerSource
 from xrun.tracker.mlflow_backend import JOB_TAG, MLflowTracker, create
 
+# The module's server starts in the first test's setup: minutes under load (mlflow_server.py).
+pytestmark = pytest.mark.timeout(600)
+
 JOB = "local_cwd://default/trial-1"
 SWEEP = "local_cwd://default/sweep-1"
 

@@ -145,8 +145,9 @@ def test_cancel_sigterms_every_worker_and_ends_cancelled(jobs: Jobs) -> None:
     assert run.returncode == 1 and f"{job.handle} ended CANCELLED" in err, err
     for rank in job.ranks:
         assert job.term(rank) >= t0 - 0.5
-    # Obedient workers: the stop ends as soon as they exit, long before the engine's SIGKILL.
-    assert elapsed < STOP_TIMEOUT - 2, f"cancel took {elapsed:.1f} s"
+    # Obedient workers: the stop ends as soon as they exit, before the engine's SIGKILL (its
+    # STOP_TIMEOUT s): the exit codes below say so (137 would be that SIGKILL), not the time
+    # the cancel took, which a busy machine stretches (8.9 s of 10 seen at load 15).
     # The replicas read CANCELLED, not FAILED, whatever their exit codes: 143 from an agent that
     # got the stop's SIGTERM, or 1 from one that first saw its peer close the rendezvous (both
     # stops run in parallel; either way that agent SIGTERMed its worker, as checked above).
@@ -156,7 +157,8 @@ def test_cancel_sigterms_every_worker_and_ends_cancelled(jobs: Jobs) -> None:
         (1, AppState.CANCELLED),
     ]
     codes = [code for _, _, code in reps]
-    assert set(codes) <= {143, 1} and 143 in codes, reps  # the first agent stopped got SIGTERM
+    # The first agent stopped got SIGTERM; none was SIGKILLed by the engine (137).
+    assert set(codes) <= {143, 1} and 143 in codes, reps
     for k, code in enumerate(codes):
         why = "got SIGTERM: forwarding it to the workers" if code == 143 else "closed by a peer"
         assert why in job.log(k), (k, code, job.log(k))
