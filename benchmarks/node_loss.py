@@ -9,8 +9,11 @@ and whether the final parameters equal an undisturbed run's (its ``--out`` sha25
 Side by side, one job per fault: ``--spares 1 --recover warm`` (the spare's pool full before the
 kill), ``--spares 1 --recover off`` (the spare starts cold workers), and the issue's reference:
 the same job without a spare, ``--recover off``, losing one worker (``kill -9``) instead of a
-node - xrun's cold restart of one worker. Every contender restores from memory
-(``Snapshotter(replicated=True)``: the replacement gets the step from its peers).
+node - xrun's cold restart of one worker; and torchrun (the installed torch's) with three
+agents for ``--nnodes 2``: c10d keeps the third in its redundancy list and lets it in once the
+dead node's keep-alive has expired, after every survivor restarted its workers. Every contender
+restores from memory (``Snapshotter(replicated=True)``: the replacement gets the step from its
+peers; the Snapshotter needs no xrun agent, so under torchrun too).
 """
 
 from __future__ import annotations
@@ -46,6 +49,13 @@ from benchmarks.recovery import (
 NPROC = 2  # workers per node
 TOTAL = 400  # steps of the job (0.05 s each): the kill comes before step ~250
 CONF = "heartbeat_interval=0.2,heartbeat_timeout=1.5,last_call_timeout=5,join_timeout=120"
+# torchrun's c10d rendezvous at its quickest: it drops a dead node after keep_alive_interval
+# x keep_alive_max_attempt (whole seconds; 5 x 3 by default), and only then forms a new round.
+TORCHRUN = "torchrun"
+CHURN = 40  # workers stopped before the kill that show a job restarting round after round
+TORCHRUN_CONF = (
+    "keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=5,join_timeout=120"
+)
 
 
 def _listening(port: int, timeout: float) -> None:
@@ -59,13 +69,19 @@ def _listening(port: int, timeout: float) -> None:
 
 
 def _job(tmp: str, spares: int, recover: str, n: int) -> list[_Job]:
-    """The job's agents, the store's host first (it binds the port before the others start)."""
+    """The job's agents, the store's host first (it binds the port before the others start).
+    ``recover`` TORCHRUN: torchrun's own agents, ``spares`` of them beyond the 2 nodes (c10d
+    keeps an agent that comes when the world is full in its redundancy list)."""
     port = c.free_port()
+    if recover == TORCHRUN:
+        launcher = [c.tool("torchrun"), "--rdzv-conf", TORCHRUN_CONF, "--monitor-interval", "0.1"]
+    else:
+        launcher = [c.PYTHON, "-m", "xrun.runtime", "--rdzv-conf", CONF, "--recover", recover]
+        launcher += ["--spares", str(spares)] if spares else []
     cmd = [
-        c.PYTHON, "-m", "xrun.runtime", "--nnodes", "2", "--nproc-per-node", str(NPROC),
+        *launcher, "--nnodes", "2", "--nproc-per-node", str(NPROC),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-        "--rdzv-id", f"node-loss-{os.getpid()}-{n}", "--rdzv-conf", CONF, "--max-restarts", "3",
-        "--tee", "3", "--recover", recover, *(["--spares", str(spares)] if spares else []),
+        "--rdzv-id", f"node-loss-{os.getpid()}-{n}", "--max-restarts", "3", "--tee", "3",
         str(TRAIN), "--print-steps", "--step-sleep", "0.05", "--epochs", "1",
         "--steps-per-epoch", str(TOTAL), "--checkpoint-dir", os.path.join(tmp, f"ckpt-{n}"),
         "--out", os.path.join(tmp, f"out-{n}.json"),
@@ -99,20 +115,20 @@ def _fault(
     job = jobs[0]
     try:
         kill_at = rng.randint(20, 40)
-        job.until(lambda ln: (m := _STEP.search(ln)) is not None and int(m[1]) >= kill_at, 600)
-        spare = None
-        if spares:  # the agent none of whose workers spoke; with warm its pool full first
-            deadline = time.monotonic() + 300
-            while spare is None and time.monotonic() < deadline:
-                quiet = [j for j in jobs if not any("]:" in t for t in j.tail)]
-                spare = quiet[0] if len(quiet) == 1 else None
-                time.sleep(0.05)
-            if spare is None:
-                raise RunFailed("no agent stood by as a spare")
-            while recover == "warm" and _ready(spare.proc.pid) < NPROC:
-                if time.monotonic() > deadline:
-                    raise RunFailed("the spare's warm pool did not fill in 300 s")
-                time.sleep(0.05)
+        stops = [0]  # workers a launcher stopped before the kill: none in a healthy start
+
+        def reached(ln: str) -> bool:
+            stops[0] += "closing signal SIGTERM" in ln
+            if stops[0] > CHURN:
+                raise RunFailed(
+                    f"{stops[0]} workers stopped before step {kill_at}: the agents restart "
+                    "their workers round after round (torchrun: 'Detected 1 new nodes ... "
+                    "will restart worker group', the third agent waiting)"
+                )
+            return (m := _STEP.search(ln)) is not None and int(m[1]) >= kill_at
+
+        job.until(reached, 600)
+        spare = _spare(jobs, recover) if spares else None
         # not the store's host (jobs[0]: its loss ends the job), not the spare
         victim = next(j for j in jobs[1:] if j is not spare)
         last = -1
@@ -147,6 +163,23 @@ def _fault(
     finally:
         for j in jobs:
             j.stop()
+
+
+def _spare(jobs: list[_Job], recover: str) -> _Job:
+    """The agent none of whose workers spoke; with warm, once its pool is full."""
+    deadline = time.monotonic() + 300
+    spare = None
+    while spare is None and time.monotonic() < deadline:
+        quiet = [j for j in jobs if not any("]:" in t for t in j.tail)]
+        spare = quiet[0] if len(quiet) == 1 else None
+        time.sleep(0.05)
+    if spare is None:
+        raise RunFailed("no agent stood by as a spare")
+    while recover == "warm" and _ready(spare.proc.pid) < NPROC:
+        if time.monotonic() > deadline:
+            raise RunFailed("the spare's warm pool did not fill in 300 s")
+        time.sleep(0.05)
+    return spare
 
 
 def _descendants(pid: int) -> list[int]:
@@ -192,6 +225,7 @@ def measure_20(reps: int, smoke: bool) -> list[Row]:
         "spare, --recover warm": (1, "warm"),
         "spare, --recover off": (1, "off"),
         "no spare, off, one worker killed": (0, "off"),
+        "torchrun c10d, 3 agents for 2 nodes": (1, TORCHRUN),
     }
     if smoke:  # one fault of the subject; no reference run (bit-identity: n/a)
         contenders = {"spare, --recover warm": (1, "warm")}
