@@ -102,6 +102,8 @@ class _Job:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if not line.strip():  # "" is the end marker below (ft_launcher prints blank lines)
+                continue
             self.rank0 = self.rank0 or _STARTED.search(line) is not None
             self.lines.put((time.monotonic(), line.rstrip("\n")))
             self.tail = [*self.tail[-40:], line.rstrip("\n")]
