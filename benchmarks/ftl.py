@@ -1,5 +1,5 @@
-"""NVIDIA's ``ft_launcher`` (nvidia-resiliency-ext, a torchrun fork) for measure 20 (issue #35),
-installed by this module into a venv of its own, never the project's.
+"""NVIDIA's ``ft_launcher`` (nvidia-resiliency-ext, a torchrun fork) for measures 18 (issue #34)
+and 20 (issue #35), installed by this module into a venv of its own, never the project's.
 
 Version: 0.4.1, the newest release with a wheel this machine can install. 0.5.0 and later ship
 ``manylinux_2_39`` wheels only (glibc 2.39; Debian 12 has 2.36), and 0.7.0 has none for
@@ -13,6 +13,17 @@ Its hot spare: ``--nnodes 2`` with a third agent. The rendezvous (its own c10d h
 ``_ft_rendezvous.py``) puts a node that comes when ``max_nodes`` are already in on a *redundancy
 list*; when a participant goes, the spare moves to the wait list and joins the next round (the
 default ``--restart-policy any-failed``: every agent restarts its workers, cold).
+
+Measure 18 (one worker of a 1x4 job killed): ``--standalone``. No option of 0.4.1 restarts less
+than the node's whole worker group: ``--restart-policy min-healthy`` counts healthy worker
+*groups* (nodes) against ``--nnodes``'s minimum, and a group with a dead worker is no longer
+HEALTHY, so a single node restarts all its workers under either policy (read in launcher.py,
+``_invoke_run_with_min_healthy_policy``; not run). Its in-process restart (``nvidia_resiliency_ext.
+inprocess.Wrapper``) is a library the training script must wrap its training function in, and
+it restarts that function inside the surviving processes (a terminated rank is left out or
+replaced by a spare rank): it does not apply to an unmodified ``examples/train_ddp.py``. Beside the workers
+the launcher forks one rank monitor per local rank (``RankMonitorServer``: children of the
+launcher, named as it is); measure 18 kills a worker, never one of those (recovery._workers).
 """
 
 from __future__ import annotations
@@ -73,3 +84,14 @@ def env() -> dict[str, str]:
     editable install's .pth is not read through the venv's .pth, hence PYTHONPATH."""
     path = [str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
     return {"PYTHONPATH": os.pathsep.join(path)}
+
+
+def standalone(nproc: int, max_restarts: int) -> list[str]:
+    """Measure 18's contender: one ``--standalone`` node, its default restart policy (the others
+    are no cheaper here: module doc), through ``env`` for the workers' PYTHONPATH (``env()``):
+    the drill starts every contender alike, and ``env`` execs, so the job's pid is the launcher's."""
+    return [
+        "env", *(f"{k}={v}" for k, v in env().items()), launcher(), "--standalone",
+        "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts), "--tee", "3",
+        "--ignore-missing-fault-tol-cfg",
+    ]  # fmt: skip

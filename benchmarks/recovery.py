@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from benchmarks import contenders as c
+from benchmarks import ftl
 from benchmarks.harness import Row, RunFailed, Stats, Unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +69,12 @@ def _comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+def _workers(launcher: int) -> list[int]:
+    """The launcher's workers: not xrun's warm interpreters, nor ft_launcher's rank monitors
+    (forks of it, named as it is)."""
+    return [k for k in _children(launcher) if _comm(k) not in ("xrun-warm", "ft_launcher")]
 
 
 def _ready(agent: int) -> int:
@@ -169,7 +176,7 @@ def _drill(
                     time.sleep(0.1)
                 # a node without rank 0 (with one node: that one)
                 victim = next((j for j in jobs if not j.rank0), jobs[-1])
-                workers = [k for k in _children(victim.proc.pid) if _comm(k) != "xrun-warm"]
+                workers = _workers(victim.proc.pid)
                 if len(workers) < per_node:
                     raise RunFailed(f"found {len(workers)} workers of {per_node}")
                 last = -1
@@ -276,6 +283,11 @@ def measure_18(reps: int, smoke: bool) -> list[Row]:
     results: dict[str, Stats | str] = {}
     if not torchrun:
         results["torchrun"] = f"unavailable: {torchrun_why}"
+    if not smoke:  # NVIDIA's ft_launcher: its venv needs the package index (CI has none)
+        try:
+            contenders["ft_launcher"] = ([ftl.standalone(NPROC, faults)], False)
+        except Unavailable as e:
+            results["ft_launcher"] = f"unavailable: {e}"
     rows = [
         _row(
             f"kill -9 of one worker -> first full-world step, 1x4 gloo DDP ({script})",
