@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from benchmarks import contenders as c
+from benchmarks import ftl
 from benchmarks.harness import Row, RunFailed, Stats, Unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +71,12 @@ def _comm(pid: int) -> str:
         return ""
 
 
+def _workers(launcher: int) -> list[int]:
+    """The launcher's workers: not xrun's warm interpreters, nor ft_launcher's rank monitors
+    (forks of it, named as it is)."""
+    return [k for k in _children(launcher) if _comm(k) not in ("xrun-warm", "ft_launcher")]
+
+
 def _ready(agent: int) -> int:
     """The agent's warm interpreters that are ready (their marks in the pool's folder)."""
     kids = set(_children(agent))
@@ -102,6 +109,8 @@ class _Job:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if not line.strip():  # "" is the end marker below (ft_launcher prints blank lines)
+                continue
             self.rank0 = self.rank0 or _STARTED.search(line) is not None
             self.lines.put((time.monotonic(), line.rstrip("\n")))
             self.tail = [*self.tail[-40:], line.rstrip("\n")]
@@ -167,7 +176,7 @@ def _drill(
                     time.sleep(0.1)
                 # a node without rank 0 (with one node: that one)
                 victim = next((j for j in jobs if not j.rank0), jobs[-1])
-                workers = [k for k in _children(victim.proc.pid) if _comm(k) != "xrun-warm"]
+                workers = _workers(victim.proc.pid)
                 if len(workers) < per_node:
                     raise RunFailed(f"found {len(workers)} workers of {per_node}")
                 last = -1
@@ -208,6 +217,9 @@ def _check(results: Mapping[str, Stats | str]) -> bool | None:
     return warm.median <= 0.5 and warm.median <= 0.05 * off.median
 
 
+Drill = Callable[[int, random.Random], tuple[list[float], list[int]]]
+
+
 def _row(
     label: str,
     contenders: dict[str, tuple[list[list[str]], bool]],
@@ -216,16 +228,26 @@ def _row(
     faults: int,
     rng: random.Random,
     settle: float,
+    extra: tuple[Mapping[str, Drill], Callable[[], list[str]]] = ({}, list),
 ) -> Row:
-    """Run each contender's drill ``reps`` times, round-robin; its row."""
-    samples: dict[str, list[float]] = {k: [] for k in contenders}
-    lost: dict[str, list[int]] = {k: [] for k in contenders}
+    """Run each contender's drill ``reps`` times, round-robin; its row. ``extra``: contenders
+    with a drill of their own (torchft's), run in the same round-robin, and the lines they add
+    to the row's note once all ran."""
+    drills, notes = extra
+
+    def launcher(cmds: list[list[str]], warm: bool) -> Drill:
+        return lambda n, r: _drill(cmds, n, warm, r, settle)
+
+    every = {name: launcher(cmds, warm) for name, (cmds, warm) in contenders.items()}
+    every.update(drills)
+    samples: dict[str, list[float]] = {k: [] for k in every}
+    lost: dict[str, list[int]] = {k: [] for k in every}
     for _ in range(reps):
-        for name, (cmds, warm) in contenders.items():
+        for name, drill in every.items():
             if name in results:
                 continue
             try:
-                xs, ls = _drill(cmds, faults, warm, rng, settle)
+                xs, ls = drill(faults, rng)
             except RunFailed as e:
                 results[name] = f"failed: {e}"
                 continue
@@ -248,7 +270,7 @@ def _row(
         subject="xrun-agent warm",
         reference="xrun-agent off",
         check=_check,
-        note="; ".join(note),
+        note="; ".join([*note, *notes()]),
     )
 
 
@@ -274,10 +296,30 @@ def measure_18(reps: int, smoke: bool) -> list[Row]:
     results: dict[str, Stats | str] = {}
     if not torchrun:
         results["torchrun"] = f"unavailable: {torchrun_why}"
+    if not smoke:  # NVIDIA's ft_launcher: its venv needs the package index (CI has none)
+        try:
+            contenders["ft_launcher"] = ([ftl.standalone(NPROC, faults)], False)
+        except Unavailable as e:
+            results["ft_launcher"] = f"unavailable: {e}"
+    # torchft (two replica groups of 2, its lighthouse, torchrun's in-place relaunch): the full
+    # run only, as its venv needs PyPI (benchmarks/torchft_drill.py)
+    drills: dict[str, Drill] = {}
+    notes: Callable[[], list[str]] = list
+    if not smoke:
+        from benchmarks import torchft_drill
+
+        try:
+            torchft_drill.torchft_python()
+            ft = torchft_drill.Drill()
+            drills["torchft"] = ft
+            notes = lambda: ft.notes(results.get("torchft"), rng)  # noqa: E731
+        except Unavailable as e:
+            results["torchft"] = f"unavailable: {e}"
     rows = [
         _row(
             f"kill -9 of one worker -> first full-world step, 1x4 gloo DDP ({script})",
             contenders, results, reps, faults, rng, settle=settle,
+            extra=(drills, notes),
         )
     ]  # fmt: skip
 
