@@ -42,12 +42,18 @@ for _ in $(seq 1 "$BURNERS"); do
 done
 echo "stress-suite: $N run(s) of the suite beside $BURNERS CPU burner(s); logs in $LOG_DIR"
 
+# With -n, as scripts/test.sh: an idle worker takes queued tests over (the benchmark smokes).
+dist=()
+for a in "$@"; do
+    case "$a" in -n | -n[0-9]* | --numprocesses*) dist=(--dist worksteal) ;; esac
+done
+
 passed=0
 failed=0
 for i in $(seq 1 "$N"); do
     log="$LOG_DIR/run-$i.log"
     start=$(date +%s)
-    "$PY" -m pytest -q -p no:cacheprovider tests "$@" >"$log" 2>&1
+    "$PY" -m pytest -q -p no:cacheprovider "${dist[@]}" tests "$@" >"$log" 2>&1
     rc=$?
     secs=$(($(date +%s) - start))
     summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed)|(passed|failed|error).* in [0-9.]+s' "$log" | tail -1)

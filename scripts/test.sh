@@ -17,5 +17,7 @@ bash scripts/etcd-server.sh up
 # -rs lists skips: the suite must not skip anything, and conftest fails a run that does.
 # -n 2 (both cores): the real-cluster preemption, recovery and stop-path tests mostly wait on
 # Slurm, Docker and timeouts; serially the suite would take about twice as long.
-# XRUN_TEST_WORKERS=0 runs it serially.
-.venv/bin/python -m pytest -q -rs -p no:cacheprovider -n "${XRUN_TEST_WORKERS:-2}" tests "$@"
+# XRUN_TEST_WORKERS=0 runs it serially. --dist worksteal: the benchmark smokes (minutes each)
+# tend to end up queued on one worker; an idle worker takes them over instead of waiting.
+.venv/bin/python -m pytest -q -rs -p no:cacheprovider -n "${XRUN_TEST_WORKERS:-2}" \
+    --dist worksteal tests "$@"
