@@ -222,10 +222,12 @@ def resume(
 def resume_from_disk(
     fs: fsspec.AbstractFileSystem, root: str, spe: int, model: nn.Module, opt: torch.optim.Optimizer
 ) -> int:
-    """Rank 0: load the newest checkpoint (a stop's or an epoch's); the steps it completed."""
+    """Rank 0: load the newest checkpoint (a stop's or an epoch's); the steps it completed. A
+    stop at an epoch's last step leaves both at the same step: the stop's is the one a resume
+    says it came from, and it holds the optimizer's state too."""
     found = latest_checkpoint(fs, root)
     stopped = latest_stop_checkpoint(fs, root)
-    if stopped and (not found or stopped[0] > found[0] * spe):
+    if stopped and (not found or stopped[0] >= found[0] * spe):
         step = load_stop_checkpoint(fs, stopped[1], model, opt)
         print(f"resuming from step {step}", flush=True)
         return step

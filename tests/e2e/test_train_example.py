@@ -154,3 +154,24 @@ def test_runs_unmodified_under_torchrun(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["world_size"] == 2
     assert proc.stdout.count(f"params sha256 {result['params_sha256']}") == 2, proc.stdout
+
+
+def test_a_stop_at_an_epochs_end_resumes_from_the_stops_checkpoint(tmp_path: Path) -> None:
+    """Stopped at step 20 of 20 per epoch: both checkpoints hold step 20; the resume says it
+    came from the stop's (seen in a Slurm preemption test that stopped at step 20)."""
+    code = f"""
+import contextlib, io, runpy, fsspec, torch
+m = runpy.run_path({str(SCRIPT)!r}, run_name="train_ddp")
+fs, root = fsspec.filesystem("file"), {str(tmp_path / "ckpt")!r}
+model = m["make_model"](0)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+m["save_checkpoint"](fs, root, 1, model)
+m["save_stop_checkpoint"](fs, root, 20, model, opt)
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    step = m["resume_from_disk"](fs, root, 20, model, opt)
+print(step, out.getvalue().strip())
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "20 resuming from step 20", r.stdout
