@@ -29,12 +29,9 @@ launcher, named as it is); measure 18 kills a worker, never one of those (recove
 from __future__ import annotations
 
 import os
-import site
-import subprocess
-import sys
 from pathlib import Path
 
-from benchmarks.harness import Unavailable, one_line
+from benchmarks.harness import peer_venv
 
 REPO = Path(__file__).resolve().parent.parent
 VERSION = "0.4.1"
@@ -46,24 +43,9 @@ VENV = Path(os.environ.get("XRUN_BENCH_FTL_VENV", "/var/tmp/xrun-bench-ftl"))
 
 def launcher() -> str:
     """The venv's ``ft_launcher``, made once (~20 s); Unavailable when pip cannot get it."""
-    py, exe = VENV / "bin" / "python", VENV / "bin" / "ft_launcher"
-    probe = [str(py), "-c", "import importlib.metadata as m, torch; "
-             f"assert m.version('nvidia-resiliency-ext') == {VERSION!r}"]  # fmt: skip
-    if exe.exists() and subprocess.run(probe, capture_output=True, timeout=300).returncode == 0:
-        return str(exe)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    pth = VENV / "lib" / ver / "site-packages" / "xrun-project-venv.pth"
-    pth.write_text("\n".join(site.getsitepackages()) + "\n")
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", *PACKAGES],
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
-    if pip.returncode:
-        raise Unavailable(f"pip install {PACKAGES[0]} failed: {one_line(pip.stderr)}")
-    check = subprocess.run(probe, capture_output=True, text=True, timeout=300)
-    if check.returncode or not exe.exists():
-        raise Unavailable(f"{PACKAGES[0]} does not import: {one_line(check.stderr)}")
-    return str(exe)
+    probe = f"import importlib.metadata as m, torch; assert m.version('nvidia-resiliency-ext') == {VERSION!r}"
+    peer_venv(VENV, PACKAGES[0], ["--no-deps", *PACKAGES], probe, needs=["ft_launcher"])
+    return str(VENV / "bin" / "ft_launcher")
 
 
 def command(port: int, run_id: str, nproc: int, max_restarts: int) -> list[str]:

@@ -20,6 +20,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 SCHEMA = 1
@@ -161,6 +162,48 @@ def interleave(
 def one_line(text: str, limit: int = 300) -> str:
     flat = " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def peer_venv(
+    venv: Path,
+    what: str,
+    pip_args: Sequence[str],
+    probe: str,
+    needs: Sequence[str] = (),
+    constraints: str = "",
+    timeout: float = 600,
+) -> str:
+    """A venv of a benchmark's own for a peer tool (submitit, ft_launcher, torchft: never the
+    project's dependencies), its python. The project's venv (torch, xrun) shows through a .pth
+    file, so nothing installs a torch of its own; ``constraints`` (a pip constraints file's
+    text, e.g. ``torch==2.13.0``) keeps it so. Made once: reused while ``probe`` (Python code)
+    passes and the ``needs`` (names in the venv's bin) exist. Raises Unavailable when pip
+    cannot get ``what`` or it does not import."""
+    import site
+    import subprocess
+
+    py = venv / "bin" / "python"
+    check = [str(py), "-c", probe]
+    ready = py.exists() and all((venv / "bin" / n).exists() for n in needs)
+    if ready and subprocess.run(check, capture_output=True, timeout=300).returncode == 0:
+        return str(py)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    pth = venv / "lib" / ver / "site-packages" / "xrun-project-venv.pth"
+    pth.write_text("\n".join(site.getsitepackages()) + "\n")
+    pins: list[str] = []
+    if constraints:
+        (venv / "constraints.txt").write_text(constraints)
+        pins = ["-c", str(venv / "constraints.txt")]
+    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", *pins, *pip_args],
+                         capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    if pip.returncode:
+        raise Unavailable(f"pip install {what} failed: {one_line(pip.stderr)}")
+    probed = subprocess.run(check, capture_output=True, text=True, timeout=300)
+    if probed.returncode or not all((venv / "bin" / n).exists() for n in needs):
+        raise Unavailable(f"{what} does not import: {one_line(probed.stderr)}")
+    return str(py)
 
 
 # --- output -------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import contenders as c
-from benchmarks.harness import Row, RunFailed, Stats, Unavailable, one_line
+from benchmarks.harness import Row, RunFailed, Stats, Unavailable, one_line, peer_venv
 
 REPO = c.WORKERS.parent.parent
 WORKER = c.WORKERS / "preempt_train.py"
@@ -206,25 +206,10 @@ def _torchrun(work: Path, args: list[str], k: int) -> str:
 
 
 def submitit_python() -> str:
-    """A venv of the benchmark's own with submitit 1.5.4; the project's venv (torch, xrun)
-    shows through a .pth file. Made once (~20 s); raises Unavailable when pip cannot get it."""
-    py = SUBMITIT_VENV / "bin" / "python"
-    probe = [str(py), "-c", "import submitit; assert submitit.__version__ == '1.5.4'"]
-    if py.exists() and subprocess.run(probe, capture_output=True, timeout=120).returncode == 0:
-        return str(py)
-    import site
-    import sys
-
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(SUBMITIT_VENV)], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    pth = SUBMITIT_VENV / "lib" / ver / "site-packages" / "xrun-project-venv.pth"
-    pth.write_text("\n".join(site.getsitepackages()) + "\n")
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", SUBMITIT],
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
-    if pip.returncode or subprocess.run(probe, capture_output=True, timeout=120).returncode:
-        raise Unavailable(f"pip install {SUBMITIT} failed: {one_line(pip.stderr)}")
-    return str(py)
+    """A venv of the benchmark's own with submitit 1.5.4 (``harness.peer_venv``). Made once
+    (~20 s); raises Unavailable when pip cannot get it."""
+    probe = "import submitit; assert submitit.__version__ == '1.5.4'"
+    return peer_venv(SUBMITIT_VENV, SUBMITIT, [SUBMITIT], probe)
 
 
 SUBMIT_WITH_SUBMITIT = """\

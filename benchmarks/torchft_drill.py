@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from benchmarks import contenders as c
-from benchmarks.harness import RunFailed, Unavailable, one_line
+from benchmarks.harness import RunFailed, one_line, peer_venv
 from benchmarks.recovery import _STEP, _children, _Job
 
 TORCHFT = "torchft==0.2.0"
@@ -56,33 +56,13 @@ _SHA = re.compile(r"params sha256 ([0-9a-f]{64})")
 
 
 def torchft_python() -> str:
-    """A venv of the benchmark's own with torchft 0.2.0 over the project's torch. Made once
-    (~30 s); raises Unavailable when pip cannot get it or it does not import."""
-    py = VENV / "bin" / "python"
-    probe = [str(py), "-c", "import torchft, torch.distributed.run; "
-             "from torchft import Manager, ProcessGroupGloo"]  # fmt: skip
-    lighthouse = VENV / "bin" / "torchft_lighthouse"
-    ok = py.exists() and lighthouse.exists()
-    if ok and subprocess.run(probe, capture_output=True, timeout=300).returncode == 0:
-        return str(py)
-    import site
-
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    (VENV / "lib" / ver / "site-packages" / "xrun-project-venv.pth").write_text(
-        "\n".join(site.getsitepackages()) + "\n"
-    )
-    pin = VENV / "constraints.txt"  # torch stays the project's: no multi-GB wheel
-    pin.write_text(f"torch=={importlib.metadata.version('torch')}\n")
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "-c", str(pin), TORCHFT],
-                         capture_output=True, text=True, timeout=900)  # fmt: skip
-    if pip.returncode:
-        raise Unavailable(f"pip install {TORCHFT} failed: {one_line(pip.stderr)}")
-    p = subprocess.run(probe, capture_output=True, text=True, timeout=300)
-    if p.returncode:
-        raise Unavailable(f"torchft does not import: {one_line(p.stderr)}")
-    return str(py)
+    """A venv of the benchmark's own with torchft 0.2.0 over the project's torch
+    (``harness.peer_venv``; the constraint keeps the project's torch: no multi-GB wheel). Made
+    once (~30 s); raises Unavailable when pip cannot get it or it does not import."""
+    probe = "import torchft, torch.distributed.run; from torchft import Manager, ProcessGroupGloo"
+    pin = f"torch=={importlib.metadata.version('torch')}\n"
+    return peer_venv(VENV, TORCHFT, [TORCHFT], probe, needs=["torchft_lighthouse"],
+                     constraints=pin, timeout=900)  # fmt: skip
 
 
 def _workers(torchrun: int) -> list[int]:
