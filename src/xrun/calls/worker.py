@@ -115,15 +115,13 @@ def _on_preemption(call: dict[str, Any], out: Path, limit: int, rank: int) -> No
     """
     stop_dir = os.environ.get(STOP_DIR_ENV, "")
     flag = Path(stop_dir, STOP_FLAG) if stop_dir else None
-    entered: list[int] = []
 
     def handler(signum: int, frame: object) -> None:
         # Once only. A stop often arrives twice: Slurm's SIGTERM, then the flag that _watch
         # turns into another SIGTERM; Python would run this handler again inside the first
-        # one's checkpoint or wait, and the user's checkpoint would count two stops.
-        if entered:
-            return
-        entered.append(signum)
+        # one's checkpoint or wait, and the user's checkpoint would count two stops. Ignored
+        # from here on, a signal already pending is dropped too (Python looks the handler up
+        # when it runs it).
         for sig in (signal.SIGTERM, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_IGN)
         fn = call["fn"]
