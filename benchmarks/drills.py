@@ -67,6 +67,7 @@ class Plan:
     spares: int
     recover: str
     faults: list[str] = field(default_factory=list)
+    settle: float = SETTLE_S  # before the first fault under warm: the job this old
 
 
 def contender(backend: str, kind: str, recover: str) -> str:
@@ -141,10 +142,18 @@ class Lines:
         self.q: queue.Queue[tuple[float, int, str]] = queue.Queue()
         self.tail: list[str] = []
         self.rank0 = 0  # the replica whose stream last had rank 0's start line
+        self.step = -1  # the last step read
         self.stop = threading.Event()
 
     def put(self, k: int, line: str) -> None:
         self.q.put((time.monotonic(), k, line))
+
+    def _read(self, k: int, line: str) -> None:
+        self.tail = [*self.tail[-40:], f"{k}: {line}"]
+        if _STARTED.search(line):
+            self.rank0 = k
+        if m := _STEP.search(line):
+            self.step = int(m[1])
 
     def until(self, match: Callable[[str], bool], timeout: float) -> float:
         deadline = time.monotonic() + timeout
@@ -153,24 +162,18 @@ class Lines:
                 t, k, line = self.q.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
                 raise RunFailed(f"timed out; last lines: {' | '.join(self.tail[-4:])}") from None
-            self.tail = [*self.tail[-40:], f"{k}: {line}"]
-            if _STARTED.search(line):
-                self.rank0 = k
+            self._read(k, line)
             if match(line):
                 return t
 
     def last_step(self) -> int:
-        """Reads the lines that came so far: the last step among them (-1: none)."""
-        last = -1
+        """Reads the lines that came so far: the last step read (-1: none yet)."""
         while True:
             try:
                 _, k, line = self.q.get_nowait()
             except queue.Empty:
-                return last
-            self.tail = [*self.tail[-40:], f"{k}: {line}"]
-            self.rank0 = k if _STARTED.search(line) else self.rank0
-            if m := _STEP.search(line):
-                last = int(m[1])
+                return self.step
+            self._read(k, line)
 
 
 def _pump(lines: Lines, k: int, stream: Iterator[str]) -> None:
@@ -205,6 +208,7 @@ class Docker:
         self.sched = DockerScheduler("default")
         self.names: list[str] = []
         self.procs: list[subprocess.Popen[str]] = []
+        self.pids: dict[str, int] = {}  # container -> its first process (the same all its life)
 
     def submit(self, plan: Plan, total: int, tmp: Path) -> tuple[str, Path]:
         from xrun.components.dist import ddp
@@ -223,6 +227,7 @@ class Docker:
         app_id = self.sched.submit(app, {}, str(ws))
         role = app.roles[0].name
         self.names = [container_name(app_id, role, k) for k in range(2 + plan.spares)]
+        self.pids = {}
         return app_id, out
 
     def follow(self, app_id: str, lines: Lines) -> None:
@@ -236,11 +241,14 @@ class Docker:
             threading.Thread(target=_pump, args=(lines, k, p.stdout), daemon=True).start()
 
     def agent(self, app_id: str, k: int) -> int | None:
-        got = subprocess.run(
-            ["docker", "inspect", "-f", "{{.State.Pid}}", self.names[k]],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        pid = int(got.stdout.strip() or 0) if got.returncode == 0 else 0
+        name = self.names[k]
+        if not self.pids.get(name):
+            got = subprocess.run(
+                ["docker", "inspect", "-f", "{{.State.Pid}}", name],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            self.pids[name] = int(got.stdout.strip() or 0) if got.returncode == 0 else 0
+        pid = self.pids[name]
         return _agent_under(pid) if pid > 0 else None
 
     def lose(self, app_id: str, k: int, agent: int) -> None:
@@ -249,12 +257,10 @@ class Docker:
         )
 
     def end(self, app_id: str, timeout: float) -> str:
-        from xrun.specs import AppState
+        from xrun.specs import is_terminal
 
         deadline = time.monotonic() + timeout
-        while (resp := self.sched.describe(app_id)) is not None and resp.state in (
-            AppState.RUNNING, AppState.PENDING, AppState.SUBMITTED
-        ):  # fmt: skip
+        while (resp := self.sched.describe(app_id)) is not None and not is_terminal(resp.state):
             if time.monotonic() > deadline:
                 return f"still {resp.state.name} after {timeout:.0f} s"
             time.sleep(0.5)
@@ -362,11 +368,11 @@ class Done:
 
 
 def _wait_warm(be: Docker | Slurm, app_id: str, n: int, since: float, deadline: float) -> None:
-    """Every live agent's pool full, and the job ``SETTLE_S`` old."""
+    """Every live agent's pool full, and the job ``since`` old."""
     while True:
         agents = [a for k in range(n) if (a := be.agent(app_id, k))]
         short = [a for a in agents if ready(a) < NPROC]
-        if not short and time.monotonic() >= since + SETTLE_S:
+        if not short and time.monotonic() >= since:
             return
         if time.monotonic() > deadline:
             raise RunFailed(f"{len(short)} agent(s)' warm pools not full after 300 s")
@@ -387,7 +393,7 @@ def run_job(be: Docker | Slurm, plan: Plan, total: int, rng: random.Random) -> D
                 for _ in range(rng.randint(5, 15)):
                     lines.until(lambda ln: _STEP.search(ln) is not None, 300)
                 if plan.recover == "warm":
-                    _wait_warm(be, app_id, n, since, time.monotonic() + 300)
+                    _wait_warm(be, app_id, n, since + plan.settle, time.monotonic() + 300)
                 agents = {k: a for k in range(n) if (a := be.agent(app_id, k))}
                 active = [k for k, a in agents.items() if workers(a)]
                 # Not rank 0's node; for a node, not the store's host (replica 0) either
@@ -435,7 +441,7 @@ def run_job(be: Docker | Slurm, plan: Plan, total: int, rng: random.Random) -> D
 def plans(backend: str, faults: int, smoke: bool) -> tuple[list[Plan], int]:
     """The jobs of one backend, round-robin (the reference run first), and their steps."""
     if smoke:  # one job, both faults of the subjects: the harness runs on both backends
-        return [Plan(1, "warm", [WORKER, NODE])], 400
+        return [Plan(1, "warm", [WORKER, NODE], settle=10)], 600
     s = SPARES[backend]
     warm = [Plan(s, "warm", [WORKER, NODE] * s) for _ in range(-(-faults // s))]
     cold = min(faults, 5)
