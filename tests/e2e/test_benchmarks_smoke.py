@@ -4,7 +4,8 @@ per measure, ``--only N``, plus one run of several measures into one document).
 No time is asserted here (the machine running the suite is busy): only that the harness runs
 each of the twenty measures (1-8 of issue #6, 9-10 of issue #18, 11-14 of issue #14, 15-16
 of issue #24, 17-18 of issue #34, 19 of issue #33: one real preemption, C=2 s; 20 of issue #35;
-21 of issues #34 and #35: one job per backend, a worker killed and a node lost),
+21 of issues #34 and #35: one job per backend, a worker killed and a node lost; 22 of issue #36:
+one call and a map of 10 on Slurm),
 that every
 contender has either figures or a stated reason, and that no xrun contender failed to do the job.
 """
@@ -27,7 +28,7 @@ from tests.helpers.slurm import SlurmCluster
 # worker running the whole smoke (~12 min at load) at the end of the suite. The longest:
 # 19 (one real preemption per contender on the Slurm cluster, ~6 min at load), 15 and 16
 # (faults on all three schedulers), 18 and 20 (recovery drills, ~2 min each), 21 (the drills on docker and slurm, ~5 min).
-KEYS = [str(i) for i in range(1, 22)]
+KEYS = [str(i) for i in range(1, 23)]
 UNITS = ("s", "MiB", "x", "ops/s", "conn", "jobs", "aborts", "hits", "steps")
 
 
