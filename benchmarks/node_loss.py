@@ -265,16 +265,16 @@ def measure_20(reps: int, smoke: bool) -> list[Row]:
     faults = int(os.environ.get("XRUN_BENCH_NODE_LOSS_FAULTS", 1 if smoke else max(5, reps)))
     rng = random.Random(35)
     contenders = {
-        "spare, --recover warm": (1, "warm"),
-        "spare, --recover off": (1, "off"),
-        "no spare, off, one worker killed": (0, "off"),
+        "xrun spare, --recover warm": (1, "warm"),
+        "xrun spare, --recover off": (1, "off"),
+        "xrun no spare, off, one worker killed": (0, "off"),
         FTL: (1, "ftl"),  # NVIDIA's ft_launcher, its hot spare (benchmarks/ftl.py)
         "torchrun c10d, 3 agents for 2 nodes": (1, TORCHRUN),
         ETCD_SPARE: (1, ETCD_WARM),  # the node c10d cannot replace (its agent serves the store)
     }
     # Smoke (CI): ft_launcher's venv needs the package index, as preemption.py's submitit does
     if smoke:  # one fault of the subject; no reference run (bit-identity: n/a)
-        contenders = {"spare, --recover warm": (1, "warm")}
+        contenders = {"xrun spare, --recover warm": (1, "warm")}
     results: dict[str, Stats | str] = {}
     samples: dict[str, list[float]] = {k: [] for k in contenders}
     lost: dict[str, list[int]] = {k: [] for k in contenders}
@@ -320,9 +320,9 @@ def measure_20(reps: int, smoke: bool) -> list[Row]:
             "s",
             "spare warm <= 1 s median and <= 0.1x a worker's cold restart, 0 steps lost",
             results,
-            subject="spare, --recover warm",
-            reference="no spare, off, one worker killed",
-            check=lambda r: _check(r, lost.get("spare, --recover warm", [])),
+            subject="xrun spare, --recover warm",
+            reference="xrun no spare, off, one worker killed",
+            check=lambda r: _check(r, lost.get("xrun spare, --recover warm", [])),
             note="; ".join(note),
         )
     ]
@@ -336,8 +336,8 @@ def _etcd_up() -> bool:
 
 def _check(results: Mapping[str, Stats | str], lost: list[int]) -> bool | None:
     warm, cold = (
-        results.get("spare, --recover warm"),
-        results.get("no spare, off, one worker killed"),
+        results.get("xrun spare, --recover warm"),
+        results.get("xrun no spare, off, one worker killed"),
     )
     if not isinstance(warm, Stats) or not isinstance(cold, Stats):
         return None
