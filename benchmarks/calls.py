@@ -30,14 +30,16 @@ def _drive(which: str, singles: int, n: int) -> dict[str, object]:
         py = submitit_python()
     else:
         py = c.PYTHON
+    tag = f"bench-calls-{which}-{os.getpid()}"  # every job's name: scancel'ed at the end
     with tempfile.TemporaryDirectory(prefix="xrun-bench-calls-") as tmp:
-        # submitit's venv sees the project's packages through a .pth file, not its editable
-        # xrun: nothing of xrun's is imported there.
         env = {**os.environ, "XDG_STATE_HOME": os.path.join(tmp, "state")}
-        p = subprocess.run(
-            [py, str(DRIVER), which, os.path.join(tmp, "calls"), str(singles), str(n)],
-            capture_output=True, text=True, timeout=1800, cwd=tmp, env=env,
-        )  # fmt: skip
+        argv = [py, str(DRIVER), which, os.path.join(tmp, "calls"), str(singles), str(n), tag]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=tmp, env=env)
+        except subprocess.TimeoutExpired:
+            raise RunFailed("the driver did not finish in 1800 s") from None
+        finally:  # a driver that failed or timed out leaves no job behind
+            subprocess.run(["scancel", "--name", tag], capture_output=True, timeout=60)
     if p.returncode:
         raise RunFailed(f"exit {p.returncode}: {one_line(p.stderr[-1500:])}")
     out: dict[str, object] = json.loads(p.stdout.strip().splitlines()[-1])
@@ -72,10 +74,11 @@ def measure_22(reps: int, smoke: bool) -> list[Row]:
                     many[name] = Stats([float(got["map"])])  # type: ignore[arg-type]
     return [
         Row("a trivial function on Slurm (1 CPU), submit -> result", "s",
-            "xrun <= submitit", one, reference="submitit", check=_no_slower),
+            "xrun <= submitit", one, reference="submitit", check=_no_slower,
+            note="single calls in two rounds, in turn (xrun first, then submitit first)"),
         Row(f"a map of {n} calls (one job array each), submit -> every result", "s",
             "xrun <= submitit", many, reference="submitit",
-            check=_no_slower),
+            check=_no_slower, note="one map each, in the first round (xrun's first)"),
     ]  # fmt: skip
 
 

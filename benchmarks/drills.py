@@ -285,6 +285,7 @@ class Slurm:
         self.sched = SlurmScheduler("default")
         self.logs = Path()
         self.replicas = 0
+        self.pids: dict[int, int] = {}
 
     def submit(self, plan: Plan, total: int, tmp: Path) -> tuple[str, Path]:
         from xrun.components.dist import ddp
@@ -301,11 +302,13 @@ class Slurm:
         # host); here every node is this host and the first agent to bind would win.
         role = app.roles[0]
         conf = f"--rdzv-conf {CONF} "
+        if conf not in role.args[1]:
+            raise RunFailed(f"dist.ddp's command has no {conf.strip()!r}: {role.args[1][:200]}")
         is_host = '$(test "$XRUN_REPLICA_ID" = 0 && echo true || echo false)'
         role.args[1] = role.args[1].replace(conf, f"--rdzv-conf {CONF},is_host={is_host} ")
         app_id = self.sched.submit(app, {"exclusive": True}, workspace=str(tmp))
         self.logs = tmp / "slurm-logs" / app_id / role.name
-        self.replicas = 2 + plan.spares
+        self.replicas, self.pids = 2 + plan.spares, {}
         return app_id, out
 
     def follow(self, app_id: str, lines: Lines) -> None:
@@ -334,9 +337,13 @@ class Slurm:
 
     def agent(self, app_id: str, k: int) -> int | None:
         want = {"SLURM_JOB_ID": app_id, "XRUN_REPLICA_ID": str(k)}
+        known = self.pids.get(k)  # a /proc scan per look would be CPU beside the timed job
+        if known and want.items() <= _environ(known).items():
+            return known
         for d in os.listdir("/proc"):
             if d.isdigit() and "xrun.runtime" in _cmdline(int(d)):
                 if want.items() <= _environ(int(d)).items():
+                    self.pids[k] = int(d)
                     return int(d)
         return None
 
@@ -396,8 +403,9 @@ def run_job(be: Docker | Slurm, plan: Plan, total: int, rng: random.Random) -> D
                     _wait_warm(be, app_id, n, since + plan.settle, time.monotonic() + 300)
                 agents = {k: a for k in range(n) if (a := be.agent(app_id, k))}
                 active = [k for k, a in agents.items() if workers(a)]
-                # Not rank 0's node; for a node, not the store's host (replica 0) either
-                victims = [k for k in active if k != lines.rank0 and (kind == WORKER or k != 0)]
+                # a worker: of a node without rank 0 (as measure 18); a node: not the store's
+                # host (replica 0: its loss ends a c10d job), wherever rank 0 is
+                victims = [k for k in active if (k != lines.rank0 if kind == WORKER else k != 0)]
                 if len(active) != 2 or not victims:
                     raise RunFailed(f"active replicas {active}, rank 0 on {lines.rank0}: no victim")
                 k = rng.choice(victims)
@@ -410,11 +418,15 @@ def run_job(be: Docker | Slurm, plan: Plan, total: int, rng: random.Random) -> D
                 if last >= total - 20:
                     raise RunFailed(f"the job was at step {last} of {total} before a fault")
                 t0 = time.monotonic()
-                if kind == WORKER:
-                    os.kill(rng.choice(pids), signal.SIGKILL)
-                else:
-                    be.lose(app_id, k, agents[k])
+                try:
+                    if kind == WORKER:
+                        os.kill(rng.choice(pids), signal.SIGKILL)
+                    else:
+                        be.lose(app_id, k, agents[k])
+                except (OSError, subprocess.SubprocessError) as e:
+                    raise RunFailed(f"the {kind} fault on replica {k} failed: {e}") from None
                 lines.until(lambda ln: _STARTED.search(ln) is not None, 600)
+                last = max(last, lines.step)  # a step printed before the kill, read since
                 first = [last + 1]
 
                 def step(ln: str, first: list[int] = first) -> bool:
@@ -448,7 +460,9 @@ def plans(backend: str, faults: int, smoke: bool) -> tuple[list[Plan], int]:
     out: list[Plan] = [Plan(0, "off")]
     for i in range(max(len(warm), 1)):
         out += warm[i : i + 1] + ([Plan(0, "off", [WORKER] * cold)] if i == 0 else [])
-    return out, 1200
+    # one length for every job of the backend (the undisturbed run's sha256 is for it): the
+    # settle, then per fault the gap, a warm pool's refill (10-25 s at load) and the recovery
+    return out, 400 + 150 * max(2 * s, cold)
 
 
 # --- the measure ---------------------------------------------------------------------------------

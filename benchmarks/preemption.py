@@ -284,7 +284,11 @@ def reference(steps: int) -> str:
 
 def run_contender(name: str, k: int, save_s: float, steps: int) -> Outcome:
     work = _workdir()
-    job_id = SUBMIT[name](work, _worker_args(work, steps, save_s), k)
+    try:
+        job_id = SUBMIT[name](work, _worker_args(work, steps, save_s), k)
+    except BaseException:  # e.g. Unavailable: its venv could not be made
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     try:
         # Each preemption: a grace up to 60 s + the kill, the hold cut at 3 s, torch's start.
         out = _drive(job_id, work, k, timeout=300 + k * (save_s + 150) + steps * STEP_SLEEP * 3)

@@ -17,24 +17,32 @@ def add_one(x: int) -> int:
     return x + 1
 
 
-def _xrun(folder: str) -> tuple[Any, Any]:
+def _xrun(folder: str, tag: str) -> tuple[Any, Any]:
     import xrun
 
-    ex = xrun.Executor("slurm", folder=folder, cpu=1, memMB=256)
+    ex = xrun.Executor("slurm", folder=folder, cpu=1, memMB=256, cfg={"job_name": tag})
     return ex.submit, ex.map_array
 
 
-def _submitit(folder: str) -> tuple[Any, Any]:
+def _submitit(folder: str, tag: str) -> tuple[Any, Any]:
     import submitit
 
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
-    ex.update_parameters(timeout_min=30, cpus_per_task=1, slurm_mem="256M", slurm_partition="debug")
+    ex.update_parameters(
+        timeout_min=30, cpus_per_task=1, slurm_mem="256M", slurm_partition="debug", name=tag
+    )
     return ex.submit, ex.map_array
 
 
 def main() -> int:
-    which, folder, singles, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    submit, map_array = (_xrun if which == "xrun" else _submitit)(folder)
+    which, folder, singles, n, tag = (
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+        sys.argv[5],
+    )
+    submit, map_array = (_xrun if which == "xrun" else _submitit)(folder, tag)
     one: list[float] = []
     for i in range(singles):
         t0 = time.monotonic()

@@ -74,7 +74,7 @@ from .etcd_spares import (
     seal,
     took,
 )
-from .etcd_state import Member, fresh, lost, running
+from .etcd_state import Member, fresh, lost, running, stayed_away, waiting
 from .keys import closed_error
 from .kv import KeyValue
 from .spares import say
@@ -142,6 +142,7 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
         self._on_modules: Any = None
         self._publisher: ModulesPublisher | None = None
         self._stood_by = False
+        self._vetted = False  # our node's quarantine looked at (once, at the first join)
 
     # -- what the agent reads ------------------------------------------------------------------
 
@@ -274,8 +275,8 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
                 continue
             if s["closed"] is not None:
                 raise closed_error(json.dumps(s["closed"]).encode())
-            if last < 0:  # a lost node's new agent is refused (etcd_spares.py, "Quarantine")
-                refuse_quarantined(s, self._node, p.run_id)
+            if last < 0:
+                self._vet(s)
             members: list[Member] = s["members"]
             ids = [m[3] for m in members]
             r = s["round"]
@@ -289,8 +290,9 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
                 self._write({**s, "members": live}, srev)
                 continue
             if self._id not in ids:
-                if len(members) < p.max_nodes:
-                    self._write({**s, "members": [*members, me]}, srev)
+                got = self._arrive(s, srev, rev, alive, me, deadline)
+                if got is not None:
+                    deadline = got
                     continue
             else:
                 if len(members) != count:
@@ -301,8 +303,7 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
                 if len(members) >= p.max_nodes or (
                     len(members) >= p.min_nodes and now >= min(last_call, deadline)
                 ):
-                    ranked = seal(members, p.max_nodes, p.spares)
-                    self._write({**s, "formed": True, "members": ranked}, srev)
+                    self._seal(s, srev, alive)
                     continue
                 if now >= deadline:
                     self._withdraw()
@@ -319,6 +320,39 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
                 self._wait_state(rev, deadline_here - now)
                 continue
             self._wait_state(rev, deadline - now)
+
+    def _arrive(
+        self, s: dict[str, Any], srev: int, rev: int, alive: set[str], me: Member, deadline: float
+    ) -> float | None:
+        """Take a seat in the unformed round ``s`` if it has room (with spares, the seats of the
+        last world's members still stopping are theirs: a spare never displaces a survivor), or
+        stand by as a spare: the join's deadline then. None: no room, wait as before."""
+        p = self.params  # held: the seats of the last world's members still stopping, not ours
+        held = waiting(s, alive) - (self._id in (s.get("wait") or ())) if p.spares else 0
+        room = p.max_nodes - len(s["members"]) - held
+        if room > 0:
+            self._write({**s, "members": [*s["members"], me]}, srev)
+            return deadline
+        if p.spares:
+            self._stand_by(s["round"], rev)
+            return time.monotonic() + self.cfg.join_timeout
+        return None
+
+    def _vet(self, s: dict[str, Any]) -> None:
+        """A lost node's new agent is refused, at its first look only (etcd_spares.py,
+        "Quarantine"): a spare standing by may itself have quarantined a node id it shares."""
+        if not self._vetted:
+            refuse_quarantined(s, self._node, self.params.run_id)
+            self._vetted = True
+
+    def _seal(self, s: dict[str, Any], srev: int, alive: set[str]) -> None:
+        """Form the round in ``s``: its members in rank order; with spares the last world's
+        members it waited for in vain are quarantined in the same write."""
+        p = self.params
+        new = {**s, "formed": True, "members": seal(s["members"], p.max_nodes, p.spares)}
+        if p.spares:
+            new = quarantine(new, stayed_away(s, alive), s["round"] - 1)
+        self._write(new, srev)
 
     def _next_to_formed(
         self,
@@ -344,18 +378,19 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
                 if gone
                 else f"node {self.addr} is waiting to join"
             )
-            new = fresh(s["round"] + 1, why, me, running(s, alive), s)
+            new = fresh(s["round"] + 1, why, me, running(s, alive), s, p.spares)
             self._write(quarantine(new, gone, s["round"]) if p.spares else new, srev)
             return time.monotonic() + self.cfg.join_timeout if p.spares else deadline
         if p.spares:  # a spare: stands by without join_timeout, taking the shared modules
             self._stand_by(s["round"], rev)
             return time.monotonic() + self.cfg.join_timeout
         now = time.monotonic()
-        if now >= deadline:  # a full, live world: we stood by in vain
+        if now >= deadline:  # a full, live world (or one finishing): we stood by in vain
+            what = "is finishing" if ended else f"is full ({p.max_nodes} nodes)"
             raise RendezvousTimeoutError(
-                f"rendezvous {p.run_id!r} at {self.endpoint}: the running round is full "
-                f"({p.max_nodes} nodes) and this node stood by for join_timeout="
-                f"{self.cfg.join_timeout:g}s without a slot opening; raise --nnodes MAX to use it"
+                f"rendezvous {p.run_id!r} at {self.endpoint}: the running round {what} and "
+                f"this node stood by for join_timeout={self.cfg.join_timeout:g}s without a slot "
+                f"opening; raise --nnodes MAX to use it"
             )
         self._etcd.wait_change(self._prefix, rev, deadline - now)
         return deadline
@@ -476,7 +511,7 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
             gone = lost(s, alive)
             if gone:
                 why = f"node {', '.join(m[0] for m in gone)} was lost (its lease expired)"
-                new = fresh(rnd + 1, why, None, running(s, alive), s)
+                new = fresh(rnd + 1, why, None, running(s, alive), s, self.params.spares)
                 self._write(quarantine(new, gone, rnd) if self.params.spares else new, srev)
         return rev
 
@@ -502,8 +537,13 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
     def warm_spares(self, pool: Any) -> None:
         """``--spares --recover warm``: share the modules our workers import with the job's
         spares, and take theirs while standing by as one (etcd_spares.py, "Warm modules")."""
-        self._publisher = ModulesPublisher(self._etcd, self._mods_key)
-        pool.share = self._publisher
+        publisher = self._publisher = ModulesPublisher(self._etcd, self._mods_key)
+
+        def share(names: list[str]) -> None:  # group rank 0's only: each put wakes every agent
+            if self.is_host:
+                publisher(names)
+
+        pool.share = share
         self._on_modules = pool.take_modules
 
     def kv(self) -> KeyValue:
@@ -514,6 +554,8 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
     def shutdown(self) -> None:
         if self._shut:
             return
+        if self.params.spares and self._round >= 0 and not (self._finished or self._closed):
+            self._mark_left()  # on purpose: not a lost node to quarantine
         if self._round >= 0 and not (self._finished or self._closed):
             # Leaving mid-round without close/finish: let the peers re-form at once.
             try:

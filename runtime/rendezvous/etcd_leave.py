@@ -69,12 +69,25 @@ class EtcdLeaving:
         def bump(s: dict[str, Any], alive: set[str]) -> dict[str, Any] | None:
             if s["round"] != rnd or s["closed"] is not None:
                 return None  # moved on already
-            return fresh(rnd + 1, why, None, running(s, alive), s)
+            return fresh(rnd + 1, why, None, running(s, alive), s, self.params.spares)
 
         try:
             self._update(bump, with_alive=True)
         except EtcdError as e:
             raise self._errors(e) from None
+
+    def _mark_left(self) -> None:
+        """This agent leaves the job on purpose (``--spares``): its id in the state's ``left``,
+        so that its lease's end is not taken for a lost node (etcd_spares.py, "Quarantine")."""
+
+        def add(s: dict[str, Any]) -> dict[str, Any] | None:
+            left = list(s.get("left") or [])
+            return None if self._id in left else {**s, "left": [*left, self._id]}
+
+        try:
+            self._update(add)
+        except EtcdError:
+            pass  # etcd away: the peers will see a lost node, as they would without the mark
 
     def close(self, failed: bool, reason: str) -> None:
         self._closed = True

@@ -3,22 +3,30 @@ in the job's etcd state document instead of a store that one agent serves, so th
 group rank 0 included, can be lost and replaced (with c10d the store's host cannot).
 
 * **Who is a spare**: as with c10d, an agent that arrives while the world is full. It stands by
-  next to the formed round on etcd watches (no polling, no CPU but its lease's renewals) and,
-  unlike a node that is merely extra, without ``join_timeout``; when a member is lost it
-  starts the next round (or joins the one the survivors started) and the world re-forms.
+  next to the formed round on an etcd watch of the job's keys (renewed every 5 s; besides that
+  and its lease's renewals it does nothing) and, unlike a node that is merely extra, without
+  ``join_timeout``; when a member is lost it starts the next round (or joins the one the
+  survivors started) and the world re-forms. It takes a seat in a new round only if one is
+  free once the last world's members still stopping their workers have theirs, so a worker
+  failure (every member re-forms) leaves it standing by, and two spares never fill a round
+  before a survivor arrives.
 * **Slot inheritance**: each member entry carries the group rank its node held in its previous
   round (its slot, -1 for a newcomer); the round is sealed with ``spares.by_slot``, so a spare
   that replaces group rank 0 becomes group rank 0 and every ``RANK`` stays where it was.
 * **Quarantine**: a lost member's node id (``XRUN_NODE_ID``, else the host name) goes into the
   state's ``quarantine`` (it carries over from round to round); an agent of that node is refused
-  at its first join with budget.py's one line. Whoever sees the loss first (a survivor's
-  watcher, a spare) writes it with the new round, in the same compare-and-set. The job-wide
-  restart budget stays per agent here (budget.py keeps it in an xrun store).
-* **Warm modules** (``--recover warm``): the active agents publish the modules their workers
-  import as one key, ``<prefix>/<run_id>/modules`` (the union so far, zlib-compressed; latest
-  wins), from a thread of their own so that a slow etcd never holds up the agent's watch loop;
-  a standing-by spare reads it at each wake (the prefix watch sees it change) and hands the
-  new names to its pool.
+  at its first look with budget.py's one line. Whoever sees the loss first writes it in the
+  same compare-and-set as the new round: a survivor's watcher or a spare, when a formed
+  round's member is lost; the sealer, when the new round waited for a member of the last world
+  (``prev``) that never arrived (a survivor's workers failed first and asked for the round
+  before the lost node's lease ran out). An agent that leaves on purpose (shutdown mid-round)
+  marks itself ``left`` first and is not quarantined. The job-wide restart budget stays per
+  agent here (budget.py keeps it in an xrun store).
+* **Warm modules** (``--recover warm``): group rank 0's agent publishes the modules its
+  workers import as one key, ``<prefix>/<run_id>/modules`` (the union so far, zlib-compressed;
+  latest wins; one agent only, as every put wakes every watcher of the job), from a thread of
+  its own so that a slow etcd never holds up the agent's watch loop; a standing-by spare reads
+  it at each wake (the prefix watch sees it change) and hands the new names to its pool.
 """
 
 from __future__ import annotations
@@ -133,9 +141,11 @@ class ModulesPublisher:
                 # best effort: etcd's loss is seen by the rendezvous itself; tried again
                 failures += 1
                 with self._cond:
-                    if failures <= RETRIES:
-                        self._dirty = True
-                        self._cond.wait(RETRY_S)  # close() wakes it
+                    if failures > RETRIES:
+                        failures = 0  # given up on this list: the next one starts afresh
+                        continue
+                    self._dirty = True
+                    self._cond.wait(RETRY_S)  # close() wakes it
 
     def close(self, timeout: float = 1.0) -> None:
         with self._cond:

@@ -33,14 +33,22 @@ Make = Callable[..., RendezvousHandler]
 
 
 @pytest.fixture
-def make(etcd: str) -> Iterator[Make]:
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(2) as ex:
+        yield ex
+
+
+@pytest.fixture
+def make(etcd: str, pool: ThreadPoolExecutor) -> Iterator[Make]:
+    """Handlers, shut down before ``pool`` joins its threads (a spare standing by in one of
+    them sees its handler shut down within its 5 s watch)."""
     made: list[RendezvousHandler] = []
 
     def factory(run_id: str, node: str, spares: int = 1, **conf: str) -> RendezvousHandler:
         h = create_handler(
             RendezvousParams(
                 "etcd", Endpoint.parse(etcd), run_id, 2, 2, 1,
-                {**FAST, "heartbeat_timeout": "2", **conf},
+                {**FAST, "heartbeat_timeout": "3", **conf},
                 local_addr="127.0.0.1", node_id=node, spares=spares,
             )
         )  # fmt: skip
@@ -50,12 +58,6 @@ def make(etcd: str) -> Iterator[Make]:
     yield factory
     for h in made:
         h.shutdown()
-
-
-@pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(2) as ex:
-        yield ex
 
 
 def _rid() -> str:
@@ -148,16 +150,80 @@ def test_a_standing_by_spare_gets_the_modules_the_active_agents_publish(
     pools = {"a": _Pool(), "b": _Pool(), "c": _Pool()}
     a.warm_spares(pools["a"])
     b.warm_spares(pools["b"])
-    rendezvous_all([a, b])
+    ranks = [i.group_rank for i in rendezvous_all([a, b])]
+    zero, one = (pools["a"], pools["b"]) if ranks[0] == 0 else (pools["b"], pools["a"])
     spare = make(rid, "c")
     spare.warm_spares(pools["c"])
     fut = _standing_by(spare, pool)
-    assert pools["a"].share is not None and pools["b"].share is not None
-    pools["a"].share(["json", "xml.dom"])  # a list arrives; it never blocks the caller
+    assert zero.share is not None and one.share is not None
+    one.share(["socket"])  # not group rank 0: its lists are not published (rank 0's suffice)
+    zero.share(["json", "xml.dom"])  # a list arrives; it never blocks the caller
     wait_for(lambda: pools["c"].taken == ["json", "xml.dom"], timeout=10, what="the modules")
-    pools["a"].share(["json", "xml.dom", "csv"])  # only what is new is handed on
+    zero.share(["json", "xml.dom", "csv"])  # only what is new is handed on
     wait_for(lambda: pools["c"].taken == ["json", "xml.dom", "csv"], timeout=10, what="csv")
-    assert pools["a"].taken == [] and pools["b"].taken == []  # active agents take nothing
+    assert zero.taken == [] and one.taken == []  # active agents take nothing
     a.close(failed=False, reason="done")  # the job ends: so does the spare's standing by
     with pytest.raises(RendezvousClosedError, match="done"):
         fut.result(timeout=30)
+
+
+def test_a_worker_failure_leaves_the_spare_standing_by(
+    make: Make, pool: ThreadPoolExecutor
+) -> None:
+    """Every member re-forms after a worker failure: their seats in the new round are theirs,
+    even though the spare, waiting next to the world, sees the round first."""
+    rid = _rid()
+    a, b = make(rid, "a"), make(rid, "b")
+    first = {h: i.group_rank for h, i in zip((a, b), rendezvous_all([a, b]), strict=True)}
+    spare = make(rid, "c")
+    fut = _standing_by(spare, pool)
+    a.request_restart("worker 0 failed")
+    for h in (a, b):
+        ev = wait_event(h, 10)
+        assert ev is not None and ev[0] is RendezvousEvent.RESTART
+    time.sleep(1)  # the spare has seen the new round (an empty one) by now
+    again = {h: i.group_rank for h, i in zip((a, b), rendezvous_all([a, b]), strict=True)}
+    assert again == first and not fut.done()
+    a.close(failed=False, reason="done")
+    with pytest.raises(RendezvousClosedError):
+        fut.result(timeout=30)
+
+
+def test_a_node_lost_while_its_peers_re_form_is_quarantined_too(
+    make: Make, pool: ThreadPoolExecutor
+) -> None:
+    """A survivor's workers fail first (a broken collective) and it asks for the new round
+    before the lost node's lease has run out: the round waits for the lost node, which never
+    comes; the spare takes its seat and the sealer quarantines it."""
+    rid = _rid()
+    a, b = make(rid, "a"), make(rid, "b")
+    ranks = [i.group_rank for i in rendezvous_all([a, b])]
+    spare = make(rid, "c")
+    fut = _standing_by(spare, pool)
+    a._stop.set()  # type: ignore[attr-defined]  # a is lost (its lease runs out in 3 s)...
+    b.request_restart("worker 1 failed: connection reset by peer")  # ...b asks first
+    again = b.next_rendezvous()
+    took = fut.result(timeout=30)
+    assert {again.group_rank, took.group_rank} == {0, 1}
+    assert took.group_rank == ranks[0]  # a's slot
+    back = make(rid, "a")
+    with pytest.raises(NodeQuarantinedError, match="node a .*quarantined"):
+        back.next_rendezvous()
+
+
+def test_an_agent_that_leaves_on_purpose_is_not_quarantined(
+    make: Make, pool: ThreadPoolExecutor
+) -> None:
+    rid = _rid()
+    a, b = make(rid, "a"), make(rid, "b")
+    rendezvous_all([a, b])
+    spare = make(rid, "c")
+    fut = _standing_by(spare, pool)
+    a.shutdown()  # e.g. SIGTERM to its agent: it leaves mid-round, on purpose
+    ev = wait_event(b, 10)
+    assert ev is not None and ev[0] is RendezvousEvent.RESTART, ev
+    b.next_rendezvous()
+    fut.result(timeout=30)
+    # its node comes back: not refused; the world is full, so it stands by as a spare
+    _standing_by(make(rid, "a"), pool)
+    b.close(failed=False, reason="done")
