@@ -231,6 +231,8 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
                     pass
             except BlockingIOError:
                 pass
+        if self._stood_by:  # the same line as c10d's spares: xrun status reads it
+            say(f"a spare no more: took group rank {rank} in round {rnd}")
         if self.params.spares:
             self._slot, self._stood_by = rank, False
         sizes = tuple(int(m[2]) for m in members)
