@@ -16,7 +16,7 @@ import pytest
 from tests.helpers.paths import SCRIPTS
 from tests.helpers.waiting import wait_for
 from tests.runtime.agent.helpers import agent
-from tests.runtime.agent.test_spares import lose, stderr, world
+from tests.runtime.agent.test_spares import lose, stderr, warm_children, world
 
 WORKER = str(SCRIPTS / "spare_worker.py")
 # etcd's shortest lease is 2 s: a lost node is seen in ~2-3 s
@@ -34,12 +34,13 @@ def procs() -> object:
 
 
 def _start(
-    procs: list[subprocess.Popen[str]], etcd: str, rid: str, out: Path, name: str
+    procs: list[subprocess.Popen[str]], etcd: str, rid: str, out: Path, name: str, recover: str
 ) -> subprocess.Popen[str]:
     cmd = agent(
         "--nnodes", "2", "--nproc-per-node", "1", "--spares", "1", "--max-restarts", "3",
         "--rdzv-backend", "etcd", "--rdzv-endpoint", etcd, "--rdzv-id", rid,
-        "--local-addr", "127.0.0.1", "--rdzv-conf", CONF, WORKER, str(out),
+        "--local-addr", "127.0.0.1", "--rdzv-conf", CONF, "--recover", recover,
+        WORKER, str(out),
     )  # fmt: skip
     err = open(out / f"agent.{name}.err", "w")  # noqa: SIM115 - the agent writes it
     p = subprocess.Popen(
@@ -52,14 +53,17 @@ def _start(
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("recover", ["off", "warm"])
 def test_a_spare_replaces_the_node_of_group_rank_0(
-    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]], recover: str
 ) -> None:
     rid = f"s{uuid.uuid4().hex[:12]}"
-    agents = {n: _start(procs, etcd, rid, tmp_path, n) for n in "ab"}
+    agents = {n: _start(procs, etcd, rid, tmp_path, n, recover) for n in "ab"}
     first = world(tmp_path, 1)
-    agents["c"] = _start(procs, etcd, rid, tmp_path, "c")
+    agents["c"] = _start(procs, etcd, rid, tmp_path, "c", recover)
     wait_for(lambda: "standing by as a spare" in stderr(tmp_path, "c"), timeout=60, what="spare")
+    if recover == "warm":  # its pool's child imported torch (slow on a busy host)
+        wait_for(lambda: warm_children(agents["c"].pid), timeout=180, what="a warm child")
     zero = next(e for e in first if e["GROUP_RANK"] == "0")
     one = next(e for e in first if e["GROUP_RANK"] == "1")
     lose(agents[str(zero["XRUN_NODE_ID"])])
@@ -68,10 +72,12 @@ def test_a_spare_replaces_the_node_of_group_rank_0(
     assert place == {"c": ("0", "0"), str(one["XRUN_NODE_ID"]): ("1", "1")}, second
     assert [e["sum"] for e in second] == [3.0, 3.0]  # a real gloo world of ranks 0 and 1
     # the lost node's agent comes back: refused at its first join, in one line, exit 1
-    back = _start(procs, etcd, rid, tmp_path, f"{zero['XRUN_NODE_ID']}")
+    back = _start(procs, etcd, rid, tmp_path, f"{zero['XRUN_NODE_ID']}", recover)
     assert back.wait(timeout=60) != 0
     last = stderr(tmp_path, str(zero["XRUN_NODE_ID"])).strip().splitlines()[-1]
     assert f"node {zero['XRUN_NODE_ID']} (host 127.0.0.1) is quarantined" in last, last
     (tmp_path / "go").touch()
     for name in ("c", str(one["XRUN_NODE_ID"])):
         assert agents[name].wait(timeout=120) == 0, stderr(tmp_path, name)
+    warm = "1 of 1 workers started warm (--recover warm)" in stderr(tmp_path, "c")
+    assert warm == (recover == "warm"), stderr(tmp_path, "c")
