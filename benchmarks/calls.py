@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 
 from benchmarks import contenders as c
@@ -31,7 +32,8 @@ def _drive(which: str, singles: int, n: int) -> dict[str, object]:
     else:
         py = c.PYTHON
     tag = f"bench-calls-{which}-{os.getpid()}"  # every job's name: scancel'ed at the end
-    with tempfile.TemporaryDirectory(prefix="xrun-bench-calls-") as tmp:
+    # the last array tasks may still be writing their logs when the driver has every result
+    with tempfile.TemporaryDirectory(prefix="xrun-bench-calls-", ignore_cleanup_errors=True) as tmp:
         env = {**os.environ, "XDG_STATE_HOME": os.path.join(tmp, "state")}
         argv = [py, str(DRIVER), which, os.path.join(tmp, "calls"), str(singles), str(n), tag]
         try:
@@ -40,10 +42,22 @@ def _drive(which: str, singles: int, n: int) -> dict[str, object]:
             raise RunFailed("the driver did not finish in 1800 s") from None
         finally:  # a driver that failed or timed out leaves no job behind
             subprocess.run(["scancel", "--name", tag], capture_output=True, timeout=60)
+            _gone(tag, 60)
     if p.returncode:
         raise RunFailed(f"exit {p.returncode}: {one_line(p.stderr[-1500:])}")
     out: dict[str, object] = json.loads(p.stdout.strip().splitlines()[-1])
     return out
+
+
+def _gone(tag: str, timeout: float) -> None:
+    """Wait (at most ``timeout`` s) until no job named ``tag`` is left in squeue."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        q = subprocess.run(["squeue", "-h", "--name", tag, "-o", "%i"], capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+        if q.returncode == 0 and not q.stdout.strip():
+            return
+        time.sleep(0.5)
 
 
 def measure_22(reps: int, smoke: bool) -> list[Row]:

@@ -82,11 +82,22 @@ def ready(agent: int) -> int:
     return sum(int(m.rsplit(".", 1)[1]) in kids for m in marks if m.rsplit(".", 1)[1].isdigit())
 
 
+def _is_agent(pid: int) -> bool:
+    """``python3 -m xrun.runtime ...`` itself, not a shell or docker-init whose command line
+    holds those words."""
+    argv = _cmdline(pid).split()
+    return (
+        len(argv) >= 3
+        and os.path.basename(argv[0]).startswith("python")
+        and argv[1:3] == ["-m", "xrun.runtime"]
+    )
+
+
 def _agent_under(pid: int) -> int | None:
     todo = [pid]
     while todo:
         p = todo.pop()
-        if "xrun.runtime" in _cmdline(p):
+        if _is_agent(p):
             return p
         todo += _children(p)
     return None
@@ -310,7 +321,7 @@ class Slurm:
         if known and want.items() <= _environ(known).items():
             return known
         for d in os.listdir("/proc"):
-            if d.isdigit() and "xrun.runtime" in _cmdline(int(d)):
+            if d.isdigit() and _is_agent(int(d)):
                 if want.items() <= _environ(int(d)).items():
                     self.pids[k] = int(d)
                     return int(d)
