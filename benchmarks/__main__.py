@@ -1,16 +1,20 @@
 """``python -m benchmarks [--smoke] [--only 1,3] [--reps N] [--out FILE]``
 
-Runs the eight measures of issue #6 (1-8), the two of issue #18 (sweeps, 9-10) and the four of
-issue #14 (the agent's store, 11-14) and the two of issue #24 (fault diagnosis, 15; a hang's autopsy, 16), the two of issue #34 (a
-snapshot's cost, 17; the warm recovery drill, 18) and the one of issue #33 (real Slurm
-preemptions, 19: K and the checkpoint's seconds C via XRUN_BENCH_PREEMPT_K/_C, see
-benchmarks/preemption.py) and the one of issue #35 (a node-loss drill with a spare, 20) in this one process tree, prints each table as it finishes and writes every figure to
+Runs the eight measures of issue #6 (1-8), the two of issue #18 (sweeps, 9-10), the four of
+issue #14 (the agent's store, 11-14), the two of issue #24 (fault diagnosis, 15; a hang's
+autopsy, 16), the two of issue #34 (a snapshot's cost, 17; the warm recovery drill, 18), the one
+of issue #33 (real Slurm preemptions, 19: K and the checkpoint's seconds C via
+XRUN_BENCH_PREEMPT_K/_C, see benchmarks/preemption.py), the one of issue #35 (a node-loss drill
+with a spare, 20), the drills of 18 and 20 on docker and slurm (21, issues #34 and #35) and the
+one of issue #36 (Python callables on Slurm beside submitit, 22) in this one process tree,
+prints each table as it finishes and writes every figure to
 ``benchmarks/results/latest.json`` (rewritten after each measure, so an interrupted run keeps
 what it measured). Exit status: 0 when every contender that is
 installed did its job, 1 when an xrun contender failed (its row says why; a reference such as
 torchrun failing is reported but does not fail the run), 2 for a bad option.
-``--smoke`` (CI, as tests/e2e/test_benchmarks_smoke.py): tiny sizes, one repetition, about 10
-minutes on the 2-core VM (measures 16, 18 and 19 are most of it: real hangs, restarts, preemptions).
+``--smoke`` (CI, as tests/e2e/test_benchmarks_smoke.py): tiny sizes, one repetition, about 15
+minutes on the 2-core VM (measures 16, 18, 19 and 21 are most of it: real hangs, restarts,
+preemptions, node losses).
 """
 
 from __future__ import annotations
@@ -65,6 +69,14 @@ MEASURES: dict[str, tuple[str, str]] = {
     "20": (
         "node-loss drill: a spare takes a SIGKILLed node's slot, state from peers (issue #35)",
         "node_loss:measure_20",
+    ),
+    "21": (
+        "recovery and node-loss drills on docker and slurm (issues #34, #35)",
+        "drills:measure_21",
+    ),
+    "22": (
+        "Python callables on Slurm: submit -> result, beside submitit (issue #36)",
+        "calls:measure_22",
     ),
 }
 

@@ -18,7 +18,9 @@ same kill. Its workers run the same script; the example's Snapshotter is a worke
 that needs no xrun agent (torchelastic's ``TORCHELASTIC_RUN_ID``, ``/dev/shm``), so there too the
 spare's ranks get the step from their peers. And torchrun (the installed torch's) with three
 agents for ``--nnodes 2``: c10d keeps the third in its redundancy list too, and lets it in once
-the dead node's keep-alive has expired. ``XRUN_BENCH_NODE_LOSS_FAULTS`` sets the number of
+the dead node's keep-alive has expired. And xrun's spares on the etcd rendezvous
+(scripts/etcd-server.sh's etcd), losing the node c10d cannot replace: the one of group rank 0,
+whose agent serves the store under c10d. ``XRUN_BENCH_NODE_LOSS_FAULTS`` sets the number of
 faults per contender (default ``max(5, --reps)``, 1 with ``--smoke``).
 """
 
@@ -33,6 +35,7 @@ import re
 import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,6 +68,10 @@ CONF = "heartbeat_interval=0.2,heartbeat_timeout=1.5,last_call_timeout=5,join_ti
 TORCHRUN = "torchrun"
 TORCHRUN_CONF = "last_call_timeout=5,join_timeout=120"
 CHURN = 40  # workers stopped before the kill that show a job restarting round after round
+# xrun's spares on the etcd rendezvous (scripts/etcd-server.sh's etcd): group rank 0's node lost
+ETCD_WARM, ETCD = "etcd-warm", "127.0.0.1:2379"
+ETCD_CONF = "heartbeat_interval=0.2,heartbeat_timeout=2,last_call_timeout=5,join_timeout=120"
+ETCD_SPARE = "xrun etcd spare, group rank 0's node lost"
 
 
 def _listening(port: int, timeout: float) -> None:
@@ -93,11 +100,18 @@ def _job(tmp: str, spares: int, recover: str, n: int) -> list[_Job]:
             "--tee", "3", "--monitor-interval", "0.1",
         ]  # fmt: skip
     else:
+        # ETCD: the spares' rules kept in etcd (etcd_spares.py), so the node of group rank 0
+        # can be lost too; a 2 s lease (etcd's shortest) instead of 1.5 s heartbeats
+        backend, endpoint = (
+            ("etcd", ETCD) if recover == ETCD_WARM else ("c10d", f"127.0.0.1:{port}")
+        )
         launcher = [
             c.PYTHON, "-m", "xrun.runtime", "--nnodes", "2", "--nproc-per-node", str(NPROC),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-            "--rdzv-id", run_id, "--rdzv-conf", CONF, "--max-restarts", "3",
-            "--tee", "3", "--recover", recover, *(["--spares", str(spares)] if spares else []),
+            "--rdzv-backend", backend, "--rdzv-endpoint", endpoint,
+            "--rdzv-id", run_id, "--rdzv-conf", ETCD_CONF if backend == "etcd" else CONF,
+            "--max-restarts", "3", "--tee", "3",
+            "--recover", "warm" if recover == ETCD_WARM else recover,
+            *(["--spares", str(spares)] if spares else []),
         ]  # fmt: skip
     cmd = [
         *launcher, str(TRAIN), "--print-steps", "--step-sleep", "0.05", "--epochs", "1",
@@ -106,7 +120,8 @@ def _job(tmp: str, spares: int, recover: str, n: int) -> list[_Job]:
     ]  # fmt: skip
     # XRUN_NODE_ID: each agent a node of its own, its own snapshot dir (as on separate hosts)
     first = _Job(cmd, tmp, env={**extra, "XRUN_NODE_ID": f"node-{n}-0"})
-    _listening(port, 300)
+    if recover != ETCD_WARM:  # etcd: no store of the first agent's to wait for
+        _listening(port, 300)
     rest = [
         _Job(cmd, tmp, first.lines, env={**extra, "XRUN_NODE_ID": f"node-{n}-{i}"})
         for i in range(1, 2 + spares)
@@ -135,9 +150,11 @@ def _fault(
     try:
         kill_at = rng.randint(20, 40)
         job.until(_reached(kill_at), 600)
-        spare = _spare(jobs, recover) if spares else None
-        # not the store's host (jobs[0]: its loss ends the job), not the spare
-        victim = next(j for j in jobs[1:] if j is not spare)
+        spare = _spare(jobs, "warm" if recover == ETCD_WARM else recover) if spares else None
+        if recover == ETCD_WARM:  # the node of group rank 0, whichever agent that is
+            victim = next(j for j in jobs if j.rank0)
+        else:  # not the store's host (jobs[0]: its loss ends the job), not the spare
+            victim = next(j for j in jobs[1:] if j is not spare)
         last = -1
         while not job.lines.empty():  # the steps before the kill are read
             if m := _STEP.search(job.lines.get_nowait()[1]):
@@ -248,20 +265,23 @@ def measure_20(reps: int, smoke: bool) -> list[Row]:
     faults = int(os.environ.get("XRUN_BENCH_NODE_LOSS_FAULTS", 1 if smoke else max(5, reps)))
     rng = random.Random(35)
     contenders = {
-        "spare, --recover warm": (1, "warm"),
-        "spare, --recover off": (1, "off"),
-        "no spare, off, one worker killed": (0, "off"),
+        "xrun spare, --recover warm": (1, "warm"),
+        "xrun spare, --recover off": (1, "off"),
+        "xrun no spare, off, one worker killed": (0, "off"),
         FTL: (1, "ftl"),  # NVIDIA's ft_launcher, its hot spare (benchmarks/ftl.py)
         "torchrun c10d, 3 agents for 2 nodes": (1, TORCHRUN),
+        ETCD_SPARE: (1, ETCD_WARM),  # the node c10d cannot replace (its agent serves the store)
     }
     # Smoke (CI): ft_launcher's venv needs the package index, as preemption.py's submitit does
     if smoke:  # one fault of the subject; no reference run (bit-identity: n/a)
-        contenders = {"spare, --recover warm": (1, "warm")}
+        contenders = {"xrun spare, --recover warm": (1, "warm")}
     results: dict[str, Stats | str] = {}
     samples: dict[str, list[float]] = {k: [] for k in contenders}
     lost: dict[str, list[int]] = {k: [] for k in contenders}
     same: dict[str, list[bool]] = {k: [] for k in contenders}
     n = 0
+    if ETCD_SPARE in contenders and not _etcd_up():
+        results[ETCD_SPARE] = "unavailable: scripts/etcd-server.sh up failed"
     with tempfile.TemporaryDirectory(prefix="xrun-bench-node-loss-") as tmp:
         ref = "" if smoke else _reference(tmp)
         for _ in range(faults):  # round-robin: one fault of each in turn
@@ -300,18 +320,24 @@ def measure_20(reps: int, smoke: bool) -> list[Row]:
             "s",
             "spare warm <= 1 s median and <= 0.1x a worker's cold restart, 0 steps lost",
             results,
-            subject="spare, --recover warm",
-            reference="no spare, off, one worker killed",
-            check=lambda r: _check(r, lost.get("spare, --recover warm", [])),
+            subject="xrun spare, --recover warm",
+            reference="xrun no spare, off, one worker killed",
+            check=lambda r: _check(r, lost.get("xrun spare, --recover warm", [])),
             note="; ".join(note),
         )
     ]
 
 
+def _etcd_up() -> bool:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "etcd-server.sh"
+    up = subprocess.run(["bash", str(script), "up"], capture_output=True, timeout=600)
+    return up.returncode == 0
+
+
 def _check(results: Mapping[str, Stats | str], lost: list[int]) -> bool | None:
     warm, cold = (
-        results.get("spare, --recover warm"),
-        results.get("no spare, off, one worker killed"),
+        results.get("xrun spare, --recover warm"),
+        results.get("xrun no spare, off, one worker killed"),
     )
     if not isinstance(warm, Stats) or not isinstance(cold, Stats):
         return None

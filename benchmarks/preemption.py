@@ -8,10 +8,13 @@ Slurm cluster (partition ``low``: PreemptMode=REQUEUE, GraceTime=60), K times by
   (workers/torchrun_preempt.sbatch), a SIGTERM handler that sets a flag the ranks all_reduce
   at every step; the script requeues;
 * ``submitit``: submitit 1.5.4's checkpoint()/requeue, installed by this module into a venv
-  of its own (never the project's), see ``submitit_python``.
+  of its own (never the project's), see ``submitit_python``;
+* ``lightning``: Lightning 2.5.6's Trainer with its SLURM auto-requeue
+  (workers/lightning_preempt.py under workers/lightning_preempt.sbatch), in a venv of its own
+  too (``lightning_python``).
 
 The same worker (workers/preempt_train.py: the example's model, data and checkpoint) runs for
-every contender. Per contender: preemptions that ended with a complete checkpoint of one
+every contender (Lightning's: the same as a LightningModule). Per contender: preemptions that ended with a complete checkpoint of one
 agreed step (k of K), steps lost per preemption, final parameters bit-identical to an
 undisturbed run, logical runs (Slurm job ids), double or lost requeues, seconds from the
 preemption to the nodes running the preemptor and from the requeue to the first resumed step.
@@ -45,10 +48,14 @@ from benchmarks.harness import Row, RunFailed, Stats, Unavailable, one_line, pee
 REPO = c.WORKERS.parent.parent
 WORKER = c.WORKERS / "preempt_train.py"
 SBATCH = c.WORKERS / "torchrun_preempt.sbatch"
+LIGHTNING_WORKER = c.WORKERS / "lightning_preempt.py"
+LIGHTNING_SBATCH = c.WORKERS / "lightning_preempt.sbatch"
+LIGHTNING = "lightning==2.5.6"
+LIGHTNING_VENV = Path(os.environ.get("XRUN_BENCH_LIGHTNING_VENV", "/var/tmp/xrun-bench-lightning"))
 RECIPE = REPO / "examples" / "train_ddp.py"
 SUBMITIT = "submitit==1.5.4"
 SUBMITIT_VENV = Path(os.environ.get("XRUN_BENCH_SUBMITIT_VENV", "/var/tmp/xrun-bench-submitit"))
-CONTENDERS = ("xrun", "torchrun-sbatch", "submitit")
+CONTENDERS = ("xrun", "torchrun-sbatch", "submitit", "lightning")
 NAME = "bench-preempt"  # job names: never the tests' "preempt-me"/"preemptor" (they scancel those)
 STEP_SLEEP = 0.2
 STEPS_BEFORE = 5  # steps each attempt trains before the next preemption
@@ -230,17 +237,33 @@ def _submitit(work: Path, args: list[str], k: int) -> str:
     return _run(argv, cwd=work, env=env).strip().splitlines()[-1]
 
 
+def lightning_python() -> str:
+    """A venv of the benchmark's own with Lightning 2.5.6 over the project's torch 2.13.0 CPU
+    (``harness.peer_venv``; the constraint keeps pip from fetching another torch)."""
+    probe = "import lightning; assert lightning.__version__ == '2.5.6'"
+    return peer_venv(LIGHTNING_VENV, LIGHTNING, [LIGHTNING], probe, constraints="torch==2.13.0\n")
+
+
+def _lightning(work: Path, args: list[str], k: int) -> str:
+    env = dict(os.environ, BENCH_DIR=str(work), BENCH_PY=lightning_python(),
+               BENCH_ARGS=" ".join(args), MASTER_PORT=str(c.free_port()), OMP_NUM_THREADS="1")  # fmt: skip
+    return _run(["sbatch", "--parsable", "-p", "low", "-N2", "-J", f"{NAME}-lightning",
+                 "-o", str(work / "slurm.out"), "--chdir", str(work), str(LIGHTNING_SBATCH)],
+                env=env).strip().split(";")[0]  # fmt: skip
+
+
 SUBMIT: dict[str, Callable[[Path, list[str], int], str]] = {
     "xrun": _xrun,
     "torchrun-sbatch": _torchrun,
     "submitit": _submitit,
+    "lightning": _lightning,
 }
 
 
 def _workdir() -> Path:
     # The cluster's nodes run on this host: a tmp dir is the shared file system.
     work = Path(tempfile.mkdtemp(prefix="xrun-bench-preempt-"))
-    for f in (WORKER, RECIPE):
+    for f in (WORKER, RECIPE, LIGHTNING_WORKER):
         shutil.copy(f, work / f.name)
     return work
 
@@ -261,7 +284,11 @@ def reference(steps: int) -> str:
 
 def run_contender(name: str, k: int, save_s: float, steps: int) -> Outcome:
     work = _workdir()
-    job_id = SUBMIT[name](work, _worker_args(work, steps, save_s), k)
+    try:
+        job_id = SUBMIT[name](work, _worker_args(work, steps, save_s), k)
+    except BaseException:  # e.g. Unavailable: its venv could not be made
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     try:
         # Each preemption: a grace up to 60 s + the kill, the hold cut at 3 s, torch's start.
         out = _drive(job_id, work, k, timeout=300 + k * (save_s + 150) + steps * STEP_SLEEP * 3)
@@ -397,7 +424,7 @@ def settings(smoke: bool) -> tuple[int, float, list[str], bool]:
     env = os.environ.get
     k = int(env("XRUN_BENCH_PREEMPT_K", "1" if smoke else "20"))
     save_s = float(env("XRUN_BENCH_PREEMPT_C", "2" if smoke else "45"))
-    # Smoke (CI) leaves submitit out: its venv needs the package index, and a run ~2 min.
+    # Smoke (CI) leaves submitit and Lightning out: their venvs need the package index.
     every = ",".join(CONTENDERS[:2] if smoke else CONTENDERS)
     names = [n for n in env("XRUN_BENCH_PREEMPT_CONTENDERS", every).split(",") if n]
     unknown = [n for n in names if n not in SUBMIT]

@@ -77,6 +77,7 @@ def ddp(
     stall_silent_timeout: int = 0,
     recover: str = "off",
     spares: int = 0,
+    rdzv_endpoint: str | None = None,
 ) -> AppDef:
     """Distributed data parallel: NNODES replicas, each running NPROC workers of a script.
 
@@ -94,7 +95,7 @@ def ddp(
         env: environment variables, k=v,k2=v2 or k=v;k2=v2 (LOGLEVEL defaults to $LOGLEVEL or WARNING)
         max_retries: how many times the workers are restarted after a failure, in place by each replica's agent (--max-restarts) on every scheduler: max_retries + 1 attempts in all; slurm also requeues a preempted job up to max_retries times
         rdzv_port: the rendezvous port on the first replica (multi-node only; left at the default, local_cwd picks a free one per app)
-        rdzv_backend: c10d or static (static: a fixed node count; replica i is node rank i)
+        rdzv_backend: c10d, static (a fixed node count; replica i is node rank i) or etcd (the rendezvous kept in an etcd the cluster runs, --rdzv_endpoint; no replica is a single point of failure)
         rdzv_conf: extra rendezvous settings, e.g. join_timeout=600,last_call_timeout=30
         mounts: docker-style mounts, type=bind,src=/a,dst=/b[,readonly] (several: repeat type=)
         debug: set torch/NCCL debug environment variables
@@ -102,7 +103,8 @@ def ddp(
         stall_timeout: seconds in which no worker works (CPU, I/O) nor shows a sign of life (a line, a write, a beat) before the attempt ends with every rank's stack as its root cause; a silent start-up or busy phase has max(10x, 600 s) (the agent's --stall-timeout, docs/diagnose.md); 0: off
         stall_silent_timeout: with stall_timeout, seconds the workers may show no sign of life (no line, write, beat or timer request) at all, busy or not, before the attempt ends the same way (the agent's --stall-silent-timeout); 0: max(10 x stall_timeout, 600 s)
         recover: how a failed attempt's workers are replaced: off (cold interpreters, as torchrun) or warm (pre-started interpreters that imported what the workers import; the agents, the store and the rendezvous stay; costs one idle interpreter per worker, see docs/runtime.md)
-        spares: spare replicas beside NNODES (c10d): the replicas that arrive while the NNODES seats are taken park, using no CPU, and one takes the node rank and RANKs of a node that is lost (the agent's --spares, docs/runtime.md)
+        spares: spare replicas beside NNODES (c10d or etcd): the replicas that arrive while the NNODES seats are taken park, using no CPU, and one takes the node rank and RANKs of a node that is lost (the agent's --spares, docs/runtime.md; with c10d not the first replica's, whose agent serves the store: with etcd any)
+        rdzv_endpoint: etcd's client HOST:PORT for --rdzv_backend etcd (required there; every replica must reach it); c10d and static meet at the first replica
     """
     size = parse_j(j)
     resource = get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
@@ -128,6 +130,7 @@ def ddp(
             stall_silent_timeout=stall_silent_timeout,
             recover=recover,
             spares=spares,
+            rdzv_endpoint=rdzv_endpoint,
         )
     )
 
@@ -225,6 +228,7 @@ class DistJob(Value):
     stall_silent_timeout: int = 0  # the agent's --stall-silent-timeout; 0: its default
     recover: str = "off"  # the agent's --recover: off or warm
     spares: int = 0  # the agent's --spares: spare replicas beside the job's nodes
+    rdzv_endpoint: str | None = None  # etcd's HOST:PORT (--rdzv_backend etcd)
 
     def validate(self) -> None:
         """UsageError naming the option, its value and the expected form."""
@@ -232,20 +236,12 @@ class DistJob(Value):
         if (self.script is None) == (self.module is None):
             got = "both" if self.script is not None else "neither"
             raise UsageError(f"{c}: give exactly one of --script FILE or -m MODULE (got {got})")
-        if self.rdzv_backend in ETCD_BACKENDS:
-            # The agent speaks etcd, but this component points the rendezvous at its first
-            # replica, where no etcd runs.
-            raise UsageError(
-                f"{c}: --rdzv_backend {self.rdzv_backend!r} is not supported by this component "
-                f"yet: it points the rendezvous at its first replica, while etcd's needs etcd's "
-                f"endpoint; use c10d or static here, or run python -m xrun.runtime "
-                f"--rdzv-backend {self.rdzv_backend} --rdzv-endpoint ETCD_HOST:2379 yourself"
-            )
         if self.rdzv_backend not in RDZV_BACKENDS:
             raise UsageError(
                 f"{c}: --rdzv_backend {self.rdzv_backend!r} is not supported; use one of "
-                f"{', '.join(b for b in RDZV_BACKENDS if b not in ETCD_BACKENDS)}"
+                f"{', '.join(RDZV_BACKENDS)}"
             )
+        self._check_endpoint()
         if not 0 <= self.tee <= 3:
             raise UsageError(f"{c}: --tee {self.tee} is invalid; expected 0, 1, 2 or 3")
         if not 0 < self.rdzv_port < 65536:
@@ -295,16 +291,44 @@ class DistJob(Value):
                 "or use --rdzv_backend c10d (elastic)"
             )
 
+    def _check_endpoint(self) -> None:
+        """etcd's endpoint is the user's (etcd runs outside the job); c10d and static meet at
+        the first replica, whose host the scheduler names."""
+        c, ep = self.component, self.rdzv_endpoint
+        if self.rdzv_backend in ETCD_BACKENDS and not ep:
+            raise UsageError(
+                f"{c}: --rdzv_backend {self.rdzv_backend} needs --rdzv_endpoint ETCD_HOST:PORT "
+                "(etcd's client endpoint, e.g. etcd.example.com:2379), reachable from every replica"
+            )
+        if ep is None:
+            return
+        if self.rdzv_backend not in ETCD_BACKENDS:
+            raise UsageError(
+                f"{c}: --rdzv_endpoint {ep!r} is for --rdzv_backend etcd; {self.rdzv_backend} "
+                "meets at the first replica (drop --rdzv_endpoint, or give --rdzv_port)"
+            )
+        host, _, port = ep.rpartition(":")
+        if (
+            not host
+            or not port.isdigit()
+            or not 0 < int(port) < 65536
+            or any(ch.isspace() or ch in "'\"$`;&|" for ch in ep)
+        ):
+            raise UsageError(
+                f"{c}: --rdzv_endpoint {ep!r} is invalid; expected etcd's HOST:PORT, e.g. "
+                "etcd.example.com:2379"
+            )
+
     def _check_spares(self) -> None:
         c = self.component
         if not 0 <= self.spares <= MAX_NODES:
             raise UsageError(
                 f"{c}: --spares {self.spares} is invalid; expected 0 to {MAX_NODES:,} replicas"
             )
-        if self.spares and self.rdzv_backend != "c10d":
+        if self.spares and self.rdzv_backend not in ("c10d", *ETCD_BACKENDS):
             raise UsageError(
-                f"{c}: --spares needs --rdzv_backend c10d (got {self.rdzv_backend!r}): a spare "
-                "takes whichever node rank is lost"
+                f"{c}: --spares needs --rdzv_backend c10d or etcd (got {self.rdzv_backend!r}): "
+                "a spare takes whichever node rank is lost"
             )
 
     @property
@@ -320,6 +344,8 @@ class DistJob(Value):
         replica on this host and gives each multi-node app a free port, so that two such apps
         never meet on 29500. A port the user chose is used as it is.
         """
+        if self.rdzv_endpoint is not None:  # etcd's (validated: HOST:PORT, nothing to quote)
+            return self.rdzv_endpoint
         if not self.multi_node:
             return "localhost:0"
         port = self.rdzv_port

@@ -180,9 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt(
         "--spares",
         default="0",
-        help="xrun: spare agents the job has beside its --nnodes (c10d): an agent that arrives "
-        "when the world is full parks on the store and takes the slot (node rank, RANKs) of "
-        "a node that is lost (docs/runtime.md).",
+        help="xrun: spare agents the job has beside its --nnodes (c10d or etcd): an agent that "
+        "arrives when the world is full stands by and takes the slot (node rank, RANKs) of a "
+        "node that is lost (docs/runtime.md).",
     )
     opt(
         *both("event-log-handler"),

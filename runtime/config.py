@@ -44,6 +44,9 @@ DEFAULT_LOG_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
 # Variable name used in script arguments, replaced by each worker's local rank (torchrun's macro;
 # ``$local_rank`` works too and ``$$`` is a literal ``$``, as in torchrun's string.Template).
 LOCAL_RANK_MACRO = "${local_rank}"
+# the rendezvous backends whose agents can stand by as spares (runtime/rendezvous/spares.py,
+# etcd_spares.py): not static (a fixed node rank each), not standalone (one node)
+SPARE_BACKENDS = ("c10d", "etcd", "etcd-v2")
 
 
 @dataclass
@@ -103,7 +106,7 @@ class LaunchConfig:
     # docs/recovery.md); ``warm_pool_size``: the warm interpreters kept (0: nproc_per_node).
     recover: str = "off"
     warm_pool_size: int = 0
-    # xrun: spare agents beside the job's max_nodes (c10d; runtime/rendezvous/spares.py)
+    # xrun: spare agents beside the job's max_nodes (c10d or etcd; rendezvous/spares.py)
     spares: int = 0
     # rdzv_endpoint parsed (None: standalone), by __post_init__ unless the command line, which
     # parsed it already, passes it: what the agent reads, never the text.
@@ -197,11 +200,11 @@ def validate(cfg: LaunchConfig) -> None:
         )
     check_count(cfg.warm_pool_size, "warm_pool_size", MAX_NPROC_PER_NODE, lo=0)
     check_count(cfg.spares, "spares", MAX_NODES, lo=0)
-    if cfg.spares and (cfg.rdzv_backend != "c10d" or cfg.standalone):
+    if cfg.spares and (cfg.rdzv_backend not in SPARE_BACKENDS or cfg.standalone):
         raise UsageError(
-            f"spares {cfg.spares} needs the c10d rendezvous on a shared --rdzv-endpoint (got "
-            f"backend {cfg.rdzv_backend!r}{', standalone' if cfg.standalone else ''}); drop it "
-            f"or use --rdzv-backend c10d --rdzv-endpoint HOST:PORT"
+            f"spares {cfg.spares} needs the c10d or etcd rendezvous on a shared --rdzv-endpoint "
+            f"(got backend {cfg.rdzv_backend!r}{', standalone' if cfg.standalone else ''}); drop "
+            f"it or use --rdzv-backend c10d --rdzv-endpoint HOST:PORT"
         )
     parse_signals(cfg.signals_to_handle)
 

@@ -441,7 +441,11 @@ class Snapshotter:
         if self.job_dir is not None:
             shutil.rmtree(self.rank_dir, ignore_errors=True)
             self._release()
-            if not any(self.job_dir.glob("rank-*")):
+            try:
+                left = any(self.job_dir.glob("rank-*"))
+            except FileNotFoundError:  # a peer on this node removed the job dir meanwhile
+                return
+            if not left:
                 _remove_unheld(self.job_dir)
 
     def _release(self) -> None:

@@ -12,10 +12,11 @@ for c10d.
 Keys under ``<etcd_prefix>/<run_id>/``:
 
 * ``state``: the job's one JSON document, only ever changed by compare-and-set on its revision:
-  ``round`` (counts up), ``formed``, ``members`` (``[addr, sortkey, nproc, node id, store]``,
-  in rank order once formed), ``why`` (what ended the previous round), ``fin`` (members whose
-  workers finished), ``wait`` (the last world's members a new round waits for: see
-  ``etcd_state.fresh``) and ``closed`` (the verdict, ``{"failed", "reason"}``);
+  ``round`` (counts up), ``formed``, ``members`` (``[addr, sortkey, nproc, agent id, store,
+  slot, node id]``, in rank order once formed), ``why`` (what ended the previous round),
+  ``fin`` (members whose workers finished), ``wait`` (the last world's members a new round
+  waits for: see ``etcd_state.fresh``), ``quarantine`` (``--spares``: etcd_spares.py) and
+  ``closed`` (the verdict, ``{"failed", "reason"}``);
 * ``alive/<node id>``: one per agent, bound to the agent's lease (TTL heartbeat_timeout,
   renewed every heartbeat_interval): it vanishes when the agent dies (TTL) or leaves (revoke).
 
@@ -24,7 +25,8 @@ restart request, a node waiting next to a world with room) writes ``round + 1``,
 with ``why``; the old round's members see the round move on (RESTART) and join it. A node next
 to a full world stands by. Joiners wait on etcd watches, never by polling; the round forms
 when MAX nodes joined, or MIN did and no one joined for last_call_timeout. Ranks: members
-sorted by (advertised address, sort key), as c10d.
+sorted by (advertised address, sort key), as c10d; with ``--spares`` each node keeps its slot
+and a spare takes a lost node's (etcd_spares.py).
 
 The workers' store: every agent serves a ``StoreServer`` (torch's TCPStore protocol) on a free
 port of its advertised address and names it in its member entry; the round's group rank 0's is
@@ -63,18 +65,26 @@ from .api import (
 from .conf import RdzvConfig, config_from_conf
 from .endpoint import Endpoint, bind_address
 from .etcd_kv import EtcdClient, EtcdError, tls_context
-from .etcd_state import Member, fresh, running
-from .keys import closed_error, verdict
+from .etcd_leave import MIN_TTL, EtcdLeaving
+from .etcd_spares import (
+    ModulesPublisher,
+    node_id,
+    quarantine,
+    refuse_quarantined,
+    seal,
+    took,
+)
+from .etcd_state import Member, fresh, lost, running, stayed_away, waiting
+from .keys import closed_error
 from .kv import KeyValue
+from .spares import say
 
 __all__ = ["EtcdRendezvousHandler", "create_etcd_handler"]
 
-# etcd refuses leases shorter than its own minimum (1.5 x its election timeout: 2 s by default).
-_MIN_TTL = 2
 _WORKERS_KEY = "workers"
 
 
-class EtcdRendezvousHandler(RendezvousHandler):
+class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
     """One agent's membership in one job's rendezvous kept in etcd: the c10d handler's sibling
     (the agent cannot tell them apart), sharing only the interface and its ``__init__``."""
 
@@ -122,8 +132,17 @@ class EtcdRendezvousHandler(RendezvousHandler):
         # rendezvous of N agents cost N² reads more (benchmark 6). Set again once we joined.
         self._joining = False
         self._wake = threading.Event()
-        self._ttl = max(_MIN_TTL, int(-(-cfg.heartbeat_timeout // 1)))
+        self._ttl = max(MIN_TTL, int(-(-cfg.heartbeat_timeout // 1)))
         self._watcher: threading.Thread | None = None
+        # --spares (etcd_spares.py): our node's slot and id, the modules shared with spares
+        self._slot, self._node = -1, (params.node_id or node_id()) if params.spares else ""
+        self._mods_key = self._prefix + "modules"
+        self._mods: tuple[bytes, int] | None = None  # the published modules, their revision
+        self._mods_seen: set[str] = set()
+        self._on_modules: Any = None
+        self._publisher: ModulesPublisher | None = None
+        self._stood_by = False
+        self._vetted = False  # our node's quarantine looked at (once, at the first join)
 
     # -- what the agent reads ------------------------------------------------------------------
 
@@ -164,6 +183,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 state, srev = json.loads(e.value), e.mod_revision
             elif e.key.startswith(self._alive):
                 alive.add(e.key[len(self._alive) :])
+            elif e.key == self._mods_key:
+                self._mods = (e.value, e.mod_revision)
         return rev, state, srev, alive
 
     def _write(self, state: dict[str, Any], srev: int, lease: int = 0) -> bool:
@@ -210,6 +231,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
                     pass
             except BlockingIOError:
                 pass
+        if self._stood_by:  # the same line as c10d's spares: xrun status reads it
+            say(f"a spare no more: took group rank {rank} in round {rnd}")
+        if self.params.spares:
+            self._slot, self._stood_by = rank, False
         sizes = tuple(int(m[2]) for m in members)
         addrs = tuple(str(m[0]) for m in members)
         return RendezvousInfo(
@@ -242,6 +267,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         p, cfg = self.params, self.cfg
         deadline = time.monotonic() + cfg.join_timeout
         me: Member = [self.addr, self.sortkey, p.local_world_size, self._id, self._store_addr]
+        me += [self._slot, self._node]
         count, since = -1, time.monotonic()
         while True:
             rev, s, srev, alive = self._read()
@@ -251,21 +277,24 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 continue
             if s["closed"] is not None:
                 raise closed_error(json.dumps(s["closed"]).encode())
+            if last < 0:
+                self._vet(s)
             members: list[Member] = s["members"]
             ids = [m[3] for m in members]
             r = s["round"]
             if s["formed"]:
                 if self._id in ids and r > last:
                     return r, members
-                self._next_to_formed(s, srev, rev, alive, me, deadline)
+                deadline = self._next_to_formed(s, srev, rev, alive, me, deadline)
                 continue
             live = [m for m in members if m[3] in alive]
             if len(live) < len(members):  # a joiner died before the round formed
                 self._write({**s, "members": live}, srev)
                 continue
             if self._id not in ids:
-                if len(members) < p.max_nodes:
-                    self._write({**s, "members": [*members, me]}, srev)
+                got = self._arrive(s, srev, rev, alive, me, deadline)
+                if got is not None:
+                    deadline = got
                     continue
             else:
                 if len(members) != count:
@@ -276,8 +305,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 if len(members) >= p.max_nodes or (
                     len(members) >= p.min_nodes and now >= min(last_call, deadline)
                 ):
-                    ranked = sorted(members, key=lambda m: (m[0], m[1]))
-                    self._write({**s, "formed": True, "members": ranked}, srev)
+                    self._seal(s, srev, alive)
                     continue
                 if now >= deadline:
                     self._withdraw()
@@ -295,6 +323,39 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 continue
             self._wait_state(rev, deadline - now)
 
+    def _arrive(
+        self, s: dict[str, Any], srev: int, rev: int, alive: set[str], me: Member, deadline: float
+    ) -> float | None:
+        """Take a seat in the unformed round ``s`` if it has room (with spares, the seats of the
+        last world's members still stopping are theirs: a spare never displaces a survivor), or
+        stand by as a spare: the join's deadline then. None: no room, wait as before."""
+        p = self.params  # held: the seats of the last world's members still stopping, not ours
+        held = waiting(s, alive) - (self._id in (s.get("wait") or ())) if p.spares else 0
+        room = p.max_nodes - len(s["members"]) - held
+        if room > 0:
+            self._write({**s, "members": [*s["members"], me]}, srev)
+            return deadline
+        if p.spares:
+            self._stand_by(s["round"], rev)
+            return time.monotonic() + self.cfg.join_timeout
+        return None
+
+    def _vet(self, s: dict[str, Any]) -> None:
+        """A lost node's new agent is refused, at its first look only (etcd_spares.py,
+        "Quarantine"): a spare standing by may itself have quarantined a node id it shares."""
+        if not self._vetted:
+            refuse_quarantined(s, self._node, self.params.run_id)
+            self._vetted = True
+
+    def _seal(self, s: dict[str, Any], srev: int, alive: set[str]) -> None:
+        """Form the round in ``s``: its members in rank order; with spares the last world's
+        members it waited for in vain are quarantined in the same write."""
+        p = self.params
+        new = {**s, "formed": True, "members": seal(s["members"], p.max_nodes, p.spares)}
+        if p.spares:
+            new = quarantine(new, stayed_away(s, alive), s["round"] - 1)
+        self._write(new, srev)
+
     def _next_to_formed(
         self,
         s: dict[str, Any],
@@ -303,28 +364,52 @@ class EtcdRendezvousHandler(RendezvousHandler):
         alive: set[str],
         me: Member,
         deadline: float,
-    ) -> None:
+    ) -> float:
         """We are not in the formed round ``s``: start the next round with us if the world must
-        re-form (we were in it, a member was lost, or it has room), else stand by."""
+        re-form (we were in it, a member was lost, or it has room), else stand by. The join's
+        deadline: a spare's join_timeout runs from when it stops standing by."""
         p = self.params
         members: list[Member] = s["members"]
-        lost = [m[0] for m in members if m[3] not in alive]
-        if self._id in {m[3] for m in members} or lost or len(members) < p.max_nodes:
+        gone = lost(s, alive)
+        ours = self._id in {m[3] for m in members}
+        # members finished and left: the job is ending, no node was lost
+        ended = bool(s["fin"]) and not gone and not ours
+        if not ended and (ours or gone or len(members) < p.max_nodes):
             why = (
-                f"node {', '.join(lost)} was lost (its lease expired)"
-                if lost
+                f"node {', '.join(m[0] for m in gone)} was lost (its lease expired)"
+                if gone
                 else f"node {self.addr} is waiting to join"
             )
-            self._write(fresh(s["round"] + 1, why, me, running(s, alive)), srev)
-            return
+            new = fresh(s["round"] + 1, why, me, running(s, alive), s, p.spares)
+            self._write(quarantine(new, gone, s["round"]) if p.spares else new, srev)
+            return time.monotonic() + self.cfg.join_timeout if p.spares else deadline
+        if p.spares:  # a spare: stands by without join_timeout, taking the shared modules
+            self._stand_by(s["round"], rev)
+            return time.monotonic() + self.cfg.join_timeout
         now = time.monotonic()
-        if now >= deadline:  # a full, live world: we stood by in vain
+        if now >= deadline:  # a full, live world (or one finishing): we stood by in vain
+            what = "is finishing" if ended else f"is full ({p.max_nodes} nodes)"
             raise RendezvousTimeoutError(
-                f"rendezvous {p.run_id!r} at {self.endpoint}: the running round is full "
-                f"({p.max_nodes} nodes) and this node stood by for join_timeout="
-                f"{self.cfg.join_timeout:g}s without a slot opening; raise --nnodes MAX to use it"
+                f"rendezvous {p.run_id!r} at {self.endpoint}: the running round {what} and "
+                f"this node stood by for join_timeout={self.cfg.join_timeout:g}s without a slot "
+                f"opening; raise --nnodes MAX to use it"
             )
         self._etcd.wait_change(self._prefix, rev, deadline - now)
+        return deadline
+
+    def _stand_by(self, rnd: int, rev: int) -> None:
+        if not self._stood_by:
+            self._stood_by = True
+            say(f"standing by as a spare: the world of round {rnd} is full")
+        if self._mods is not None and self._on_modules is not None:
+            names = took(self._mods[0], self._mods_seen)
+            if names:
+                self._on_modules(names)
+        # the whole prefix: a member's lease ending, the modules, the job closing; a few
+        # seconds at a time, to see this handler shut down meanwhile
+        self._etcd.wait_change(self._prefix, rev, 5.0)
+        if self._stop.is_set():
+            raise RendezvousClosedError("this agent is shutting down", failed=True)
 
     def _stopping(self, s: dict[str, Any], alive: set[str], rev: int, deadline: float) -> bool:
         """Wait (once) while members of the last world are still stopping their workers; True
@@ -425,10 +510,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._set_event(rnd, RendezvousEvent.RESTART, s.get("why") or "the round re-formed")
         elif s["formed"] and not self._finished:
             # A member that finished and left is done, not lost: its peers run on.
-            lost = [m[0] for m in s["members"] if m[3] not in alive and m[3] not in s["fin"]]
-            if lost:
-                why = f"node {', '.join(lost)} was lost (its lease expired)"
-                self._write(fresh(rnd + 1, why, None, running(s, alive)), srev)
+            gone = lost(s, alive)
+            if gone:
+                why = f"node {', '.join(m[0] for m in gone)} was lost (its lease expired)"
+                new = fresh(rnd + 1, why, None, running(s, alive), s, self.params.spares)
+                self._write(quarantine(new, gone, rnd) if self.params.spares else new, srev)
         return rev
 
     def _set_event(
@@ -450,106 +536,17 @@ class EtcdRendezvousHandler(RendezvousHandler):
         with self._lock:
             return self._event
 
-    # -- leaving -------------------------------------------------------------------------------
+    def warm_spares(self, pool: Any) -> None:
+        """``--spares --recover warm``: share the modules our workers import with the job's
+        spares, and take theirs while standing by as one (etcd_spares.py, "Warm modules")."""
+        publisher = self._publisher = ModulesPublisher(self._etcd, self._mods_key)
 
-    def _update(self, change: Any, with_alive: bool = False) -> dict[str, Any] | None:
-        """Compare-and-set the state with ``change(state) -> new state | None`` (None: leave it)
-        until it sticks; the state written (or None). ``with_alive``: ``change`` also gets the
-        ids of the live agents."""
-        while True:
-            _, s, srev, alive = self._read()
-            if s is None:
-                return None
-            new = change(s, alive) if with_alive else change(s)
-            if new is None:
-                return None
-            lease = 0
-            if new.get("closed") is not None:
-                # The verdict lives close_timeout seconds, then the run id is free again.
-                ttl = max(_MIN_TTL, int(-(-self.cfg.close_timeout // 1)))
-                lease = self._etcd.grant(ttl)
-            if self._write(new, srev, lease):
-                return new
+        def share(names: list[str]) -> None:  # group rank 0's only: each put wakes every agent
+            if self.is_host:
+                publisher(names)
 
-    def request_restart(self, reason: str) -> None:
-        rnd = self._round
-        if rnd < 0:
-            return
-        why = f"node {self.addr}: {reason}"
-
-        def bump(s: dict[str, Any], alive: set[str]) -> dict[str, Any] | None:
-            if s["round"] != rnd or s["closed"] is not None:
-                return None  # moved on already
-            return fresh(rnd + 1, why, None, running(s, alive))
-
-        try:
-            self._update(bump, with_alive=True)
-        except EtcdError as e:
-            raise self._errors(e) from None
-
-    def close(self, failed: bool, reason: str) -> None:
-        self._closed = True
-        closed = json.loads(verdict(failed, f"node {self.addr}: {reason}"))
-        try:
-            self._update(lambda s: None if s["closed"] is not None else {**s, "closed": closed})
-        except EtcdError as e:
-            raise self._errors(e) from None
-
-    def finish(self, timeout: float | None = None) -> list[str]:
-        """As c10d's: we finished; group rank 0 (whose store the workers use) waits for the
-        others (exit barrier), then closes the job (failed, naming laggards, if any)."""
-        self._finished = True
-        rnd, seat = self._round, self._place
-        if rnd < 0 or seat is None:
-            return []
-        timeout = self.cfg.exit_barrier_timeout if timeout is None else timeout
-
-        def fin(s: dict[str, Any]) -> dict[str, Any] | None:
-            if s["round"] != rnd or self._id in s["fin"]:
-                return None
-            return {**s, "fin": [*s["fin"], self._id]}
-
-        try:
-            self._update(fin)
-            if seat[0] != 0:
-                return []
-            return self._exit_barrier(rnd, seat[1], timeout)
-        except EtcdError as e:
-            # Not a peer's failure: our workers succeeded, and no peer's verdict can be read
-            # now. The agent warns and exits 0 (a peer that failed fails its own node).
-            raise RendezvousError(
-                f"etcd at {self.endpoint} became unreachable at the exit barrier ({e}); this "
-                f"node's workers succeeded"
-            ) from None
-
-    def _exit_barrier(self, rnd: int, members: list[Member], timeout: float) -> list[str]:
-        deadline = time.monotonic() + timeout
-        while True:
-            rev, s, _, alive = self._read()
-            if s is None or s["closed"] is not None:
-                return []
-            done = set(s["fin"]) if s["round"] == rnd else set()
-            unfinished = [m[0] for m in members if m[3] not in done]
-            # A member whose lease is gone left without finishing: no use waiting for it.
-            pending = [m for m in members if m[3] not in done and m[3] in alive]
-            left = deadline - time.monotonic()
-            if not pending or s["round"] != rnd or left <= 0:
-                break
-            self._etcd.wait_change(self._prefix, rev, left)
-        if unfinished:
-            closed = json.loads(
-                verdict(
-                    True,
-                    f"node {self.addr} finished, but {', '.join(unfinished)} did not finish "
-                    f"within exit_barrier_timeout={timeout:g}s (or left without finishing); if "
-                    f"nodes legitimately finish further apart, raise --rdzv-conf "
-                    f"exit_barrier_timeout",
-                )
-            )
-        else:
-            closed = json.loads(verdict(False, "the job finished"))
-        self._update(lambda s: None if s["closed"] is not None else {**s, "closed": closed})
-        return unfinished
+        pool.share = share
+        self._on_modules = pool.take_modules
 
     def kv(self) -> KeyValue:
         raise RendezvousError(
@@ -559,6 +556,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def shutdown(self) -> None:
         if self._shut:
             return
+        if self.params.spares and self._round >= 0 and not (self._finished or self._closed):
+            self._mark_left()  # on purpose: not a lost node to quarantine
         if self._round >= 0 and not (self._finished or self._closed):
             # Leaving mid-round without close/finish: let the peers re-form at once.
             try:
@@ -567,6 +566,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 pass
         with self._lock:  # the watcher reports nothing from now on (the pipe closes below)
             self._shut = True
+        if self._publisher is not None:
+            self._publisher.close()
         self._stop.set()
         self._wake.set()
         if self._lease_id:

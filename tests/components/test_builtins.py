@@ -157,7 +157,12 @@ def test_env_debug_retries_conf_tee_image_mounts() -> None:
 @pytest.mark.parametrize(
     "kw, expected",
     [
-        ({"rdzv_backend": "etcd"}, "rdzv_backend 'etcd' is not supported"),
+        ({"rdzv_backend": "etcd"}, "--rdzv_backend etcd needs --rdzv_endpoint ETCD_HOST:PORT"),
+        ({"rdzv_backend": "zk"}, "--rdzv_backend 'zk' is not supported; use one of c10d"),
+        ({"rdzv_endpoint": "e:2379"}, "--rdzv_endpoint 'e:2379' is for --rdzv_backend etcd"),
+        ({"rdzv_backend": "etcd", "rdzv_endpoint": "e"}, "--rdzv_endpoint 'e' is invalid"),
+        ({"rdzv_backend": "etcd", "rdzv_endpoint": "e:1;x"}, "expected etcd's HOST:PORT"),
+        ({"rdzv_backend": "etcd", "rdzv_endpoint": "e:70000"}, "'e:70000' is invalid"),
         ({"tee": 4}, "--tee 4 is invalid"),
         ({"rdzv_port": 0}, "--rdzv_port 0 is invalid"),
         ({"max_retries": -1}, "--max_retries -1"),
@@ -169,6 +174,18 @@ def test_env_debug_retries_conf_tee_image_mounts() -> None:
 def test_ddp_bad_arguments(kw: dict[str, Any], expected: str) -> None:
     with pytest.raises(UsageError, match=expected.replace("(", r"\(")):
         dist.ddp(script="t.py", **kw)
+
+
+def test_etcd_meets_at_the_users_etcd_with_spares_too() -> None:
+    """--rdzv_backend etcd: every replica's agent meets at etcd's endpoint (no replica is the
+    rendezvous's host, so with --spares any node may be lost: docs/runtime.md)."""
+    app = dist.ddp(
+        script="t.py", j="2x1", spares=1, rdzv_backend="etcd", rdzv_endpoint="etcd.x:2379"
+    )
+    cmd = app.roles[0].args[1]
+    assert "--rdzv-backend etcd --rdzv-endpoint etcd.x:2379 " in cmd and "--spares 1 " in cmd
+    one = dist.ddp(script="t.py", j="1x2", rdzv_backend="etcd-v2", rdzv_endpoint="10.0.0.5:2379")
+    assert "--rdzv-backend etcd-v2 --rdzv-endpoint 10.0.0.5:2379 " in one.roles[0].args[1]
 
 
 def test_spmd_infers_nproc_from_the_named_resource() -> None:
@@ -315,7 +332,7 @@ def test_spares_reach_the_agent_as_extra_replicas() -> None:
     one = dist.ddp(script="t.py", j="1x1", spares=1).roles[0]  # 1 node + a spare: a shared store
     assert one.num_replicas == 2 and "localhost:0" not in one.args[1]
     assert "--spares" not in dist.ddp(script="t.py", j="2x1").roles[0].args[1]
-    with pytest.raises(UsageError, match=r"--spares needs --rdzv_backend c10d \(got 'static'\)"):
+    with pytest.raises(UsageError, match=r"--spares needs --rdzv_backend c10d or etcd \(got 'st"):
         dist.ddp(script="t.py", j="2x1", spares=1, rdzv_backend="static")
     with pytest.raises(UsageError, match=r"--spares -1 is invalid"):
         dist.ddp(script="t.py", spares=-1)

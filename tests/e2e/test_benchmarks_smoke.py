@@ -3,7 +3,9 @@ per measure, ``--only N``, plus one run of several measures into one document).
 
 No time is asserted here (the machine running the suite is busy): only that the harness runs
 each of the twenty measures (1-8 of issue #6, 9-10 of issue #18, 11-14 of issue #14, 15-16
-of issue #24, 17-18 of issue #34, 19 of issue #33: one real preemption, C=2 s; 20 of issue #35),
+of issue #24, 17-18 of issue #34, 19 of issue #33: one real preemption, C=2 s; 20 of issue #35;
+21 of issues #34 and #35: one job per backend, a worker killed and a node lost; 22 of issue #36:
+one call and a map of 10 on Slurm),
 that every
 contender has either figures or a stated reason, and that no xrun contender failed to do the job.
 """
@@ -25,8 +27,8 @@ from tests.helpers.slurm import SlurmCluster
 # Each measure is its own test, so `pytest -n 2` spreads them over both workers instead of one
 # worker running the whole smoke (~12 min at load) at the end of the suite. The longest:
 # 19 (one real preemption per contender on the Slurm cluster, ~6 min at load), 15 and 16
-# (faults on all three schedulers), 18 and 20 (recovery drills, ~2 min each).
-KEYS = [str(i) for i in range(1, 21)]
+# (faults on all three schedulers), 18 and 20 (recovery drills, ~2 min each), 21 (the drills on docker and slurm, ~5 min).
+KEYS = [str(i) for i in range(1, 23)]
 UNITS = ("s", "MiB", "x", "ops/s", "conn", "jobs", "aborts", "hits", "steps")
 
 
@@ -66,8 +68,9 @@ def test_one_run_of_several_measures_writes_them_all_in_one_document(tmp_path: P
 def test_smoke_run_of_measure(
     key: str, tmp_path: Path, slurm_cluster: SlurmCluster, docker_engine: str
 ) -> None:
-    # 19's real preemptions wait on Slurm's requeue hold; a busy box stretches every measure
-    timeout = 1200 if key == "19" else 900
+    # 19's real preemptions wait on Slurm's requeue hold, 21 a drill job on each of docker and
+    # slurm; a busy box stretches every measure
+    timeout = 1200 if key in ("19", "21") else 900
     doc, _ = _smoke(tmp_path, key, timeout=timeout)
     measure = doc["measures"][key]
     assert measure["title"] and measure["rows"], key

@@ -334,7 +334,7 @@ BAD = [
     (["--warm-pool-size", "-1", "s.py"], "--warm-pool-size '-1'"),
     (["--warm-pool-size", "5000", "s.py"], "warm_pool_size 5000 is over the limit"),
     (["--spares", "x", "s.py"], "--spares 'x' is invalid"),
-    (["--spares", "1", "s.py"], "spares 1 needs the c10d rendezvous on a shared"),
+    (["--spares", "1", "s.py"], "spares 1 needs the c10d or etcd rendezvous on a shared"),
     (
         ["--nnodes", "2", "--node-rank", "0", "--master-port", "29500", "--spares", "1", "s.py"],
         "backend 'static'",

@@ -378,6 +378,29 @@ def test_entering_survives_the_dir_vanishing_under_it(
     assert os.stat(lock).st_ino == os.fstat(snap._lock_fd).st_ino  # the lock at the path
 
 
+def test_last_attempt_cleanup_when_a_peer_removed_the_job_dir_meanwhile(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ranks of one node restore in their last attempt: each removes its rank dir, then
+    the job dir if no rank dir is left. The peer removed the job dir between this rank's rmtree
+    and its look into it (a stress run: FileNotFoundError out of restore, the job failed)."""
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    restart(monkeypatch, 1)  # the last allowed attempt
+    import pathlib
+
+    snap = Snapshotter(dir=shm)
+    real_scandir = pathlib.Path._scandir  # type: ignore[attr-defined]
+
+    def racing_scandir(path: Path) -> Any:
+        if path == shm and not snap.rank_dir.exists():  # glob saw the dir; the peer removes it
+            subprocess.run(["rm", "-rf", str(shm)], check=True)
+        return real_scandir(path)
+
+    monkeypatch.setattr(pathlib.Path, "_scandir", racing_scandir)
+    assert snap.restore() is None  # nothing there; no FileNotFoundError from the cleanup
+    assert not shm.exists()
+
+
 def test_last_attempt_cleanup_keeps_a_dir_a_peer_is_entering(
     shm: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
