@@ -36,7 +36,12 @@ def test_the_backends_are_siblings() -> None:
     """etcd's handler inherits the interface only, none of the store handler's private state
     or methods (the review's R13: it used to subclass it and skip its ``__init__``)."""
     for cls in (StoreRendezvousHandler, EtcdRendezvousHandler):
-        assert cls.__mro__[1] is RendezvousHandler
+        # the interface, after at most a part of the backend's own kept in a module of its
+        # own for size (etcd_leave.EtcdLeaving), which has no state or __init__ of its own
+        between = cls.__mro__[1 : cls.__mro__.index(RendezvousHandler)]
+        assert all(
+            c.__module__.startswith(cls.__module__) and "__init__" not in vars(c) for c in between
+        ), between
         assert not cls.__abstractmethods__
     assert not issubclass(EtcdRendezvousHandler, StoreRendezvousHandler)
     assert not issubclass(StoreRendezvousHandler, EtcdRendezvousHandler)
