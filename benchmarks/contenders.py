@@ -86,6 +86,16 @@ def require_slurm() -> None:
         raise Unavailable("squeue does not answer (scripts/slurm-cluster.sh up)")
 
 
+def etcd_up() -> bool:
+    """Whether the suite's etcd answers on 127.0.0.1:2379, started by scripts/etcd-server.sh
+    (idempotent) if it did not."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "etcd-server.sh"
+    return (
+        subprocess.run(["bash", str(script), "up"], capture_output=True, timeout=600).returncode
+        == 0
+    )
+
+
 def free_port() -> int:
     # Bind port 0 and release it: a small race with other programs, acceptable for benchmarks.
     with socket.socket() as s:

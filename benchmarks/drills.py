@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks import contenders as c
 from benchmarks.drill_backends import BACKENDS, NPROC, Docker, Lines, Slurm, ready, workers
 from benchmarks.harness import Row, RunFailed, Stats, Unavailable
 from benchmarks.recovery import _STARTED, _STEP, _p95
@@ -183,14 +184,6 @@ def plans(backend: str, faults: int, smoke: bool) -> tuple[list[Plan], int]:
 # --- the measure ---------------------------------------------------------------------------------
 
 
-def _etcd_up() -> bool:
-    script = Path(__file__).resolve().parent.parent / "scripts" / "etcd-server.sh"
-    return (
-        subprocess.run(["bash", str(script), "up"], capture_output=True, timeout=600).returncode
-        == 0
-    )
-
-
 def measure_21(reps: int, smoke: bool) -> list[Row]:
     faults = int(os.environ.get("XRUN_BENCH_DRILL_FAULTS", 1 if smoke else max(20, reps)))
     chosen = os.environ.get("XRUN_BENCH_DRILL_BACKENDS", ",".join(BACKENDS))
@@ -253,7 +246,7 @@ def _rows(b: str, faults: int, smoke: bool) -> list[Row]:
     t = Tally([warm, spare] if smoke else [warm, spare, cold])
     try:
         be = BACKENDS[b]()
-        if b == "slurm" and not smoke and not _etcd_up():
+        if b == "slurm" and not smoke and not c.etcd_up():
             t.results[etcd] = "unavailable: scripts/etcd-server.sh up failed"
     except Unavailable as e:
         t.results = dict.fromkeys(t.names, f"unavailable: {e}")

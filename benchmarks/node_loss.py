@@ -35,7 +35,6 @@ import re
 import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -280,7 +279,7 @@ def measure_20(reps: int, smoke: bool) -> list[Row]:
     lost: dict[str, list[int]] = {k: [] for k in contenders}
     same: dict[str, list[bool]] = {k: [] for k in contenders}
     n = 0
-    if ETCD_SPARE in contenders and not _etcd_up():
+    if ETCD_SPARE in contenders and not c.etcd_up():
         results[ETCD_SPARE] = "unavailable: scripts/etcd-server.sh up failed"
     with tempfile.TemporaryDirectory(prefix="xrun-bench-node-loss-") as tmp:
         ref = "" if smoke else _reference(tmp)
@@ -326,12 +325,6 @@ def measure_20(reps: int, smoke: bool) -> list[Row]:
             note="; ".join(note),
         )
     ]
-
-
-def _etcd_up() -> bool:
-    script = Path(__file__).resolve().parent.parent / "scripts" / "etcd-server.sh"
-    up = subprocess.run(["bash", str(script), "up"], capture_output=True, timeout=600)
-    return up.returncode == 0
 
 
 def _check(results: Mapping[str, Stats | str], lost: list[int]) -> bool | None:
