@@ -71,6 +71,41 @@ def test_a_trial_whose_app_supervisor_was_killed_reads_the_same_in_the_table(
     assert "State: SUCCEEDED" in env.run("status", handle).stdout
 
 
+def test_an_ended_trials_duration_is_the_same_before_and_after_the_supervisor_records_it(
+    tmp_path: Path,
+) -> None:
+    """A status that asks a trial's app before the sweep supervisor's next round saw the end
+    first: its end time is the one the supervisor records, so the duration never moves (it used
+    to be each reader's own clock until the supervisor wrote its own)."""
+    env = Env(tmp_path)
+    flag = env.cwd / "go"
+    r = env.run("run", "--sweep", "w=1", "utils.sh", f"while [ ! -e {flag} ]; do sleep 0.1; done")
+    assert r.returncode == 0, r.stderr
+    handle = r.stdout.strip()
+    wait_for(lambda: "RUNNING" in _table_row(env, handle), 60, "trial 0 runs")
+    sup = records.load_supervisor(_sweep_dir(handle))
+    assert sup is not None
+    os.kill(sup["pid"], signal.SIGSTOP)  # the supervisor records nothing until it goes on
+    try:
+        flag.touch()
+        wait_for(lambda: "SUCCEEDED" in _table_row(env, handle), 60, "the app ended")
+        row = _table_row(env, handle)
+        time.sleep(0.5)
+        assert _table_row(env, handle) == row  # two readers, one end time
+    finally:
+        os.kill(sup["pid"], signal.SIGCONT)
+    state = _sweep_dir(handle)
+    wait_for(
+        lambda: (
+            (records.load_state(state, 1) or {"trials": [{}]})["trials"][0].get("state")
+            == "SUCCEEDED"
+        ),
+        60,
+        "the supervisor recorded it",
+    )
+    assert _table_row(env, handle) == row  # and the supervisor's record says the same
+
+
 SPEC_SHAPES = [
     [],
     {},

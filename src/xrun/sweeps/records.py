@@ -7,6 +7,7 @@ Layout (``$XDG_STATE_HOME/xrun/sweeps``, i.e. ``~/.local/state/xrun/sweeps``)::
     <scheduler>/<sweep_id>/state.json      local_cwd/docker: each trial's state, app id, exit
                                            code, host, times (the sweep supervisor writes it)
     <scheduler>/<sweep_id>/cancel/<trial>  a request to cancel one trial ("all": every trial)
+    <scheduler>/<sweep_id>/ended/<trial>   when the trial was first seen ended (first_end)
     <scheduler>/<sweep_id>/supervisor.log  local_cwd/docker: the sweep supervisor's output
 
 A handle ``SCHEDULER://SESSION/ID`` names a sweep when ``<SCHEDULER>/<ID>/sweep.json`` exists:
@@ -19,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+import time
 from typing import Any
 
 from xrun import xdg
@@ -29,6 +32,7 @@ SPEC_FILE = "sweep.json"
 STATE_FILE = "state.json"
 SUPERVISOR_FILE = "supervisor.json"
 CANCEL_DIR = "cancel"
+ENDED_DIR = "ended"
 LOG_FILE = "supervisor.log"
 ALL = "all"
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -98,6 +102,36 @@ def write_json(path: str, data: Any) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(data, f)
     os.replace(tmp, path)
+
+
+def first_end(path: str, trial: int) -> float:
+    """When trial ``trial`` was first seen ended, by whoever saw it first: the supervisor, or a
+    status that asked the trial's app before the supervisor's next round. The first one writes
+    ``ended/<trial>`` (temp file + link: it appears whole or not at all); everyone after reads
+    it, so the duration a table shows never changes once the trial has ended."""
+    folder = os.path.join(path, ENDED_DIR)
+    final = os.path.join(folder, str(trial))
+    try:
+        with open(final) as f:
+            return float(f.read())
+    except (OSError, ValueError):
+        pass
+    now = time.time()
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{final}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(repr(now))
+    try:
+        os.link(tmp, final)
+    except FileExistsError:  # another reader saw it first: its time wins
+        try:
+            with open(final) as f:
+                now = float(f.read())
+        except (OSError, ValueError):
+            pass
+    finally:
+        os.unlink(tmp)
+    return now
 
 
 def read_json(path: str) -> dict[str, Any] | None:

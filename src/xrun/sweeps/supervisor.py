@@ -20,7 +20,9 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from xrun.errors import XrunError
@@ -82,10 +84,17 @@ def trial_app(plan: SweepPlan, index: int) -> AppDef:
     return app
 
 
-def record(t: dict[str, Any], resp: DescribeAppResponse | None) -> bool:
-    """Update trial ``t`` from its app's status; whether anything changed."""
+def record(
+    t: dict[str, Any],
+    resp: DescribeAppResponse | None,
+    seen_end: Callable[[], float] | None = None,
+) -> bool:
+    """Update trial ``t`` from its app's status; whether anything changed. ``seen_end``: the
+    trial's end time once it has ended (:func:`records.first_end`, so the supervisor and a
+    status that saw the end first agree on it); by default, now."""
+    seen_end = seen_end or time.time
     if resp is None:
-        t.update(state="UNKNOWN", ended=time.time(), msg=f"its app {t['app_id']} is gone")
+        t.update(state="UNKNOWN", ended=seen_end(), msg=f"its app {t['app_id']} is gone")
         return True
     if resp.state == AppState.UNKNOWN:
         since = t.setdefault("unknown_since", time.time())
@@ -101,7 +110,7 @@ def record(t: dict[str, Any], resp: DescribeAppResponse | None) -> bool:
     if replicas and replicas[0].hostname:
         t["host"] = replicas[0].hostname
     if is_terminal(resp.state):
-        t["ended"] = time.time()
+        t["ended"] = seen_end()
         failed = [r.exit_code for r in replicas if r.state == AppState.FAILED]
         others = [r.exit_code for r in replicas if r.exit_code not in (None, 0)]
         if resp.state == AppState.SUCCEEDED:
@@ -168,7 +177,7 @@ class TrialsSupervisor:
             except Exception as e:  # noqa: BLE001 - e.g. the engine did not answer: ask again
                 _log(f"trial {i}: status of {t['app_id']} failed: {type(e).__name__}: {e}")
                 continue
-            changed |= record(t, resp)
+            changed |= record(t, resp, partial(records.first_end, self.path, i))
         return changed
 
     def skip_cancelled(self, cancelled: set[int]) -> bool:

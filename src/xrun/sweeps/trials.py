@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from xrun.config import current_dir
@@ -148,8 +149,8 @@ class TrialsBackend(SweepBackend):
         # change is what its app says now (the supervisor records it within POLL_S, or never
         # when it is gone), so the two cannot disagree.
         settled = [
-            record(t, self.sched.describe(t["app_id"]))
-            for t in state["trials"]
+            record(t, self.sched.describe(t["app_id"]), partial(records.first_end, path, i))
+            for i, t in enumerate(state["trials"])
             if t["app_id"] and unsettled(t)
         ]
         if any(settled) and not alive:  # nobody else writes the record: keep what was learnt
