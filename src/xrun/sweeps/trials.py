@@ -143,8 +143,12 @@ class TrialsBackend(SweepBackend):
         spec = records.load_spec(path)
         plan = spec["plan"]
         size = len(plan["trials"])
-        state = load_state(path, size) or initial_state(size)
+        # Liveness first, then the record: a supervisor found dead wrote its last record
+        # before it exited, so the record read after is final. The other order could read the
+        # record, lose the CPU while the supervisor wrote its last one and exited, then take it
+        # for dead with the stale record: and write that back over the supervisor's below.
         alive = self._supervisor_alive(path)
+        state = load_state(path, size) or initial_state(size)
         # The table and `xrun status SWEEP/TRIAL` read the same record: a trial that may still
         # change is what its app says now (the supervisor records it within POLL_S, or never
         # when it is gone), so the two cannot disagree.
