@@ -312,8 +312,11 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
                 os.close(fd)
                 os.kill(sup["pid"], signal.SIGTERM)  # the supervisor stops the replicas
                 self.wait(app_id, timeout=grace + 5)
+            # Liveness first, then the record: a supervisor found dead wrote its last record
+            # before it exited (read the other way round, a stale one would overwrite it).
+            gone = not is_alive(sup["pid"], sup["start"])
             st = statedir.read_state(paths.state) or st
-            if st["state"] not in TERMINAL and not is_alive(sup["pid"], sup["start"]):
+            if gone and st["state"] not in TERMINAL:
                 stop_orphans(paths, st, grace)  # it died (before or during the stop)
         self._check_all_ended(app_id, procs.app_processes(app_dir=paths.app_dir), grace)
 

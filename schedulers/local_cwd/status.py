@@ -45,6 +45,13 @@ def describe_app(app_id: str, paths: statedir.AppPaths) -> DescribeAppResponse |
     resp = DescribeAppResponse(app_id=app_id, roles=roles)
     if st is None:
         return _without_state(resp, paths)
+    sup = st["supervisor"]
+    orphaned = st["state"] not in TERMINAL and not is_alive(sup["pid"], sup["start"])
+    if orphaned:
+        # It may have written its last record and exited after our read: once it is dead, the
+        # record on disk is its last word (the same supervisor: same pid and start time).
+        st = statedir.read_state(paths.state) or st
+        orphaned = st["state"] not in TERMINAL
     resp.state = AppState[st["state"]]
     resp.msg = st.get("msg", "")
     reps = st["replicas"]
@@ -56,8 +63,7 @@ def describe_app(app_id: str, paths: statedir.AppPaths) -> DescribeAppResponse |
             )
     states = [_REPLICA_STATES.get(r["state"], AppState.UNKNOWN) for r in reps]
     codes = [r["exit_code"] for r in reps]
-    sup = st["supervisor"]
-    if st["state"] not in TERMINAL and not is_alive(sup["pid"], sup["start"]):
+    if orphaned:
         states, codes = _orphaned(resp, paths, st, states, codes, req)
     _disk_trouble(resp, paths, st)
     culprit = st.get("culprit")
