@@ -395,7 +395,15 @@ class Snapshotter:
         best = (-1, b"")
         if self.job_dir is None or self.first:
             return best
-        for path in self.job_dir.glob("rank-*/slot-*"):
+        try:
+            with os.scandir(self.job_dir) as it:
+                ranks = [e.name for e in it if e.name.startswith("rank-")]
+        except FileNotFoundError:
+            return best
+        # Not Path.glob("rank-*/slot-*"): a peer on its last attempt may remove its rank dir
+        # between the listing and glob's scandir of it (FileNotFoundError); a missing slot
+        # only reads as no header.
+        for path in (self.job_dir / r / name for r in ranks for name in SLOTS):
             h = read_header(path)
             if h is not None and h.world == self.world:
                 best = max(best, (h.birth, h.lineage))

@@ -401,6 +401,50 @@ def test_last_attempt_cleanup_when_a_peer_removed_the_job_dir_meanwhile(
     assert not shm.exists()
 
 
+class _Listed(list):  # type: ignore[type-arg]
+    """A directory's entries, read in full, behaving as ``os.scandir``'s iterator."""
+
+    def __enter__(self) -> _Listed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_restore_when_a_peer_removes_its_rank_dir_meanwhile(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ranks of one node restore in their last attempt, each on its own (no process group
+    initialised yet): the faster one's cleanup removed its rank dir right after the other had
+    listed the job dir in its look for the newest lineage, and Path.glob's scandir of that
+    listed rank dir raised FileNotFoundError out of restore (the job failed)."""
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    restart(monkeypatch, 1)  # the last allowed attempt
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    snap = Snapshotter(dir=shm)
+    peer = shm / "rank-0"
+    peer.mkdir()
+    (peer / "slot-0").write_bytes(b"")
+    real_scandir = os.scandir
+
+    def racing_scandir(path: Any = ".") -> Any:
+        listing_job_dir = isinstance(path, (str, os.PathLike)) and Path(path) == shm
+        if listing_job_dir and peer.exists():  # listed; then the peer removes its own
+            with real_scandir(path) as it:
+                entries = _Listed(it)
+            subprocess.run(["rm", "-rf", str(peer)], check=True)
+            return entries
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", racing_scandir)
+    assert snap.restore() is None  # nothing there; no FileNotFoundError
+    assert not peer.exists() and not snap.rank_dir.exists()
+
+
 def test_last_attempt_cleanup_keeps_a_dir_a_peer_is_entering(
     shm: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
