@@ -13,7 +13,7 @@ import pytest
 from xrun.schedulers.api import DescribeAppResponse
 from xrun.specs import AppState
 from xrun.sweeps import records, trials
-from xrun.sweeps.supervisor import initial_state, save_state
+from xrun.sweeps.supervisor import cancel_everything, initial_state, save_state
 
 
 class _Sched:
@@ -64,3 +64,28 @@ def test_a_status_that_overlaps_the_supervisors_last_write_never_undoes_it(
     assert on_disk is not None
     assert [t["state"] for t in on_disk["trials"]] == ["CANCELLED", "CANCELLED"]
     assert on_disk["msg"] == "cancelled by request"
+
+
+def test_a_cancel_keeps_the_end_time_a_status_saw_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trial 0's app ended on its own; a status saw it first (``ended/0``: its end time, what
+    the table showed) before the supervisor's next round; then `xrun cancel SWEEP`. The
+    supervisor's cancel recorded the trial with its own clock, so the duration moved."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    path = records.create("local_cwd", "race-2", _spec())
+    state = initial_state(2)
+    state["trials"][0].update(state="RUNNING", app_id="race-0-app", started=1.0)
+    os.makedirs(os.path.join(path, records.ENDED_DIR))
+    Path(path, records.ENDED_DIR, "0").write_text("100.0")  # the status's first_end
+
+    class Sched(_Sched):
+        def describe(self, app_id: str) -> DescribeAppResponse:
+            return DescribeAppResponse(app_id, AppState.SUCCEEDED)
+
+        def cancel(self, app_id: str) -> None:
+            pass  # it had ended: nothing to stop
+
+    cancel_everything(path, Sched(), state)  # type: ignore[arg-type]
+    t = state["trials"][0]
+    assert t["state"] == "SUCCEEDED" and t["ended"] == 100.0, t

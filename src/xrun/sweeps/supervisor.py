@@ -126,30 +126,39 @@ def cancel_everything(path: str, sched: Scheduler[Any], state: dict[str, Any]) -
     """Cancel every trial: those not started never will, the running ones are stopped (all at
     once: each cancel waits for its app's grace period)."""
     now = time.time()
-    live = [t for t in state["trials"] if unsettled(t)]
+    live = [(i, t) for i, t in enumerate(state["trials"]) if unsettled(t)]
     if not live:
         return  # it had ended: nothing to cancel, nothing to record
     running = []
-    for t in live:
+    for i, t in live:
         if t["app_id"]:
-            running.append(t)
+            running.append((i, t))
         else:
             t.update(state="CANCELLED", ended=now, msg="cancelled by request")
     if running:
+        # first_end: a trial that ended meanwhile may have been seen ended by a status first,
+        # whose end time the table showed; the supervisor's own clock would move its duration
         with ThreadPoolExecutor(max_workers=min(len(running), 16)) as pool:
-            list(pool.map(lambda t: _cancel_app(sched, t), running))
+            list(
+                pool.map(
+                    lambda it: _cancel_app(sched, it[1], partial(records.first_end, path, it[0])),
+                    running,
+                )
+            )
     state["msg"] = "cancelled by request"
     save_state(path, state)
 
 
-def _cancel_app(sched: Scheduler[Any], t: dict[str, Any]) -> None:
+def _cancel_app(
+    sched: Scheduler[Any], t: dict[str, Any], seen_end: Callable[[], float] | None = None
+) -> None:
     try:
         sched.cancel(t["app_id"])
-        record(t, sched.describe(t["app_id"]))
+        record(t, sched.describe(t["app_id"]), seen_end)
     except XrunError as e:
         t["msg"] = f"cancel failed: {e}"
     if unsettled(t):  # its scheduler does not say yet: it was told to stop
-        t.update(state="CANCELLED", ended=time.time())
+        t.update(state="CANCELLED", ended=(seen_end or time.time)())
 
 
 # --------------------------------------------------------------------------- the supervisor
@@ -215,7 +224,7 @@ class TrialsSupervisor:
         save_state(self.path, self.state)
         # A `cancel HANDLE/i` that came while it was being submitted saw no app to cancel.
         if i in records.cancel_requests(self.path)[1]:
-            _cancel_app(self.sched, t)
+            _cancel_app(self.sched, t, partial(records.first_end, self.path, i))
 
     def run(self, wake_fd: int) -> None:
         save_state(self.path, self.state)
