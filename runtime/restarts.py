@@ -1,8 +1,9 @@
-"""The agent's failure restarts: its own count (one node, the etcd backends) or the job's.
+"""The agent's failure restarts: its own count (one node) or the job's.
 
-``--max-restarts`` is a job-wide budget in a multi-node job on an xrun store (c10d, static):
-the rounds' failures are counted once for the job, in the store, and a node that failed alone
-too often, or whose agent was lost, is quarantined (``rendezvous/budget.py`` has the rules).
+``--max-restarts`` is a job-wide budget in a multi-node job: the rounds' failures are counted
+once for the job, in the store (c10d, static), where a node that failed alone too often, or
+whose agent was lost, is also quarantined (``rendezvous/budget.py`` has the rules), or in etcd's
+state document (etcd, etcd-v2: ``rendezvous/etcd_budget.py``).
 A single node counts its own restarts exactly as before (same count, same messages).
 """
 
@@ -30,9 +31,10 @@ __all__ = ["Restarts", "node_id_for"]
 
 
 def node_id_for(max_nodes: int, backend: str) -> str:
-    """``RendezvousParams.node_id``: set (the job-wide budget and quarantine) for a multi-node
-    job whose backend keeps an xrun store; "" (the agent's own count) otherwise."""
-    if max_nodes <= 1 or backend not in ("c10d", "static"):
+    """``RendezvousParams.node_id``: set (the job-wide budget, and the quarantine) for a
+    multi-node job on a backend that keeps them (an xrun store, etcd); "" (the agent's own
+    count) otherwise."""
+    if max_nodes <= 1 or backend not in ("c10d", "static", "etcd", "etcd-v2"):
         return ""
     return os.environ.get(NODE_ID_ENV) or socket.gethostname()
 
@@ -60,7 +62,7 @@ class Restarts:
             return False
         try:
             v = ledger.failed(reason, self.max, lambda: handler.request_restart(reason))
-        except StoreError as e:  # the store is gone: next_rendezvous tells the rest
+        except (StoreError, RendezvousError) as e:  # gone: next_rendezvous tells the rest
             self._log(f"could not count the restart in the job's store ({e})")
             self.used += 1
             return True
@@ -81,7 +83,7 @@ class Restarts:
         done = pc.wait(0)
         ledger = handler.ledger()
         if done is None and ledger is not None:
-            with contextlib.suppress(StoreError):
+            with contextlib.suppress(StoreError, RendezvousError):
                 if ledger.peer_at_risk():
                     done = pc.wait(SETTLE_S)
         return done if done is not None and done.is_failed() else None
@@ -91,7 +93,7 @@ class Restarts:
         not fail, starts its workers with the same ``TORCHELASTIC_RESTART_COUNT``)."""
         ledger = handler.ledger()
         if ledger is not None:
-            with contextlib.suppress(StoreError):
+            with contextlib.suppress(StoreError, RendezvousError):
                 self.used = min(ledger.used(), self.max)
         return self.used
 

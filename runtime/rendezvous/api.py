@@ -9,14 +9,14 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xrun.record import Value
 
 from .endpoint import default_local_addr
 
 if TYPE_CHECKING:
-    from .budget import Ledger
+    from .budget import Verdict
     from .conf import RdzvConfig
     from .endpoint import Endpoint
     from .kv import KeyValue
@@ -30,6 +30,17 @@ __all__ = [
     "RendezvousParams",
     "RendezvousTimeoutError",
 ]
+
+
+class JobLedger(Protocol):
+    """The job-wide restart budget (and, on c10d, the quarantine) as the agent's ``Restarts``
+    uses it: ``budget.Ledger`` (an xrun store), ``etcd_budget.EtcdLedger`` (etcd)."""
+
+    def used(self) -> int: ...
+
+    def peer_at_risk(self) -> bool: ...
+
+    def failed(self, reason: str, max_restarts: int, restart: Callable[[], None]) -> Verdict: ...
 
 
 class RendezvousError(Exception):
@@ -220,9 +231,9 @@ class RendezvousHandler(ABC):
         """``--spares --recover warm``: share the modules ``pool``'s workers import with the
         job's spares, and take theirs when parked as one; a no-op where spares cannot run."""
 
-    def ledger(self) -> Ledger | None:
+    def ledger(self) -> JobLedger | None:
         """The job-wide restart budget and quarantine (``budget.py``), when the job has more
-        than one node and the backend keeps them (``params.node_id`` set); else None: the agent
+        than one node and the backend keeps it (``params.node_id`` set); else None: the agent
         counts its own restarts."""
         return None
 

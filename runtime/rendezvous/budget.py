@@ -47,7 +47,7 @@ host (local tests, local_cwd replicas) need distinct ``XRUN_NODE_ID``s, or a los
 quarantines the host: the agents already in the job go on (the refusal is at an agent's first
 join), new ones from that host are refused.
 
-The etcd backends keep no xrun store: there the budget stays per agent, as before. A single
+The etcd backends keep the budget in their state document (etcd_budget.py). A single
 node (``--nnodes 1``) never uses this module (its agent counts as it always did).
 """
 

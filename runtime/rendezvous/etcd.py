@@ -15,8 +15,8 @@ Keys under ``<etcd_prefix>/<run_id>/``:
   ``round`` (counts up), ``formed``, ``members`` (``[addr, sortkey, nproc, agent id, store,
   slot, node id]``, in rank order once formed), ``why`` (what ended the previous round),
   ``fin`` (members whose workers finished), ``wait`` (the last world's members a new round
-  waits for: see ``etcd_state.fresh``), ``quarantine`` (``--spares``: etcd_spares.py) and
-  ``closed`` (the verdict, ``{"failed", "reason"}``);
+  waits for: ``etcd_state.fresh``), ``quarantine`` (``--spares``: etcd_spares.py), ``budget``
+  (restarts used: etcd_budget.py) and ``closed`` (the verdict, ``{"failed", "reason"}``);
 * ``alive/<node id>``: one per agent, bound to the agent's lease (TTL heartbeat_timeout,
   renewed every heartbeat_interval): it vanishes when the agent dies (TTL) or leaves (revoke).
 

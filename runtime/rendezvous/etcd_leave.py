@@ -11,6 +11,7 @@ from typing import Any
 from .api import RendezvousError, RendezvousParams
 from .conf import RdzvConfig
 from .endpoint import Endpoint
+from .etcd_budget import EtcdLedger
 from .etcd_kv import EtcdClient, EtcdError
 from .etcd_state import Member, fresh, running
 from .keys import verdict
@@ -59,6 +60,17 @@ class EtcdLeaving:
                 lease = self._etcd.grant(ttl)
             if self._write(new, srev, lease):
                 return new
+
+    def ledger(self) -> EtcdLedger | None:
+        """The job-wide restart budget (etcd_budget.py) of a multi-node job (``node_id`` set);
+        None: the agent counts its own restarts. Stateless: it reads and writes the state."""
+        if not self.params.node_id or self.params.max_nodes <= 1:
+            return None
+
+        def read() -> dict[str, Any] | None:
+            return self._read()[1]
+
+        return EtcdLedger(read, self._update, lambda: self._round)
 
     def request_restart(self, reason: str) -> None:
         rnd = self._round

@@ -20,8 +20,8 @@ group rank 0 included, can be lost and replaced (with c10d the store's host cann
   round's member is lost; the sealer, when the new round waited for a member of the last world
   (``prev``) that never arrived (a survivor's workers failed first and asked for the round
   before the lost node's lease ran out). An agent that leaves on purpose (shutdown mid-round)
-  marks itself ``left`` first and is not quarantined. The job-wide restart budget stays per
-  agent here (budget.py keeps it in an xrun store).
+  marks itself ``left`` first and is not quarantined. The job-wide restart budget is
+  etcd_budget.py's.
 * **Warm modules** (``--recover warm``): group rank 0's agent publishes the modules its
   workers import as one key, ``<prefix>/<run_id>/modules`` (the union so far, zlib-compressed;
   latest wins; one agent only, as every put wakes every watcher of the job), from a thread of
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import zlib
 from typing import Any
 
@@ -41,6 +40,7 @@ from xrun.contract import NODE_ID_ENV
 
 from .etcd_kv import EtcdClient, EtcdError
 from .etcd_state import Member
+from .sender import Sender
 from .spares import by_slot
 
 __all__ = [
@@ -52,8 +52,6 @@ __all__ = [
     "slot_of",
     "took",
 ]
-
-RETRY_S, RETRIES = 1.0, 5  # a list etcd did not take: again after, at most
 
 
 def node_id() -> str:
@@ -100,57 +98,30 @@ def took(value: bytes, seen: set[str]) -> list[str]:
     return names
 
 
-class ModulesPublisher:
-    """An active agent's side of "Warm modules": calling it never blocks; a daemon thread puts
-    the union of every list so far under ``key`` (the client keeps one connection per thread)."""
+class ModulesPublisher(Sender[bytes]):
+    """An active agent's side of "Warm modules" (sender.py): puts the union of every list so
+    far under ``key`` (the client keeps one connection per thread)."""
+
+    ERRORS = (EtcdError, OSError)
 
     def __init__(self, etcd: EtcdClient, key: str) -> None:
+        super().__init__()
         self._etcd, self._key = etcd, key
-        self._cond = threading.Condition()
         self._names: dict[str, None] = {}
-        self._dirty = self._stopped = False
-        self._thread: threading.Thread | None = None
+        self._dirty = False
 
-    def __call__(self, names: list[str]) -> None:
-        with self._cond:
-            if self._stopped:
-                return
-            self._names.update(dict.fromkeys(names))
-            self._dirty = True
-            self._cond.notify()
-            if self._thread is None:  # started on the first list: most jobs never publish
-                self._thread = threading.Thread(
-                    target=self._run, name="xrun-spare-modules", daemon=True
-                )
-                self._thread.start()
+    def _add(self, names: list[str]) -> None:
+        self._names.update(dict.fromkeys(names))
+        self._dirty = True
 
-    def _run(self) -> None:
-        failures = 0
-        while True:
-            with self._cond:
-                while not self._dirty and not self._stopped:
-                    self._cond.wait()
-                if self._stopped:
-                    return
-                self._dirty = False
-                value = zlib.compress("\n".join(self._names).encode())
-            try:
-                self._etcd.put(self._key, value)
-                failures = 0
-            except (EtcdError, OSError):
-                # best effort: etcd's loss is seen by the rendezvous itself; tried again
-                failures += 1
-                with self._cond:
-                    if failures > RETRIES:
-                        failures = 0  # given up on this list: the next one starts afresh
-                        continue
-                    self._dirty = True
-                    self._cond.wait(RETRY_S)  # close() wakes it
+    def _take(self) -> bytes | None:
+        if not self._dirty:
+            return None
+        self._dirty = False
+        return zlib.compress("\n".join(self._names).encode())
 
-    def close(self, timeout: float = 1.0) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
+    def _keep(self, item: bytes) -> None:
+        self._dirty = True  # the union, newer names and all, goes again
+
+    def _send(self, item: bytes) -> None:
+        self._etcd.put(self._key, item)

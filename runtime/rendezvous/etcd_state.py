@@ -23,7 +23,7 @@ def fresh(
     (its lease ended), so that no two worlds of one job ever run at once. (torch's c10d
     rendezvous likewise opens the next round once the complete one's last participant left.)
     ``last``: the state it follows, whose job-wide part (quarantine, agents that left on
-    purpose) carries over; with ``spares`` so does the last world's member list (``prev``: the
+    purpose, the restart budget) carries over; with ``spares`` so does the last world's member list (``prev``: the
     sealer quarantines a member of it that never arrived, etcd_spares.py)."""
     s: dict[str, Any] = {
         "round": rnd,
@@ -36,6 +36,8 @@ def fresh(
         "quarantine": dict(last.get("quarantine") or {}) if last else {},
         "left": list(last.get("left") or []) if last else [],
     }
+    if last and last.get("budget"):  # the job-wide restart budget (etcd_budget.py)
+        s["budget"] = dict(last["budget"])
     if spares and last:
         s["prev"] = last["members"] if last["formed"] else list(last.get("prev") or [])
     return s

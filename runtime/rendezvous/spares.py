@@ -36,19 +36,18 @@ whose idle children import it. Still no polling: one more key per ``WAIT``.
 Publishing is a side feature and must never hold up the agent's watch loop (worker exits, stop
 requests, the round's heartbeats, the stall watchdog): a store that stops answering (its host
 SIGSTOPped, packets dropped) would block each ADD/SET up to the store's ``read_timeout``. So the
-pool hands each list to a ``Publisher``, whose one daemon thread sends it on a connection of its
-own (the agent's other calls never queue behind its reads): latest list wins (each one holds the
-ones before), one in flight at a time, errors swallowed (best effort: the rendezvous calls see a
-lost store) and the list tried again a few times, into the slot its ADD counted (a slot never
-written would stop the spares at it); ``close`` on the handler's shutdown stops it (bounded join; a daemon never holds up
-the exit).
+pool hands each list to a ``Publisher`` (sender.py), whose one daemon thread sends it on a
+connection of its own (the agent's other calls never queue behind its reads): latest list wins
+(each one holds the ones before), one in flight at a time, errors swallowed (best effort: the
+rendezvous calls see a lost store) and the list tried again a few times, into the slot its ADD
+counted (a slot never written would stop the spares at it); ``close`` on the handler's shutdown
+stops it (bounded join; a daemon never holds up the exit).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 import zlib
 from collections.abc import Callable
 
@@ -57,6 +56,7 @@ from ..store.errors import StoreError
 from .api import RendezvousError
 from .keys import Keys, Seat, World, closed_error
 from .kv import KeyValue
+from .sender import Closed, Sender
 
 __all__ = ["Modules", "Publisher", "by_slot", "park", "say", "share"]
 
@@ -65,7 +65,6 @@ Entry = tuple[str, str, int, int, int]
 
 
 _MODULES = "spare-modules/"  # under the agents' own keys (kv.KeyValue: <run_id>/kv/)
-RETRY_S, RETRIES = 1.0, 5  # a list the store did not take: again after, at most
 
 
 def share(kv: KeyValue, names: list[str]) -> None:
@@ -74,85 +73,60 @@ def share(kv: KeyValue, names: list[str]) -> None:
     kv.set(f"{_MODULES}{n}", zlib.compress("\n".join(names).encode()))
 
 
-class Publisher:
-    """An active agent's ``share``, off its watch loop (see "Warm modules"): calling it never
-    blocks; ``open_client`` (a new store connection, called in the thread: connecting to a hung
-    store blocks too) and ``run_id`` name where the lists go."""
+class Publisher(Sender[list[str]]):
+    """An active agent's ``share``, off its watch loop (see "Warm modules" and sender.py):
+    ``open_client`` (a new store connection, called in the thread: connecting to a hung store
+    blocks too) and ``run_id`` name where the lists go; the latest list wins (each one holds
+    the ones before)."""
+
+    ERRORS = (RendezvousError, StoreError, OSError)
 
     def __init__(self, open_client: Callable[[], StoreClient], run_id: str) -> None:
+        super().__init__()
         self._open, self._run_id = open_client, run_id
-        self._cond = threading.Condition()
         self._names: list[str] | None = None  # the latest list, not sent yet
         self._client: StoreClient | None = None
-        self._stopped = False
-        self._thread: threading.Thread | None = None
+        self._kv: KeyValue | None = None  # the thread's
+        self._slot: int | None = None  # the list's slot, counted (ADD) and not yet written
 
-    def __call__(self, names: list[str]) -> None:
-        with self._cond:
-            if self._stopped:
-                return
-            self._names = list(names)
-            self._cond.notify()
-            if self._thread is None:  # started on the first list: most jobs never publish
-                self._thread = threading.Thread(
-                    target=self._run, name="xrun-spare-modules", daemon=True
-                )
-                self._thread.start()
+    def _add(self, names: list[str]) -> None:
+        self._names = list(names)
 
-    def _run(self) -> None:
-        kv: KeyValue | None = None
-        slot: int | None = None  # the list's slot, counted (ADD) and not yet written
-        failures = 0
-        while True:
+    def _take(self) -> list[str] | None:
+        names, self._names = self._names, None
+        return names
+
+    def _keep(self, item: list[str]) -> None:
+        if self._names is None:
+            self._names = item
+
+    def _send(self, item: list[str]) -> None:
+        if self._kv is None:
+            client = self._open()
             with self._cond:
-                while self._names is None and not self._stopped:
-                    self._cond.wait()
-                names, self._names = self._names, None
-                if self._stopped or names is None:
-                    return
-            try:
-                if kv is None:
-                    client = self._open()
-                    with self._cond:
-                        self._client = client
-                        if self._stopped:  # closed while we connected
-                            client.close()
-                            return
-                    kv = KeyValue(client, self._run_id)
-                if slot is None:
-                    slot = kv.add(_MODULES + "n", 1)
-                # A slot counted and never written would stop the spares at it for good (they
-                # wait for the slots in order): a list that failed after its ADD keeps its slot.
-                kv.set(f"{_MODULES}{slot}", zlib.compress("\n".join(names).encode()))
-                slot, failures = None, 0
-            except (RendezvousError, StoreError, OSError):
-                # best effort: the store's loss is seen by the rendezvous calls. This list (or
-                # a newer one, which holds it) is tried again on a new connection, RETRY_S
-                # later, up to RETRIES times in a row.
-                if kv is not None:
-                    kv.close()
-                kv = None
-                failures += 1
-                with self._cond:
-                    if failures > RETRIES:
-                        failures = 0
-                        continue  # given up on this list: the next one takes its slot
-                    if self._names is None:
-                        self._names = names
-                    self._cond.wait(RETRY_S)  # close() wakes it
+                self._client = client
+                if self._stopped:  # closed while we connected
+                    client.close()
+                    raise Closed
+            self._kv = KeyValue(client, self._run_id)
+        if self._slot is None:
+            self._slot = self._kv.add(_MODULES + "n", 1)
+        # A slot counted and never written would stop the spares at it for good (they wait
+        # for the slots in order): a list that failed after its ADD keeps its slot, and so
+        # does the next list when this one is given up.
+        self._kv.set(f"{_MODULES}{self._slot}", zlib.compress("\n".join(item).encode()))
+        self._slot = None
 
-    def close(self, timeout: float = 1.0) -> None:
-        """Stop the thread: wake a call blocked on the store (its socket shut down), and wait
-        for it up to ``timeout`` s (a connect in progress may outlast it; the thread is a
-        daemon, and closes what it opened)."""
+    def _drop_link(self) -> None:
+        if self._kv is not None:
+            self._kv.close()
+        self._kv = None
+
+    def _wake(self) -> None:
         with self._cond:
-            self._stopped = True
-            self._cond.notify()
-            client, thread = self._client, self._thread
+            client = self._client
         if client is not None:
             client.abort()  # wakes a call blocked on a hung store
-        if thread is not None:
-            thread.join(timeout)
 
 
 class Modules:

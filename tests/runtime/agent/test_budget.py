@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,42 @@ def test_budget_is_job_wide(tmp_path: Path, procs: list[subprocess.Popen[str]]) 
     assert "restart budget: 1 of 2 restarts used, 1 left (job-wide)" in err_a
     assert "restart budget: 2 of 2 restarts used, 0 left (job-wide)" in err_b
     assert "quarantined" not in err_a + err_b  # each failed alone only once
+
+
+# etcd's shortest lease is 2 s (a lost agent is seen in ~2-3 s)
+ETCD_FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,last_call_timeout=0.5,join_timeout=60"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("backend", ["etcd", "etcd-v2"])
+def test_budget_is_job_wide_on_etcd(
+    etcd: str, backend: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    """The same two nodes failing in turn on the etcd rendezvous: the budget is the job's there
+    too, kept in its state document (it used to be each agent's, 5 attempts instead of 3)."""
+    run_id = f"budget-{uuid.uuid4().hex[:10]}"  # etcd outlives a test
+
+    def etcd_node(turn: int, node_id: str) -> subprocess.Popen[str]:
+        cmd = agent(
+            "--nnodes", "2", "--nproc-per-node", "1", "--max-restarts", "2",
+            "--rdzv-backend", backend, "--rdzv-endpoint", etcd, "--rdzv-id", run_id,
+            "--rdzv-conf", ETCD_FAST, BEHAVE, str(tmp_path),
+            "barrier:2", f"fail-on-turn:{turn}:2", "sleep:60",
+        )  # fmt: skip
+        return popen(procs, cmd, env=env(node_id))
+
+    a, b = etcd_node(0, "a"), etcd_node(1, "b")
+    err_a = a.communicate(timeout=120)[1]
+    err_b = b.communicate(timeout=60)[1]
+    assert (a.returncode, b.returncode) == (1, 1), err_a + err_b
+    evs = events(tmp_path)
+    assert len(evs) == 6, evs  # three attempts of two workers
+    counts = sorted(str(e["TORCHELASTIC_RESTART_COUNT"]) for e in evs)
+    assert counts == ["0", "0", "1", "1", "2", "2"], counts
+    both = err_a + err_b
+    assert "restart budget spent: 2 of 2 restarts used (job-wide)" in both, both
+    assert "restart budget: 1 of 2 restarts used, 1 left (job-wide)" in both, both
+    assert "restart budget: 2 of 2 restarts used, 0 left (job-wide)" in both, both
 
 
 @pytest.mark.timeout(150)

@@ -16,7 +16,7 @@ import pytest
 from tests.helpers.paths import SCRIPTS
 from tests.helpers.waiting import wait_for
 from tests.runtime.agent.helpers import agent
-from tests.runtime.agent.test_spares import lose, stderr, warm_children, world
+from tests.runtime.agent.test_spares import lose, spawn, stderr, warm_children, world
 
 WORKER = str(SCRIPTS / "spare_worker.py")
 # etcd's shortest lease is 2 s: a lost node is seen in ~2-3 s
@@ -42,14 +42,7 @@ def _start(
         "--local-addr", "127.0.0.1", "--rdzv-conf", CONF, "--recover", recover,
         WORKER, str(out),
     )  # fmt: skip
-    err = open(out / f"agent.{name}.err", "w")  # noqa: SIM115 - the agent writes it
-    p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
-        env={**os.environ, "XRUN_NODE_ID": name}, start_new_session=True,
-    )  # fmt: skip
-    err.close()
-    procs.append(p)
-    return p
+    return spawn(procs, cmd, out, name)
 
 
 @pytest.mark.timeout(300)

@@ -45,6 +45,14 @@ def start(
         "--local-addr", ADDR[name], *flags,
         "--rdzv-conf", CONF.format(join=join), WORKER, str(out), *args,
     )  # fmt: skip
+    return spawn(procs, cmd, out, name)
+
+
+def spawn(
+    procs: list[subprocess.Popen[str]], cmd: list[str], out: Path, name: str
+) -> subprocess.Popen[str]:
+    """Agent ``cmd`` as node ``name`` (``XRUN_NODE_ID``) in a session of its own, its stderr in
+    ``out/agent.<name>.err`` (``stderr``)."""
     err = open(out / f"agent.{name}.err", "w")  # noqa: SIM115 - the agent writes it
     p = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
