@@ -14,10 +14,12 @@
    line and then waits on the GPU for ever is ended by the silent limit (30 s), not at 5 s (a
    GPU sync is not taken for a collective wait: runtime/diagnose/spin.py).
 4. ``warm-nccl``: ``--recover warm`` on NCCL (one GPU, so one rank): a DDP job on CUDA that
-   commits a snapshot every step is SIGKILLed at step 8 of 20; a warm pool process takes the
-   rank, joins a new NCCL group, restores the snapshot from shared memory and finishes. Its
-   final parameters equal an undisturbed run's bit for bit; the line gives the seconds from
-   the kill to the first step after it.
+   commits a snapshot every step is SIGKILLed at step 8 of 20, 12 s later (the pool has
+   warmed the job's modules by then, as it has at a failure minutes into a job; killed at once,
+   the replacement waits ~4 s for that warm-up); a warm pool process takes the rank, joins a
+   new NCCL group, restores the snapshot from shared memory and finishes. Its final parameters
+   equal an undisturbed run's bit for bit; the line gives the seconds from the kill to the
+   first step after it.
 
 Standard library plus torch; the agent runs from this checkout (``PYTHONPATH``).
 """
@@ -127,6 +129,7 @@ for step in range(start, 20):
     snap.commit(step + 1, model=m, optimizer=opt)
     print(f"step {step + 1} at {time.time():.3f}", flush=True)
     if step + 1 == 8 and sys.argv[2] == "kill" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        time.sleep(12)  # a failure minutes into a job finds the pool warm: let it refill
         print(f"killed at {time.time():.3f}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 h = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in m.parameters()))
