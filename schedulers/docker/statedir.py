@@ -54,10 +54,13 @@ class StateDir:
         return self.root / app_id
 
     # ---------------------------------------------------------------- records
-    def _write(self, path: Path, text: str) -> None:
+    def _write(self, path: Path, text: str | bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(text)
+        if isinstance(text, bytes):
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text)
         os.replace(tmp, path)
 
     def save_job(self, app_id: str, job: dict[str, Any]) -> None:
@@ -144,12 +147,17 @@ class StateDir:
         return self.dir(app_id) / "logs" / f"{role}-{replica_id}.{stream}"
 
     def save_log(self, app_id: str, role: str, replica_id: int, stream: str, data: bytes) -> None:
-        path = self.log_path(app_id, role, replica_id, stream)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        # Atomic: a reader in another process (`xrun log` while a finaliser keeps the logs)
+        # must never see a log file truncated or half-written.
+        self._write(self.log_path(app_id, role, replica_id, stream), data)
 
     def has_logs(self, app_id: str, role: str, replica_id: int) -> bool:
-        return self.log_path(app_id, role, replica_id, "stdout").exists()
+        """Both streams kept: the finaliser saves stdout, then stderr, and removes the
+        container only after; with stdout alone a reader would miss the stderr still in the
+        container (it reads the container's logs instead)."""
+        return all(
+            self.log_path(app_id, role, replica_id, s).exists() for s in ("stdout", "stderr")
+        )
 
     def read_logs(
         self,

@@ -8,6 +8,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -104,6 +106,42 @@ def test_an_ended_trials_duration_is_the_same_before_and_after_the_supervisor_re
         "the supervisor recorded it",
     )
     assert _table_row(env, handle) == row  # and the supervisor's record says the same
+
+
+def test_cancelling_a_trial_that_ended_after_its_supervisor_died_keeps_how_it_ended(
+    tmp_path: Path,
+) -> None:
+    """The sweep's supervisor is gone, its record still says RUNNING, and the trial's app has
+    since succeeded: ``Runner.cancel("SWEEP/0")`` asks the app and records SUCCEEDED (it used to write
+    CANCELLED over an app that had ended well)."""
+    env = Env(tmp_path)
+    flag = env.cwd / "go"
+    r = env.run("run", "--sweep", "w=1", "utils.sh", f"while [ ! -e {flag} ]; do sleep 0.1; done")
+    assert r.returncode == 0, r.stderr
+    handle = r.stdout.strip()
+    wait_for(lambda: "RUNNING" in _table_row(env, handle), 60, "trial 0 runs")
+    path = _sweep_dir(handle)
+    sup = records.load_supervisor(path)
+    assert sup is not None
+    os.kill(sup["pid"], signal.SIGKILL)  # nobody records the trial any more
+    wait_for(lambda: records.load_supervisor(path) is not None, 5, "still recorded")
+    app_id = _trial_app(handle)
+    flag.touch()
+    # the app itself, not the sweep (whose status would record it): it succeeded
+    app = f"local_cwd://default/{app_id}"
+    wait_for(lambda: "State: SUCCEEDED" in env.run("status", app).stdout, 60, "the app ended")
+    state = records.load_state(path, 1)
+    assert state is not None and state["trials"][0]["state"] == "RUNNING", state
+    # The Python API (`xrun cancel` asks the status first and says "had already ended")
+    cancel = f"from xrun.runner import get_runner; get_runner().cancel({handle + '/0'!r})"
+    r = subprocess.run(
+        [sys.executable, "-c", cancel], env={**os.environ, **env.env}, cwd=env.cwd,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    state = records.load_state(path, 1)
+    assert state is not None and state["trials"][0]["state"] == "SUCCEEDED", state
+    assert "SUCCEEDED" in _table_row(env, handle)
 
 
 SPEC_SHAPES = [

@@ -141,7 +141,7 @@ def cancel_everything(path: str, sched: Scheduler[Any], state: dict[str, Any]) -
         with ThreadPoolExecutor(max_workers=min(len(running), 16)) as pool:
             list(
                 pool.map(
-                    lambda it: _cancel_app(sched, it[1], partial(records.first_end, path, it[0])),
+                    lambda it: cancel_app(sched, it[1], partial(records.first_end, path, it[0])),
                     running,
                 )
             )
@@ -149,9 +149,11 @@ def cancel_everything(path: str, sched: Scheduler[Any], state: dict[str, Any]) -
     save_state(path, state)
 
 
-def _cancel_app(
+def cancel_app(
     sched: Scheduler[Any], t: dict[str, Any], seen_end: Callable[[], float] | None = None
 ) -> None:
+    """Cancel trial ``t``'s app and record how it ended: what its scheduler says (an app that
+    had ended on its own keeps its own end), else CANCELLED."""
     try:
         sched.cancel(t["app_id"])
         record(t, sched.describe(t["app_id"]), seen_end)
@@ -224,7 +226,7 @@ class TrialsSupervisor:
         save_state(self.path, self.state)
         # A `cancel HANDLE/i` that came while it was being submitted saw no app to cancel.
         if i in records.cancel_requests(self.path)[1]:
-            _cancel_app(self.sched, t, partial(records.first_end, self.path, i))
+            cancel_app(self.sched, t, partial(records.first_end, self.path, i))
 
     def run(self, wake_fd: int) -> None:
         save_state(self.path, self.state)

@@ -37,6 +37,7 @@ from xrun.sweeps.records import check_trial
 from xrun.sweeps.status import LIVE, SweepStatus, TrialStatus
 from xrun.sweeps.supervisor import (
     SUPERVISOR_FILE,
+    cancel_app,
     cancel_everything,
     initial_state,
     load_state,
@@ -232,14 +233,21 @@ class TrialsBackend(SweepBackend):
             return
         state = load_state(path, size) or initial_state(size)
         t = state["trials"][trial]
-        if t["app_id"] and unsettled(t):
-            self.sched.cancel(t["app_id"])  # the supervisor records how it ended
         if alive:
             assert sup is not None
+            if t["app_id"] and unsettled(t):
+                self.sched.cancel(t["app_id"])  # the supervisor records how it ended
             os.kill(sup["pid"], signal.SIGUSR1)  # look at the cancel requests now
             _wait_trial_ended(path, trial, size, timeout=15.0)
         elif unsettled(t):
-            t.update(state="CANCELLED", ended=time.time(), msg="cancelled by request")
+            # Nobody else records it: ask its app how it ended (it may have ended on its own
+            # since the supervisor died: not CANCELLED then), as the supervisor would.
+            if t["app_id"]:
+                cancel_app(self.sched, t, partial(records.first_end, path, trial))
+                if t["state"] == "CANCELLED":
+                    t["msg"] = t["msg"] or "cancelled by request"
+            else:
+                t.update(state="CANCELLED", ended=time.time(), msg="cancelled by request")
             save_state(path, state)
 
     # ------------------------------------------------------------------ logs

@@ -220,6 +220,11 @@ class FsspecTracker(TrackerBase):
                 text = self._store.read(posixpath.join(folder, name))
             except (OSError, ValueError):  # being written right now, or not ours
                 continue
+            if not text.endswith("\n"):
+                # Every writer (this one, TorchX's) ends the relation with a newline: a file
+                # without it is being written (created empty, then filled): read now, "" would
+                # say "no artifact" and "data" a wrong one for the "dataset" being written.
+                continue
             kinds = [k.strip() for k in text.splitlines()]
             kinds = [k for k in kinds if k]
             if not kinds and not artifact_name:
