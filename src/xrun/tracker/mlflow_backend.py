@@ -6,6 +6,14 @@ experiment defaults to the job's ``TORCHX_TRACKING_EXPERIMENT_NAME`` (``dist.ddp
 EXP/RUN``), else ``xrun``. The job's id (its handle) is the MLflow run's tag ``xrun.job_id``: the
 run is found by it, so a restarted or requeued job writes into the run it started.
 
+Workers of one job may create its run at the same moment: each keeps the earliest it sees and
+deletes its own otherwise. A run whose creation was still on its way to the server can show up
+later with an earlier start, so workers may have written into a run that is deleted, or that
+is not the earliest, by then. So a job's runs are read as one: its earliest active run (the
+*main* one) says what it holds, and every other run with the job's tag, deleted ones included,
+adds what the main one lacks (sources: all of them); a writer whose run was deleted meanwhile
+writes again into the main one.
+
 - metadata: MLflow params (a key's first value; params cannot change) and tags (a later value
   of the same key); read back with the tags winning, JSON values decoded;
 - artifacts: the file or dir at the path is uploaded under the artifact's name, and the name,
@@ -22,7 +30,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from xrun.contract import EXPERIMENT_ENV
 from xrun.tracker.base import Lineage, TrackerArtifact, TrackerBase, TrackerSource
@@ -112,6 +121,42 @@ class MLflowTracker(TrackerBase):
             self._ids[job_id] = runs[0].info.run_id
         return self._ids.get(job_id)
 
+    def _runs(self, job_id: str) -> list[Any]:
+        """Every run with the job's tag, deleted ones too: the main one (the earliest active)
+        first, then the others earliest first."""
+        from mlflow.entities import ViewType
+
+        runs: list[Any] = []
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.`{JOB_TAG}` = {_quoted(job_id)}",
+                run_view_type=ViewType.ALL,
+                order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+                page_token=token,
+            )
+            runs += list(page)
+            token = page.token
+            if not token:
+                break
+        main = next((r for r in runs if r.info.lifecycle_stage == "active"), None)
+        if main is None:
+            return runs
+        return [main] + [r for r in runs if r.info.run_id != main.info.run_id]
+
+    def _write(self, job_id: str, write: Callable[[str], None]) -> None:
+        """``write(run id)`` into the job's run; again into the main one when another worker
+        deleted ours meanwhile (MLflow refuses writes to a deleted run)."""
+        rid = self._run(job_id)
+        try:
+            write(rid)
+        except Exception:
+            if self.client.get_run(rid).info.lifecycle_stage == "active":
+                raise
+            self._ids.pop(job_id, None)
+            write(self._run(job_id))
+
     def _run(self, job_id: str) -> str:
         found = self._find(job_id)
         if found is not None:
@@ -131,66 +176,72 @@ class MLflowTracker(TrackerBase):
         # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
         from mlflow.entities import Param, RunTag
 
-        rid = self._run(run_id)
-        params = self.client.get_run(rid).data.params
-        new, changed = [], []
-        for k, v in kwargs.items():
-            key, text = _key(k), _text(v)
-            if key not in params:
-                new.append(Param(key, text))
-            elif params[key] != text:
-                changed.append(RunTag(key, text))
-        if new or changed:
-            self.client.log_batch(rid, params=new, tags=changed)
+        def write(rid: str) -> None:
+            params = self.client.get_run(rid).data.params
+            new, changed = [], []
+            for k, v in kwargs.items():
+                key, text = _key(k), _text(v)
+                if key not in params:
+                    new.append(Param(key, text))
+                elif params[key] != text:
+                    changed.append(RunTag(key, text))
+            if new or changed:
+                self.client.log_batch(rid, params=new, tags=changed)
+
+        self._write(run_id, write)
 
     def metadata(self, run_id: str) -> dict[str, object]:
-        rid = self._find(run_id)
-        if rid is None:
-            return {}
-        data = self.client.get_run(rid).data
-        out = {k: _value(v) for k, v in data.params.items()}
-        out.update({k: _value(v) for k, v in data.tags.items() if k in data.params})
+        out: dict[str, object] = {}
+        for run in reversed(self._runs(run_id)):  # the main run last: its values win
+            data = run.data
+            out.update({k: _value(v) for k, v in data.params.items()})
+            out.update({k: _value(v) for k, v in data.tags.items() if k in data.params})
         return out
 
     # ------------------------------------------------------------------ artifacts
     def add_artifact(
         self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
     ) -> None:
-        rid = self._run(run_id)
-        if os.path.isdir(path):
-            self.client.log_artifacts(rid, path, artifact_path=_key(name))
-        elif os.path.isfile(path):
-            self.client.log_artifact(rid, path, artifact_path=_key(name))
         entry = {"name": name, "path": path, "metadata": dict(metadata) if metadata else metadata}
-        self.client.set_tag(rid, ARTIFACT_TAG + _key(name), json.dumps(entry, default=str))
+
+        def write(rid: str) -> None:
+            if os.path.isdir(path):
+                self.client.log_artifacts(rid, path, artifact_path=_key(name))
+            elif os.path.isfile(path):
+                self.client.log_artifact(rid, path, artifact_path=_key(name))
+            self.client.set_tag(rid, ARTIFACT_TAG + _key(name), json.dumps(entry, default=str))
+
+        self._write(run_id, write)
 
     def artifacts(self, run_id: str) -> dict[str, TrackerArtifact]:
-        rid = self._find(run_id)
-        if rid is None:
-            return {}
+        found: dict[str, str] = {}
+        for run in reversed(self._runs(run_id)):  # the main run last: its entries win
+            found.update({k: v for k, v in run.data.tags.items() if k.startswith(ARTIFACT_TAG)})
         out = {}
-        for k, v in sorted(self.client.get_run(rid).data.tags.items()):
-            if k.startswith(ARTIFACT_TAG):
-                e = json.loads(v)
-                out[e["name"]] = TrackerArtifact(e["name"], e["path"], e.get("metadata"))
+        for _, v in sorted(found.items()):
+            e = json.loads(v)
+            out[e["name"]] = TrackerArtifact(e["name"], e["path"], e.get("metadata"))
         return out
 
     # ------------------------------------------------------------------ sources
     def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
-        rid = self._run(run_id)
-        tags = self.client.get_run(rid).data.tags
-        known = json.loads(tags.get(SOURCES_TAG, "[]"))
-        if [source_id, artifact_name] not in known:
-            known.append([source_id, artifact_name])
-            self.client.set_tag(rid, SOURCES_TAG, json.dumps(known))
-        if "mlflow.parentRunId" not in tags:
-            self.client.set_tag(rid, "mlflow.parentRunId", self._run(source_id))
+        def write(rid: str) -> None:
+            tags = self.client.get_run(rid).data.tags
+            known = json.loads(tags.get(SOURCES_TAG, "[]"))
+            if [source_id, artifact_name] not in known:
+                known.append([source_id, artifact_name])
+                self.client.set_tag(rid, SOURCES_TAG, json.dumps(known))
+            if "mlflow.parentRunId" not in tags:
+                self.client.set_tag(rid, "mlflow.parentRunId", self._run(source_id))
+
+        self._write(run_id, write)
 
     def sources(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
-        rid = self._find(run_id)
-        if rid is None:
-            return []
-        known = json.loads(self.client.get_run(rid).data.tags.get(SOURCES_TAG, "[]"))
+        known: list[list[Any]] = []
+        for run in self._runs(run_id):  # the main run's first
+            for pair in json.loads(run.data.tags.get(SOURCES_TAG, "[]")):
+                if pair not in known:
+                    known.append(pair)
         return [TrackerSource(s, a) for s, a in known if not artifact_name or a == artifact_name]
 
     def has_run(self, run_id: str) -> bool:
@@ -200,12 +251,13 @@ class MLflowTracker(TrackerBase):
     def run_ids(self, **kwargs: str) -> list[str]:
         parent = kwargs.get("parent_run_id")
         query = f"tags.`{JOB_TAG}` LIKE '%'"
-        if parent:
-            pid = self._find(parent)
-            if pid is None:
+        parents: set[str] = set()
+        if parent:  # a child may name any of its parent job's runs (see the module docstring)
+            parents = {r.info.run_id for r in self._runs(parent)}
+            if not parents:
                 return []
-            query += f" and tags.`mlflow.parentRunId` = {_quoted(pid)}"
         out: list[str] = []
+        seen: set[str] = set()
         token = None
         while True:
             page = self.client.search_runs(
@@ -215,7 +267,12 @@ class MLflowTracker(TrackerBase):
                 order_by=["attributes.start_time ASC"],
                 page_token=token,
             )
-            out += [r.data.tags[JOB_TAG] for r in page]
+            for r in page:
+                job = r.data.tags[JOB_TAG]
+                child = not parents or r.data.tags.get("mlflow.parentRunId") in parents
+                if child and job not in seen:  # a job whose workers left two runs: once
+                    seen.add(job)
+                    out.append(job)
             token = page.token
             if not token:
                 return out

@@ -148,3 +148,46 @@ def test_workers_creating_the_run_at_once_leave_one(mlflow_server: str, tmp_path
     t = create(config)
     assert t.run_ids() == ["local_cwd://default/raced"]
     assert t.metadata("local_cwd://default/raced") == {"w0": 1, "w1": 1, "w2": 1}
+
+
+def test_a_run_that_shows_up_late_with_an_earlier_start_loses_nothing(mlflow_server: str) -> None:  # noqa: F811
+    """The stress run's interleaving, forced: worker C creates the job's run and writes into it;
+    worker A's run, whose creation was still on its way, shows up with an earlier start (so A
+    keeps it, and B, coming last, deletes its own and writes into A's); then a run a worker was
+    writing into is deleted under it. Every value stays readable, the job is listed once. (The
+    job used to read as A's run alone: {w0, w1}, and a write into a deleted run raised.)"""
+    config = f"{mlflow_server}#late"
+    job = "local_cwd://default/late"
+    c = create(config)
+    c.add_metadata(job, w2=1)
+    c.add_source(job, "local_cwd://default/sweep-c", "data")
+    started = c.client.get_run(c._find(job) or "").info.start_time
+
+    a = create(config)
+    create_run = a.client.create_run
+
+    def earlier(experiment_id: str, **kw: object) -> object:  # its create was sent first
+        return create_run(experiment_id, start_time=started - 1000, **kw)  # type: ignore[arg-type]
+
+    a.client.create_run = earlier  # type: ignore[method-assign]
+    find, looked = a._find, []
+
+    def first_blind(job_id: str) -> str | None:  # its first look came before C's run was there
+        looked.append(job_id)
+        return None if len(looked) == 1 else find(job_id)
+
+    a._find = first_blind  # type: ignore[method-assign]
+    a.add_metadata(job, w0=1)
+    b = create(config)
+    b.add_metadata(job, w1=1)
+    assert a._find(job) == b._find(job) != c._find(job)
+
+    fresh = create(config)
+    assert fresh.metadata(job) == {"w0": 1, "w1": 1, "w2": 1}
+    assert sorted(fresh.run_ids()) == [job, "local_cwd://default/sweep-c"]  # the job once
+    assert [s.source_run_id for s in fresh.sources(job)] == ["local_cwd://default/sweep-c"]
+
+    # A's run deleted under B, which still writes into it: its next write lands in the main run
+    a.client.delete_run(a._find(job) or "")
+    b.add_metadata(job, late=2)
+    assert create(config).metadata(job) == {"w0": 1, "w1": 1, "w2": 1, "late": 2}
