@@ -69,6 +69,8 @@ class EtcdLedger:
         """Our workers failed (or stalled) in the current round: count the round once for the
         job; ``restart`` asks the peers to restart when the budget has a restart left."""
         rnd = self._place()
+        if rnd < 0:  # no round joined: nothing to count against (the agent counts its own)
+            raise RendezvousError("no rendezvous round joined yet")
 
         def count(s: State) -> State | None:
             b = carry(s)

@@ -144,6 +144,43 @@ def test_cancelling_a_trial_that_ended_after_its_supervisor_died_keeps_how_it_en
     assert "SUCCEEDED" in _table_row(env, handle)
 
 
+def test_a_cancel_that_fails_with_the_supervisor_gone_says_so_and_records_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's cancel fails (its processes would not end, the engine is away): the cancel
+    raises and the trial stays as it was, so a status still asks its app and a second cancel
+    tries again (it used to be recorded CANCELLED, for an app that may still run)."""
+    from xrun.errors import SchedulerError
+    from xrun.procs import is_alive
+    from xrun.schedulers.api import get_scheduler
+    from xrun.sweeps.trials import TrialsBackend
+
+    env = Env(tmp_path)
+    r = env.run("run", "--sweep", "w=1", "utils.sh", "sleep 60")
+    assert r.returncode == 0, r.stderr
+    handle = r.stdout.strip()
+    wait_for(lambda: "RUNNING" in _table_row(env, handle), 60, "trial 0 runs")
+    path = _sweep_dir(handle)
+    sup = records.load_supervisor(path)
+    assert sup is not None
+    os.kill(sup["pid"], signal.SIGKILL)
+    wait_for(lambda: not is_alive(sup["pid"], sup["start"]), 30, "the supervisor gone")
+    for k, v in env.env.items():
+        monkeypatch.setenv(k, v)
+    backend = TrialsBackend(get_scheduler("local_cwd", "default"))
+
+    def refuse(app_id: str) -> None:
+        raise SchedulerError(f"{app_id}: its processes would not end")
+
+    monkeypatch.setattr(backend.sched, "cancel", refuse)
+    with pytest.raises(SchedulerError, match="would not end"):
+        backend.cancel(handle.rsplit("/", 1)[1], 0)
+    state = records.load_state(path, 1)
+    assert state is not None and state["trials"][0]["state"] == "RUNNING", state
+    assert env.run("cancel", f"{handle}/0").returncode == 0  # the real cancel: it stops
+    assert "CANCELLED" in _table_row(env, handle)
+
+
 SPEC_SHAPES = [
     [],
     {},

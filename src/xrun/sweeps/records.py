@@ -17,6 +17,7 @@ plan may hold the job's env.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -117,11 +118,11 @@ def first_end(path: str, trial: int) -> float:
     except (OSError, ValueError):
         pass
     now = time.time()
-    os.makedirs(folder, exist_ok=True)
     tmp = f"{final}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(repr(now))
     try:
+        os.makedirs(folder, exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(repr(now))
         os.link(tmp, final)
     except FileExistsError:  # another reader saw it first: its time wins
         try:
@@ -129,8 +130,11 @@ def first_end(path: str, trial: int) -> float:
                 now = float(f.read())
         except (OSError, ValueError):
             pass
+    except OSError:  # a full disk, no hard links: our own time, as before (never a failure)
+        pass
     finally:
-        os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
     return now
 
 

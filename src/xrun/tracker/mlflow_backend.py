@@ -152,7 +152,11 @@ class MLflowTracker(TrackerBase):
         try:
             write(rid)
         except Exception:
-            if self.client.get_run(rid).info.lifecycle_stage == "active":
+            try:
+                active = self.client.get_run(rid).info.lifecycle_stage == "active"
+            except Exception:  # noqa: BLE001 - gone for good (`mlflow gc`): as deleted
+                active = False
+            if active:
                 raise
             self._ids.pop(job_id, None)
             write(self._run(job_id))

@@ -83,3 +83,11 @@ def test_no_budget_says_nothing_and_etcd_errors_are_rendezvous_errors() -> None:
     doc.state = None
     with pytest.raises(RendezvousError, match="gone"):
         EtcdLedger(lambda: None, lambda change: None, lambda: 0).failed("x", 1, doc.restart)
+
+
+def test_before_any_round_nothing_is_counted_and_the_agent_counts_its_own() -> None:
+    doc = Doc()
+    ledger = EtcdLedger(lambda: doc.state, doc.update, lambda: -1)
+    with pytest.raises(RendezvousError, match="no rendezvous round"):
+        ledger.failed("x", 3, doc.restart)
+    assert doc.restarts == 0 and ledger.used() == 0
