@@ -39,6 +39,15 @@ def _table_row(env: Env, handle: str) -> list[str]:
     return rows[0]
 
 
+def _running_sweep(env: Env, command: str) -> str:
+    """The handle of a one-trial ``utils.sh`` sweep whose trial runs ``command``, once it runs."""
+    r = env.run("run", "--sweep", "w=1", "utils.sh", command)
+    assert r.returncode == 0, r.stderr
+    handle = r.stdout.strip()
+    wait_for(lambda: "RUNNING" in _table_row(env, handle), 60, "trial 0 runs")
+    return handle
+
+
 def test_a_trial_whose_app_supervisor_was_killed_reads_the_same_in_the_table(
     tmp_path: Path,
 ) -> None:
@@ -81,10 +90,7 @@ def test_an_ended_trials_duration_is_the_same_before_and_after_the_supervisor_re
     to be each reader's own clock until the supervisor wrote its own)."""
     env = Env(tmp_path)
     flag = env.cwd / "go"
-    r = env.run("run", "--sweep", "w=1", "utils.sh", f"while [ ! -e {flag} ]; do sleep 0.1; done")
-    assert r.returncode == 0, r.stderr
-    handle = r.stdout.strip()
-    wait_for(lambda: "RUNNING" in _table_row(env, handle), 60, "trial 0 runs")
+    handle = _running_sweep(env, f"while [ ! -e {flag} ]; do sleep 0.1; done")
     sup = records.load_supervisor(_sweep_dir(handle))
     assert sup is not None
     os.kill(sup["pid"], signal.SIGSTOP)  # the supervisor records nothing until it goes on
@@ -116,10 +122,7 @@ def test_cancelling_a_trial_that_ended_after_its_supervisor_died_keeps_how_it_en
     CANCELLED over an app that had ended well)."""
     env = Env(tmp_path)
     flag = env.cwd / "go"
-    r = env.run("run", "--sweep", "w=1", "utils.sh", f"while [ ! -e {flag} ]; do sleep 0.1; done")
-    assert r.returncode == 0, r.stderr
-    handle = r.stdout.strip()
-    wait_for(lambda: "RUNNING" in _table_row(env, handle), 60, "trial 0 runs")
+    handle = _running_sweep(env, f"while [ ! -e {flag} ]; do sleep 0.1; done")
     path = _sweep_dir(handle)
     sup = records.load_supervisor(path)
     assert sup is not None
@@ -156,10 +159,7 @@ def test_a_cancel_that_fails_with_the_supervisor_gone_says_so_and_records_nothin
     from xrun.sweeps.trials import TrialsBackend
 
     env = Env(tmp_path)
-    r = env.run("run", "--sweep", "w=1", "utils.sh", "sleep 60")
-    assert r.returncode == 0, r.stderr
-    handle = r.stdout.strip()
-    wait_for(lambda: "RUNNING" in _table_row(env, handle), 60, "trial 0 runs")
+    handle = _running_sweep(env, "sleep 60")
     path = _sweep_dir(handle)
     sup = records.load_supervisor(path)
     assert sup is not None

@@ -150,14 +150,21 @@ def cancel_everything(path: str, sched: Scheduler[Any], state: dict[str, Any]) -
 
 
 def cancel_app(
-    sched: Scheduler[Any], t: dict[str, Any], seen_end: Callable[[], float] | None = None
+    sched: Scheduler[Any],
+    t: dict[str, Any],
+    seen_end: Callable[[], float] | None = None,
+    strict: bool = False,
 ) -> None:
     """Cancel trial ``t``'s app and record how it ended: what its scheduler says (an app that
-    had ended on its own keeps its own end), else CANCELLED."""
+    had ended on its own keeps its own end), else CANCELLED. A cancel that fails is noted in
+    the trial's msg, or with ``strict`` raised before anything is recorded (the app may still
+    run: a later status asks it again)."""
     try:
         sched.cancel(t["app_id"])
         record(t, sched.describe(t["app_id"]), seen_end)
     except XrunError as e:
+        if strict:
+            raise
         t["msg"] = f"cancel failed: {e}"
     if unsettled(t):  # its scheduler does not say yet: it was told to stop
         t.update(state="CANCELLED", ended=(seen_end or time.time)())

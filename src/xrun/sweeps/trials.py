@@ -37,6 +37,7 @@ from xrun.sweeps.records import check_trial
 from xrun.sweeps.status import LIVE, SweepStatus, TrialStatus
 from xrun.sweeps.supervisor import (
     SUPERVISOR_FILE,
+    cancel_app,
     cancel_everything,
     initial_state,
     load_state,
@@ -242,11 +243,8 @@ class TrialsBackend(SweepBackend):
             # Nobody else records it: ask its app how it ended (it may have ended on its own
             # since the supervisor died: not CANCELLED then), as the supervisor would.
             if t["app_id"]:
-                # A cancel that fails raises (the app may still run: nothing is recorded)
-                self.sched.cancel(t["app_id"])
-                record(t, self.sched.describe(t["app_id"]), partial(records.first_end, path, trial))
-                if unsettled(t):  # its scheduler does not say yet: it was told to stop
-                    t.update(state="CANCELLED", ended=records.first_end(path, trial))
+                ended = partial(records.first_end, path, trial)
+                cancel_app(self.sched, t, ended, strict=True)
                 if t["state"] == "CANCELLED":
                     t["msg"] = t["msg"] or "cancelled by request"
             else:

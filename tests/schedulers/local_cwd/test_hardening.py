@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +17,8 @@ from tests.helpers.box import tmpfs
 from tests.helpers.waiting import wait_for
 from xrun.errors import SchedulerError
 from xrun.procs import is_alive
-from xrun.schedulers.local_cwd import LocalCwdScheduler, create_scheduler, procs, statedir
+from xrun.schedulers.local_cwd import LocalCwdScheduler, procs, statedir
 from xrun.specs import AppDef, AppState, Role
-
-
-@pytest.fixture
-def sched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCwdScheduler]:
-    monkeypatch.chdir(tmp_path)
-    s = create_scheduler("test")
-    yield s
-    s.close()
 
 
 def _app(entrypoint: str, *args: str, n: int = 1) -> AppDef:

@@ -5,25 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from xrun.schedulers.local_cwd import LocalCwdScheduler, create_scheduler, statedir
+from xrun.schedulers.local_cwd import LocalCwdScheduler, statedir
 from xrun.schedulers.local_cwd import scheduler as scheduler_mod
 from xrun.schedulers.local_cwd import status as status_mod
 from xrun.schedulers.local_cwd.supervisor import write_json_atomic
 from xrun.specs import AppDef, AppState, Role
-
-
-@pytest.fixture
-def sched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCwdScheduler]:
-    monkeypatch.chdir(tmp_path)
-    s = create_scheduler("test")
-    yield s
-    s.close()
 
 
 def _state(state: str, rep_state: str, code: int | None, msg: str = "") -> dict[str, Any]:
