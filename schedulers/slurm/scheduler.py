@@ -103,6 +103,7 @@ from .request import (
     build_request,
     parse_comment,
 )
+from .requeue import requeueing as _requeueing
 from .status import (
     SACCT_COMP_FIELDS,
     SACCT_FIELDS,
@@ -551,19 +552,6 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
                 )
             )
         return out
-
-
-# A requeue shows as the old attempt's end state for a moment; a marker older than this is
-# stale (the requeue failed without the batch script noticing).
-_REQUEUE_WINDOW_S = 10
-
-
-def _requeueing(log_dir: str) -> bool:
-    """The batch script asked Slurm to requeue and no new attempt has started yet."""
-    try:
-        return time.time() - os.path.getmtime(os.path.join(log_dir, "requeued")) < _REQUEUE_WINDOW_S
-    except OSError:
-        return False
 
 
 def _gone(proc: subprocess.CompletedProcess[str]) -> bool:

@@ -37,14 +37,13 @@ from ..workspace import Workspace
 from .array import array_job, array_template
 from .commands import run as _run
 from .request import task_env
+from .requeue import requeueing as _requeueing
 from .status import SlurmJobRecord, app_state, expand_hostlist, explain
 
 # %F: the array's job id, %K: the task's index, %A: its own job id (the array's, while pending).
 SQUEUE_ARRAY_FORMAT = "%F|%K|%A|%T|%r|%N"
 # While following a trial's logs, how often to ask Slurm whether it has ended.
 FOLLOW_POLL_S = 0.5
-# A requeue marker older than this is stale (see scheduler._requeueing).
-_REQUEUE_WINDOW_S = 10
 
 
 def parse_array_squeue(text: str) -> dict[str, dict[int, SlurmJobRecord]]:
@@ -301,15 +300,6 @@ class ArrayBackend(SweepBackend):
         spec = _load_spec(self.find(sweep_id))
         check_trial(sweep_id, trial, len(spec["plan"]["trials"]))
         return {str(k): int(v) for k, v in spec["roles"].items()}
-
-
-def _requeueing(trial_dir: str) -> bool:
-    """The task asked Slurm to requeue it and no new attempt has started yet."""
-    try:
-        age = time.time() - os.path.getmtime(os.path.join(trial_dir, "requeued"))
-    except OSError:
-        return False
-    return age < _REQUEUE_WINDOW_S
 
 
 def _load_spec(path: str) -> dict[str, Any]:

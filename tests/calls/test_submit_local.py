@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import xrun
-from xrun.calls.files import TooLargeError, outcome_file
+from xrun.calls.files import TooLargeError, attempt_dir, latest_attempt, outcome_file
 from xrun.calls.job import CallFailedError, DebugJob, Job
 from xrun.errors import UsageError
 from xrun.specs import AppState
@@ -55,6 +55,13 @@ def boom(batch: int) -> None:
     data = [batch]
     if data:
         raise BoomError(f"bad shape in batch {batch}")
+
+
+def outcome(folder: Path, rank: int) -> Path:
+    """Rank ``rank``'s outcome file in the call's latest attempt."""
+    attempt = latest_attempt(folder)
+    assert attempt is not None, f"no attempt started in {folder}"
+    return outcome_file(attempt_dir(folder, attempt), rank)
 
 
 @pytest.fixture(autouse=True)
@@ -141,7 +148,7 @@ def test_two_nodes_of_two_run_the_call_on_every_rank() -> None:
     job0 = xrun.submit(where, "zero", j="1x2")
     assert job0.result()["rank"] == 0
     assert job0.wait().state == AppState.SUCCEEDED
-    assert outcome_file(job0.folder, 0).exists() and not outcome_file(job0.folder, 1).exists()
+    assert outcome(job0.folder, 0).exists() and not outcome(job0.folder, 1).exists()
 
 
 def sleeper(marker: str) -> str:
@@ -189,7 +196,7 @@ def test_a_result_over_the_limit_is_a_clear_error_and_no_big_file() -> None:
     job = xrun.submit(big, 1 << 20, max_result_bytes=64 << 10)
     with pytest.raises(TooLargeError, match=r"result of rank 0 .* over the limit of 64 KiB"):
         job.result()
-    assert outcome_file(job.folder, 0).stat().st_size < 64 << 10
+    assert outcome(job.folder, 0).stat().st_size < 64 << 10
     with pytest.raises(UsageError, match="over the limit of 64 KiB"):
         xrun.submit(big, b"y" * (1 << 20), max_result_bytes=64 << 10)
 

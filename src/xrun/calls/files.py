@@ -5,12 +5,22 @@ A call's folder (``<folder>/<call id>/``) holds:
 - ``call.pkl``             the caller's call (``fn``, ``args``, ``kwargs`` and options),
                            pickled by cloudpickle; a checkpoint (worker.py) replaces it
 - ``<I>/args.pkl``         ``map_array``: call I's ``(args, kwargs)``; ``call.pkl`` holds
-                           the function once; call I's outcomes go to ``<I>/``
+                           the function once; call I's places and attempts go to ``<I>/``
 - ``job.json``             what ``Job.attach(folder)`` needs to find the job again
 - ``place.<RANK>``         ``REPLICA LOCAL_RANK`` of rank RANK's worker: whose log has its lines
-- ``outcome.<RANK>.pkl``   what rank RANK's call gave: ``("ok", value)`` or
-                           ``("error", exception, traceback text, rank)``; written to a
-                           temporary name and renamed, so a reader never sees half a file
+- ``attempt.<Q>.<S>.<W>/`` one start of the workers (:class:`Attempt`: Q Slurm requeues, S the
+                           rendezvous round, W the world size), made by each worker as it starts
+- ``attempt.../outcome.<RANK>.pkl``  what rank RANK's call gave in that attempt: ``("ok",
+                           value)`` or ``("error", exception, traceback text, rank)``
+
+Every file is written to a temporary name and renamed, so a reader never sees half of one.
+
+Outcomes are kept per attempt because a restart does not rewrite every rank's: after an elastic
+shrink (a node lost, the job re-formed smaller) ranks past the new world never run again, and a
+straggler of an old attempt (a worker its agent has not stopped yet) may still write one. The
+reader takes the latest attempt's outcomes only (:func:`latest_attempt`), so neither can pass
+for the final attempt's; nothing is deleted for that, so no reader ever has a file pulled from
+under it (an older attempt's folder stays: errors, or values written before a restart).
 
 Only files go between the caller and the job (never a shell's arguments or environment), and
 every file is bounded: a writer stops at the limit (the disk never fills with a runaway result)
@@ -21,8 +31,12 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from xrun.contract import RDZV_ROUND_ENV
 
 CALL_FILE = "call.pkl"
 JOB_FILE = "job.json"  # the caller's Job (handle, role, ...): Job.attach(folder) reads it
@@ -31,6 +45,7 @@ JOB_FILE_MAX = 64 * 1024
 ARGS_FILE = "args.pkl"  # a map_array call's own (args, kwargs), in its folder <I>/
 OUTCOME_PREFIX = "outcome."
 OUTCOME_SUFFIX = ".pkl"
+ATTEMPT_PREFIX = "attempt."
 
 # The default bound on a call's pickled arguments and on each rank's pickled result. A result
 # this big is a dataset, which belongs in a file whose path the function returns.
@@ -44,12 +59,83 @@ class TooLargeError(ValueError):
     """A pickle over the call's byte limit (``max_result_bytes``)."""
 
 
+@dataclass(frozen=True, order=True)
+class Attempt:
+    """One start of a call's workers, the same in each of its ranks; a later start compares
+    greater: ``requeues`` (Slurm's SLURM_RESTART_COUNT), then ``round`` (the rendezvous round,
+    XRUN_ROUND: failure and membership restarts both start a new one), and ``world``
+    (WORLD_SIZE: how many ranks it has)."""
+
+    requeues: int
+    round: int
+    world: int
+
+    @classmethod
+    def of_env(cls, env: Mapping[str, str]) -> Attempt:
+        """This worker's attempt. Without XRUN_ROUND (an agent other than xrun's): the
+        restart count, which counts failure restarts only."""
+        rnd = _count(env, RDZV_ROUND_ENV)
+        if rnd is None:
+            rnd = _count(env, "TORCHELASTIC_RESTART_COUNT") or 0
+        return cls(_count(env, "SLURM_RESTART_COUNT") or 0, rnd, _count(env, "WORLD_SIZE") or 1)
+
+    @property
+    def name(self) -> str:
+        return f"{ATTEMPT_PREFIX}{self.requeues}.{self.round}.{self.world}"
+
+
+def _count(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name, "")
+    return int(value) if value.isdigit() and len(value) < 10 else None
+
+
+def attempt_dir(folder: Path, attempt: Attempt) -> Path:
+    return folder / attempt.name
+
+
+def start_attempt(folder: Path, attempt: Attempt) -> Path:
+    """The attempt's folder, made if this is its first worker."""
+    path = attempt_dir(folder, attempt)
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def latest_attempt(folder: Path) -> Attempt | None:
+    """The latest attempt that started (None: no worker has yet)."""
+    latest = None
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return None
+    for name in names:
+        if not name.startswith(ATTEMPT_PREFIX):
+            continue
+        parts = name[len(ATTEMPT_PREFIX) :].split(".")
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            attempt = Attempt(*(int(p) for p in parts))
+            latest = attempt if latest is None else max(latest, attempt)
+    return latest
+
+
 def outcome_file(folder: Path, rank: int) -> Path:
+    """Rank ``rank``'s outcome in ``folder``: an attempt's folder (:func:`attempt_dir`)."""
     return folder / f"{OUTCOME_PREFIX}{rank}{OUTCOME_SUFFIX}"
 
 
 def place_file(folder: Path, rank: int) -> Path:
     return folder / f"place.{rank}"
+
+
+def write_place(folder: Path, rank: int, replica: str, local_rank: str) -> None:
+    """Rank ``rank``'s place (see :func:`place`), written whole: a temporary file renamed over
+    the last one, so a reader never sees a partly written one."""
+    path = place_file(folder, rank)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(f"{replica} {local_rank}\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def place(folder: Path, rank: int, nproc_per_node: int) -> tuple[int, int]:
@@ -63,9 +149,13 @@ def place(folder: Path, rank: int, nproc_per_node: int) -> tuple[int, int]:
 
 
 def outcome_ranks(folder: Path) -> list[int]:
-    """The ranks that wrote an outcome, in order."""
+    """The ranks that wrote an outcome into ``folder`` (an attempt's), in order."""
     ranks = []
-    for name in os.listdir(folder):
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    for name in names:
         if name.startswith(OUTCOME_PREFIX) and name.endswith(OUTCOME_SUFFIX):
             middle = name[len(OUTCOME_PREFIX) : -len(OUTCOME_SUFFIX)]
             if middle.isdigit():

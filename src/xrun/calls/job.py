@@ -26,6 +26,9 @@ from xrun.calls.files import (
     DEFAULT_MAX_BYTES,
     ERROR,
     JOB_FILE,
+    Attempt,
+    attempt_dir,
+    latest_attempt,
     load,
     outcome_file,
     outcome_ranks,
@@ -41,11 +44,18 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
-# The runtime agent's tee prefix of a worker's line: ``[default0]:`` (torch's ``[<role><local
-# rank>]:``; TorchX's dist.ddp prints ``[0]:``).
 # How often result() looks for the outcome file while the job runs.
 _FOLDER_POLL_S = 0.05
+# How long a job that ended short of its outcome (SUCCEEDED without rank 0's, or every rank's
+# with all_ranks; FAILED without any) is looked at again before the outcome counts as missing:
+# on NFS the scheduler can say the job ended before this host sees the files its workers wrote
+# (attribute caching; each look lists the folder, which revalidates it). A job whose outcome is
+# there never waits.
+OUTCOME_LAG_S = 5.0
+_LAG_POLL_S = 0.2
 
+# The runtime agent's tee prefix of a worker's line: ``[default0]:`` (torch's ``[<role><local
+# rank>]:``; TorchX's dist.ddp prints ``[0]:``).
 _PREFIX = re.compile(r"\[[A-Za-z_]*(\d+)\]:")
 
 
@@ -101,6 +111,7 @@ class Job(Generic[R]):
         # ended (on Slurm ~0.3-0.7 s later: the agents' exit, squeue).
         self.world, self.early = world, early
         self._final: AppStatus | None = None
+        self._lag_waited = False  # OUTCOME_LAG_S spent once already: not again
 
     # ------------------------------------------------------------------ finding it again
     def save(self) -> None:
@@ -210,26 +221,40 @@ class Job(Generic[R]):
         return "".join(line if line.endswith("\n") else line + "\n" for line in out)
 
     # ------------------------------------------------------------------ outcome
-    def _outcome(self, rank: int) -> tuple[Any, ...] | None:
-        path = outcome_file(self.folder, rank)
-        if not path.exists():
+    def _latest(self) -> tuple[Attempt | None, list[int]]:
+        """The latest attempt that started, and the ranks with an outcome in it: only these
+        count (an earlier attempt's may be there too, see :mod:`xrun.calls.files`)."""
+        attempt = latest_attempt(self.folder)
+        if attempt is None:
+            return None, []
+        return attempt, outcome_ranks(attempt_dir(self.folder, attempt))
+
+    def _outcome(self, attempt: Attempt | None, rank: int) -> tuple[Any, ...] | None:
+        if attempt is None:
             return None
-        out = load(path, self.max_bytes, f"the outcome of rank {rank}")
+        path = outcome_file(attempt_dir(self.folder, attempt), rank)
+        try:
+            out = load(path, self.max_bytes, f"the outcome of rank {rank}")
+        except FileNotFoundError:
+            return None
         return tuple(out)
 
-    def _outcome_in(self) -> bool:
-        """Whether the outcome is complete, final and known without the job's state: rank 0's
-        (or, without ``all_ranks``, any rank's: the others write one only when they raised), or
-        every rank's of a fixed world with ``all_ranks``."""
+    def _outcome_in(self) -> Attempt | None:
+        """The attempt whose outcome is complete, final and known without the job's state:
+        rank 0's (or, without ``all_ranks``, any rank's: the others write one only when they
+        raised), or every rank's of a fixed world with ``all_ranks``; None: not yet."""
         if not self.early:
-            return False
-        ranks = outcome_ranks(self.folder)
+            return None
+        attempt, ranks = self._latest()
         if self.all_ranks:
-            return self.world is not None and len(ranks) >= self.world
-        return bool(ranks)
+            done = self.world is not None and len(ranks) >= self.world
+        else:
+            done = bool(ranks)
+        return attempt if done else None
 
-    def _settle(self, timeout: float | None) -> AppStatus | None:
-        """Block until the outcome is in (None) or the job ended (its final status)."""
+    def _settle(self, timeout: float | None) -> AppStatus | Attempt:
+        """Block until the outcome is in (the attempt that wrote it) or the job ended (its
+        final status)."""
         if self._final is not None:
             return self._final
         if not self.early:
@@ -238,7 +263,7 @@ class Job(Generic[R]):
         # The folder is cheap to look at (one listdir); the scheduler less so (Slurm: squeue),
         # so it is asked every second or so, for a job that ends without an outcome.
         look_at, every = 0.0, 0.5
-        while not self._outcome_in():
+        while (attempt := self._outcome_in()) is None:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise TimeoutError(f"{self.handle} has no outcome after {timeout:g} s")
@@ -249,44 +274,94 @@ class Job(Generic[R]):
                     return st
                 look_at, every = time.monotonic() + every, min(every * 1.5, 3.0)
             time.sleep(_FOLDER_POLL_S)
-        return None
+        return attempt
 
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Block until the outcome is in or the job ended; the call's exception (rank 0's
-        first, else the first failed rank's), with the remote traceback attached; None when it
-        succeeded."""
-        st = self._settle(timeout)
-        ranks = outcome_ranks(self.folder)
+    def _complete(self, st: AppStatus, attempt: Attempt | None, ranks: list[int]) -> bool:
+        """Whether the files hold all that a job which ended ``st`` leaves."""
+        if st.state == AppState.SUCCEEDED:
+            whole = not self.all_ranks or (attempt is not None and len(ranks) >= attempt.world)
+            return 0 in ranks and whole
+        if st.state == AppState.FAILED:
+            return bool(ranks)
+        return True  # cancelled, unknown: the workers were stopped, nothing is owed
+
+    def _ended_outcome(self, settled: AppStatus | Attempt) -> tuple[Attempt | None, list[int]]:
+        """The outcomes that tell: those of the attempt whose outcome is in, or once the job
+        ended ``settled``, the latest attempt's; short of what the job's end leaves, looked at
+        again for up to OUTCOME_LAG_S (NFS)."""
+        if isinstance(settled, Attempt):
+            return settled, outcome_ranks(attempt_dir(self.folder, settled))
+        st = settled
+        attempt, ranks = self._latest()
+        if self._lag_waited or self._complete(st, attempt, ranks):
+            return attempt, ranks
+        deadline = time.monotonic() + OUTCOME_LAG_S
+        while time.monotonic() < deadline:
+            time.sleep(_LAG_POLL_S)
+            attempt, ranks = self._latest()
+            if self._complete(st, attempt, ranks):
+                break
+        self._lag_waited = True
+        return attempt, ranks
+
+    def _conclude(
+        self, timeout: float | None
+    ) -> tuple[BaseException | None, Attempt | None, list[int]]:
+        """(the call's exception or None, the attempt whose outcomes tell, their ranks)."""
+        settled = self._settle(timeout)
+        st = settled if isinstance(settled, AppStatus) else None  # None: the outcome is in
+        attempt, ranks = self._ended_outcome(settled)
         for rank in sorted(ranks, key=lambda r: r != 0):
-            out = self._outcome(rank)
+            out = self._outcome(attempt, rank)
             if out and out[0] == ERROR:
                 _, exc, tb, r = out
-                return _attach(exc, tb, f"raised in {self.handle} (rank {r})")
+                return _attach(exc, tb, f"raised in {self.handle} (rank {r})"), attempt, ranks
         if 0 in ranks and (st is None or st.state == AppState.SUCCEEDED):
-            return None
+            missing = self._missing(attempt, ranks)
+            if missing:  # all_ranks: a list with a hole would put values at the wrong ranks
+                exc = CallFailedError(
+                    f"{self.handle}: the call succeeded, but rank(s) {missing} wrote no outcome "
+                    f"(looked again for {OUTCOME_LAG_S:g} s; did the function end the process "
+                    "itself?)"
+                )
+                return exc, attempt, ranks
+            return None, attempt, ranks
         if st is None:  # all_ranks' outcome in, yet no rank 0: cannot be; ask the scheduler
             st = self.wait(timeout)
         msg = f": {st.msg}" if st.msg else ""
         if st.state == AppState.SUCCEEDED:
-            msg = ", but rank 0 wrote no outcome (did the function end the process itself?)"
-        return CallFailedError(f"{self.handle} ended {st.state.name}{msg}")
+            msg = (
+                f", but rank 0 wrote no outcome (looked again for {OUTCOME_LAG_S:g} s; did the "
+                "function end the process itself?)"
+            )
+        return CallFailedError(f"{self.handle} ended {st.state.name}{msg}"), attempt, ranks
+
+    def _missing(self, attempt: Attempt | None, ranks: list[int]) -> str:
+        """With ``all_ranks``: the attempt's ranks without an outcome, as text ('' for none)."""
+        if not self.all_ranks or attempt is None:
+            return ""
+        return ", ".join(str(r) for r in range(attempt.world) if r not in ranks)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Block until the outcome is in or the job ended; the call's exception (rank 0's
+        first, else the first failed rank's), with the remote traceback attached; None when it
+        succeeded. Only the latest attempt's outcomes count (a restart may leave an earlier
+        one's behind)."""
+        return self._conclude(timeout)[0]
 
     def result(self, timeout: float | None = None) -> R:
         """Block until the job ends; rank 0's return value (``all_ranks``: a list, one value
         per rank), or raise the call's exception (see :meth:`exception`)."""
-        exc = self.exception(timeout)
+        exc, attempt, ranks = self._conclude(timeout)
         if exc is not None:
             raise exc
-        if not self.all_ranks:
-            out = self._outcome(0)
-            assert out is not None  # exception() saw it
-            return out[1]
         values = []
-        for rank in outcome_ranks(self.folder):
-            out = self._outcome(rank)
-            assert out is not None
+        for rank in ranks if self.all_ranks else [0]:
+            out = self._outcome(attempt, rank)
+            if out is None:  # removed since (by hand: the workers never remove one)
+                raise CallFailedError(f"{self.handle}: the outcome of rank {rank} is gone")
             values.append(out[1])
-        return values  # type: ignore[return-value]
+        return values if self.all_ranks else values[0]  # type: ignore[return-value]
 
     def results(self) -> list[R]:
         """submitit's name: ``[result()]`` (every rank's values with ``all_ranks``)."""

@@ -25,11 +25,13 @@ from xrun.calls.files import (
     CALL_FILE,
     ERROR,
     OK,
+    Attempt,
     TooLargeError,
     dump,
     load,
     outcome_file,
-    place_file,
+    start_attempt,
+    write_place,
 )
 from xrun.contract import STOP_DIR_ENV, TRIAL_INDEX_ENV
 from xrun.runtime.stop import FLAG as STOP_FLAG
@@ -176,7 +178,7 @@ def _watch(flag: Path) -> None:
     threading.Thread(target=poll, name="xrun-stop-watch", daemon=True).start()
 
 
-def _unloadable(folder: Path, limit: int, rank: int, e: Exception) -> int:
+def _unloadable(folder: Path, limit: int, rank: int, attempt: Attempt, e: Exception) -> int:
     """The call does not unpickle here: most often a function, class or argument pickled by
     reference whose module the job cannot import. Said as the call's outcome, not only as a
     traceback in a log."""
@@ -189,7 +191,7 @@ def _unloadable(folder: Path, limit: int, rank: int, e: Exception) -> int:
     )
     index = os.environ.get(TRIAL_INDEX_ENV, "")
     own = folder / index
-    out = own if index.isdigit() and own.is_dir() else folder
+    out = start_attempt(own if index.isdigit() and own.is_dir() else folder, attempt)
     dump((ERROR, RuntimeError(msg), tb, rank), outcome_file(out, rank), limit, "the exception")
     return 1
 
@@ -201,15 +203,18 @@ def main(argv: list[str]) -> int:
     folder, limit, replica = Path(argv[0]), int(argv[1]), argv[2]
     _cloudpickle_on_path()
     rank = int(os.environ.get("RANK", "0"))
+    # Outcomes go into this attempt's own folder: the caller reads the latest attempt's only
+    # (files.py says why), so no earlier attempt's can pass for this one's.
+    attempt = Attempt.of_env(os.environ)
     try:
         out, call = _load_call(folder, limit)
     except Exception as e:
-        return _unloadable(folder, limit, rank, e)
+        return _unloadable(folder, limit, rank, attempt, e)
     # Which replica's log holds this rank's lines (Job.stdout): the rendezvous, not the
     # replica's index, orders the nodes.
-    place_file(out, rank).write_text(f"{replica} {os.environ.get('LOCAL_RANK', '0')}\n")
-    mine = outcome_file(out, rank)
-    mine.unlink(missing_ok=True)  # a retry: the last attempt's outcome is not this one's
+    write_place(out, rank, replica, os.environ.get("LOCAL_RANK", "0"))
+    mine = outcome_file(start_attempt(out, attempt), rank)
+    mine.unlink(missing_ok=True)  # this rank started again within its attempt
     fn, args, kwargs, all_ranks = call["fn"], call["args"], call["kwargs"], call["all_ranks"]
     _with_filename(fn, call.get("filename"))
     if callable(getattr(fn, "checkpoint", None)):
