@@ -185,3 +185,29 @@ def test_the_place_file_is_replaced_whole_not_rewritten_in_place(
     assert old.read_text() == "1 0\n"
     assert os.stat(old).st_ino != os.stat(place_file(folder, 0)).st_ino
     assert [n for n in os.listdir(folder) if n.endswith(".tmp")] == []
+
+
+# ------------------------------------------------------------------ a call folder of an older xrun
+def test_outcomes_an_older_xrun_wrote_into_the_call_folder_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job dir from before attempt folders (or a worker whose image has an older xrun): the
+    outcomes lie in the call's folder itself, ``outcome.<RANK>.pkl``. Read as before, not taken
+    for a job that wrote none."""
+    monkeypatch.setattr(job_mod, "OUTCOME_LAG_S", 0.5, raising=False)
+    folder = make_call(tmp_path, all_ranks=True)
+    for rank in (0, 1):
+        out = ("ok", f"rank {rank} of 2, written flat")
+        dump(out, folder / f"outcome.{rank}.pkl", DEFAULT_MAX_BYTES, "the result")
+    assert job(AppState.SUCCEEDED, folder, all_ranks=True).result() == [
+        "rank 0 of 2, written flat",
+        "rank 1 of 2, written flat",
+    ]
+    assert job(AppState.SUCCEEDED, folder).result() == "rank 0 of 2, written flat"
+    failed = ("error", ValueError("flat failure"), "Traceback: ...\n", 1)
+    dump(failed, folder / "outcome.1.pkl", DEFAULT_MAX_BYTES, "the exception")
+    exc = job(AppState.FAILED, folder).exception()
+    assert isinstance(exc, ValueError) and "flat failure" in str(exc)
+    # Once a worker of this xrun started, its attempt's outcomes are the ones that count.
+    assert work(monkeypatch, folder, rank=0, world=1, rnd=0) == 0
+    assert job(AppState.SUCCEEDED, folder, all_ranks=True).result() == ["rank 0 of 1 in round 0"]

@@ -21,6 +21,9 @@ straggler of an old attempt (a worker its agent has not stopped yet) may still w
 reader takes the latest attempt's outcomes only (:func:`latest_attempt`), so neither can pass
 for the final attempt's; nothing is deleted for that, so no reader ever has a file pulled from
 under it (an older attempt's folder stays: errors, or values written before a restart).
+A folder with no attempt folder but outcomes of its own was written by an older xrun (a job dir
+from before, a worker in an image with an older xrun): those are read as its one attempt
+(:data:`FLAT`).
 
 Only files go between the caller and the job (never a shell's arguments or environment), and
 every file is bounded: a writer stops at the limit (the disk never fills with a runaway result)
@@ -84,13 +87,19 @@ class Attempt:
         return f"{ATTEMPT_PREFIX}{self.requeues}.{self.round}.{self.world}"
 
 
+# The outcomes an older xrun wrote into the call's folder itself (no attempt folders yet): the
+# one attempt there is, before any of this xrun's. Its world is not known (0: the ranks that
+# wrote count, as that xrun read them).
+FLAT = Attempt(-1, -1, 0)
+
+
 def _count(env: Mapping[str, str], name: str) -> int | None:
     value = env.get(name, "")
     return int(value) if value.isdigit() and len(value) < 10 else None
 
 
 def attempt_dir(folder: Path, attempt: Attempt) -> Path:
-    return folder / attempt.name
+    return folder if attempt == FLAT else folder / attempt.name
 
 
 def start_attempt(folder: Path, attempt: Attempt) -> Path:
@@ -101,7 +110,8 @@ def start_attempt(folder: Path, attempt: Attempt) -> Path:
 
 
 def latest_attempt(folder: Path) -> Attempt | None:
-    """The latest attempt that started (None: no worker has yet)."""
+    """The latest attempt that started (None: no worker has yet); :data:`FLAT` for the
+    outcomes of an older xrun's workers."""
     latest = None
     try:
         names = os.listdir(folder)
@@ -114,6 +124,8 @@ def latest_attempt(folder: Path) -> Attempt | None:
         if len(parts) == 3 and all(p.isdigit() for p in parts):
             attempt = Attempt(*(int(p) for p in parts))
             latest = attempt if latest is None else max(latest, attempt)
+    if latest is None and any(_rank_of(name) is not None for name in names):
+        return FLAT
     return latest
 
 
@@ -156,11 +168,19 @@ def outcome_ranks(folder: Path) -> list[int]:
     except FileNotFoundError:
         return []
     for name in names:
-        if name.startswith(OUTCOME_PREFIX) and name.endswith(OUTCOME_SUFFIX):
-            middle = name[len(OUTCOME_PREFIX) : -len(OUTCOME_SUFFIX)]
-            if middle.isdigit():
-                ranks.append(int(middle))
+        rank = _rank_of(name)
+        if rank is not None:
+            ranks.append(rank)
     return sorted(ranks)
+
+
+def _rank_of(name: str) -> int | None:
+    """The rank whose outcome file is named ``name`` (None: no outcome file)."""
+    if name.startswith(OUTCOME_PREFIX) and name.endswith(OUTCOME_SUFFIX):
+        middle = name[len(OUTCOME_PREFIX) : -len(OUTCOME_SUFFIX)]
+        if middle.isdigit():
+            return int(middle)
+    return None
 
 
 def human_bytes(n: int) -> str:
