@@ -61,13 +61,18 @@ def make_call(tmp_path: Path, fail_rank: int = -1, all_ranks: bool = False) -> P
     return folder
 
 
-def work(mp: pytest.MonkeyPatch, folder: Path, rank: int, world: int, rnd: int) -> int:
-    """Rank ``rank`` of a world of ``world`` in rendezvous round ``rnd``, as the agent starts
-    it (nproc_per_node 1: replica = rank); its exit code."""
+def work(
+    mp: pytest.MonkeyPatch, folder: Path, rank: int, world: int, rnd: int, requeues: int = 0
+) -> int:
+    """Rank ``rank`` of a world of ``world`` in rendezvous round ``rnd`` of the job's Slurm
+    attempt ``requeues`` (0: none), as the agent starts it (nproc_per_node 1: replica = rank);
+    its exit code."""
     for name in ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT", "XRUN_STOP_DIR"):
         mp.delenv(name, raising=False)
     mp.delenv("XRUN_TRIAL_INDEX", raising=False)
     env = {"RANK": rank, "LOCAL_RANK": 0, "WORLD_SIZE": world, "XRUN_ROUND": rnd}
+    if requeues:
+        env["SLURM_RESTART_COUNT"] = requeues
     for name, value in env.items():
         mp.setenv(name, str(value))
     return worker.main([str(folder), str(DEFAULT_MAX_BYTES), str(rank)])
@@ -124,6 +129,19 @@ def test_all_ranks_with_a_rank_missing_is_an_error_not_a_short_list(
     assert work(monkeypatch, folder, rank=0, world=2, rnd=0) == 0  # rank 1 wrote nothing
     with pytest.raises(CallFailedError, match=r"rank\(s\) 1 wrote no outcome"):
         job(AppState.SUCCEEDED, folder, all_ranks=True).result()
+
+
+def test_a_requeued_jobs_attempt_comes_after_every_round_of_the_one_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Slurm requeue starts a new rendezvous (c10d: round 0 again): its outcomes count, not
+    those of the attempt before, however many rounds that one had."""
+    folder = make_call(tmp_path, all_ranks=True)
+    assert work(monkeypatch, folder, rank=0, world=2, rnd=3) == 0
+    assert work(monkeypatch, folder, rank=1, world=2, rnd=3) == 0
+    assert work(monkeypatch, folder, rank=0, world=1, rnd=0, requeues=1) == 0
+    done = job(AppState.SUCCEEDED, folder, all_ranks=True)
+    assert done.result() == ["rank 0 of 1 in round 0"]
 
 
 # ------------------------------------------------------------------ an outcome seen late (NFS)
