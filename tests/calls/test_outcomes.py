@@ -24,6 +24,8 @@ from xrun.specs import AppState, AppStatus
 pytestmark = pytest.mark.timeout(300)
 
 HANDLE = "local_cwd://t/call-1"
+# A job whose folder this host may see through NFS, written from another host (a late outcome).
+SLURM_HANDLE = "slurm://t/1234"
 
 
 def on_rank(fail_rank: int = -1) -> str:
@@ -78,8 +80,8 @@ def work(
     return worker.main([str(folder), str(DEFAULT_MAX_BYTES), str(rank)])
 
 
-def job(state: AppState, folder: Path, **kw: object) -> Job[object]:
-    return Job(Scheduler(state), HANDLE, folder, "call", **kw)  # type: ignore[arg-type]
+def job(state: AppState, folder: Path, handle: str = HANDLE, **kw: object) -> Job[object]:
+    return Job(Scheduler(state), handle, folder, "call", **kw)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ an earlier attempt's outcome
@@ -145,13 +147,16 @@ def test_a_requeued_jobs_attempt_comes_after_every_round_of_the_one_before(
 
 
 # ------------------------------------------------------------------ an outcome seen late (NFS)
+@pytest.mark.parametrize("state", [AppState.SUCCEEDED, AppState.FAILED])
 def test_an_outcome_this_host_sees_after_the_end_still_counts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: AppState
 ) -> None:
-    """NFS: the scheduler says SUCCEEDED before this host sees rank 0's file."""
+    """NFS (Slurm: the workers on other hosts): the scheduler says the job ended before this
+    host sees the outcome file, rank 0's value or its error."""
     monkeypatch.setattr(job_mod, "OUTCOME_LAG_S", 120.0, raising=False)  # a loaded machine
-    folder = make_call(tmp_path)
-    done = job(AppState.SUCCEEDED, folder)
+    failed = state == AppState.FAILED
+    folder = make_call(tmp_path, fail_rank=0 if failed else -1)
+    done = job(state, folder, SLURM_HANDLE)
     codes: list[int] = []
 
     def shows_late() -> None:
@@ -162,11 +167,15 @@ def test_an_outcome_this_host_sees_after_the_end_still_counts(
     writer = threading.Thread(target=shows_late)
     writer.start()
     try:
-        assert done.exception() is None
+        exc = done.exception()
     finally:
         writer.join(120)
-    assert codes == [0]
-    assert done.result() == "rank 0 of 1 in round 0"
+    assert codes == [1 if failed else 0]
+    if failed:
+        assert isinstance(exc, ValueError) and "rank 0 of 1 failed in round 0" in str(exc)
+    else:
+        assert exc is None
+        assert done.result() == "rank 0 of 1 in round 0"
 
 
 def test_a_missing_outcome_is_looked_for_a_bounded_time_and_only_when_owed(
@@ -175,17 +184,53 @@ def test_a_missing_outcome_is_looked_for_a_bounded_time_and_only_when_owed(
     folder = make_call(tmp_path)
     monkeypatch.setattr(job_mod, "OUTCOME_LAG_S", 1.0, raising=False)
     t0 = time.monotonic()
-    exc = job(AppState.SUCCEEDED, folder).exception()
+    exc = job(AppState.SUCCEEDED, folder, SLURM_HANDLE).exception()
     assert isinstance(exc, CallFailedError) and "rank 0 wrote no outcome" in str(exc)
+    assert "looked again for 1 s" in str(exc)
     assert time.monotonic() - t0 >= 1.0  # looked again, then gave up
     # Nothing owed (cancelled), or the outcome there: no wait at all.
     monkeypatch.setattr(job_mod, "OUTCOME_LAG_S", 600.0, raising=False)
     t0 = time.monotonic()
-    cancelled = job(AppState.CANCELLED, folder).exception()
+    cancelled = job(AppState.CANCELLED, folder, SLURM_HANDLE).exception()
     assert isinstance(cancelled, CallFailedError) and "ended CANCELLED" in str(cancelled)
     assert work(monkeypatch, folder, rank=0, world=1, rnd=0) == 0
-    assert job(AppState.SUCCEEDED, folder).result() == "rank 0 of 1 in round 0"
+    assert job(AppState.SUCCEEDED, folder, SLURM_HANDLE).result() == "rank 0 of 1 in round 0"
     assert time.monotonic() - t0 < 300
+
+
+@pytest.mark.parametrize("handle", ["local_cwd://t/call-1", "docker://t/call-1"])
+@pytest.mark.parametrize("state", [AppState.FAILED, AppState.SUCCEEDED])
+def test_a_one_host_job_that_ended_without_its_outcome_is_answered_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handle: str, state: AppState
+) -> None:
+    """local_cwd and docker: the workers wrote on this host, so a job that ended without its
+    outcome (an OOM kill, a segfault) has none coming; no look again for a late one."""
+    monkeypatch.setattr(job_mod, "OUTCOME_LAG_S", 60.0, raising=False)
+    folder = make_call(tmp_path)
+    t0 = time.monotonic()
+    exc = job(state, folder, handle).exception()
+    elapsed = time.monotonic() - t0
+    assert isinstance(exc, CallFailedError) and f"ended {state.name}" in str(exc)
+    assert "looked again" not in str(exc)
+    assert elapsed < 30, f"waited {elapsed:.1f} s for an outcome no host will write"
+
+
+def test_the_look_for_a_late_outcome_ends_at_the_callers_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller's timeout shorter than the lag: TimeoutError at the timeout (the outcome not
+    known yet), and a later call goes on looking within the same lag."""
+    monkeypatch.setattr(job_mod, "OUTCOME_LAG_S", 120.0, raising=False)
+    folder = make_call(tmp_path, fail_rank=0)
+    failed = job(AppState.FAILED, folder, SLURM_HANDLE)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="ended FAILED, its outcome not seen after 1 s"):
+        failed.exception(timeout=1)
+    elapsed = time.monotonic() - t0
+    assert 1.0 <= elapsed < 60, f"a timeout of 1 s returned after {elapsed:.1f} s"
+    assert work(monkeypatch, folder, rank=0, world=1, rnd=0) == 1  # its error shows up now
+    exc = failed.exception(timeout=60)
+    assert isinstance(exc, ValueError) and "rank 0 of 1 failed in round 0" in str(exc)
 
 
 # ------------------------------------------------------------------ the place file

@@ -49,10 +49,15 @@ _FOLDER_POLL_S = 0.05
 # How long a job that ended short of its outcome (SUCCEEDED without rank 0's, or every rank's
 # with all_ranks; FAILED without any) is looked at again before the outcome counts as missing:
 # on NFS the scheduler can say the job ended before this host sees the files its workers wrote
-# (attribute caching; each look lists the folder, which revalidates it). A job whose outcome is
-# there never waits.
+# on another (attribute caching; each look lists the folder, which revalidates it). A job whose
+# outcome is there never waits, nor one of a scheduler in _ONE_HOST, nor past a caller's timeout.
 OUTCOME_LAG_S = 5.0
 _LAG_POLL_S = 0.2
+# The schedulers whose workers run on the caller's host (local_cwd's processes; docker's
+# containers, the folder bind-mounted from this host): what a worker wrote is seen at once, so
+# a missing outcome is missing (an OOM kill, a segfault), not late. Any other (slurm, a plugin)
+# may run them on hosts that share the folder over a network file system.
+_ONE_HOST = ("local_cwd", "docker", "local_docker")
 
 # The runtime agent's tee prefix of a worker's line: ``[default0]:`` (torch's ``[<role><local
 # rank>]:``; TorchX's dist.ddp prints ``[0]:``).
@@ -111,7 +116,11 @@ class Job(Generic[R]):
         # ended (on Slurm ~0.3-0.7 s later: the agents' exit, squeue).
         self.world, self.early = world, early
         self._final: AppStatus | None = None
-        self._lag_waited = False  # OUTCOME_LAG_S spent once already: not again
+        # Whether an outcome can show late: the folder is seen from another host (NFS); and
+        # once the job ended short of its outcome, until when it is looked for (one lag per job,
+        # not one per call: a caller's timeout may cut a look short, the next one goes on).
+        self._may_lag = handle.split("://", 1)[0] not in _ONE_HOST
+        self._lag_until: float | None = None
 
     # ------------------------------------------------------------------ finding it again
     def save(self) -> None:
@@ -285,32 +294,45 @@ class Job(Generic[R]):
             return bool(ranks)
         return True  # cancelled, unknown: the workers were stopped, nothing is owed
 
-    def _ended_outcome(self, settled: AppStatus | Attempt) -> tuple[Attempt | None, list[int]]:
+    def _ended_outcome(
+        self, settled: AppStatus | Attempt, timeout: float | None, deadline: float | None
+    ) -> tuple[Attempt | None, list[int]]:
         """The outcomes that tell: those of the attempt whose outcome is in, or once the job
         ended ``settled``, the latest attempt's; short of what the job's end leaves, looked at
-        again for up to OUTCOME_LAG_S (NFS)."""
+        again for up to OUTCOME_LAG_S where the folder may be seen late (NFS), never past the
+        caller's ``deadline`` (then TimeoutError: the outcome is not known yet)."""
         if isinstance(settled, Attempt):
             return settled, outcome_ranks(attempt_dir(self.folder, settled))
         st = settled
         attempt, ranks = self._latest()
-        if self._lag_waited or self._complete(st, attempt, ranks):
+        if not self._may_lag or self._complete(st, attempt, ranks):
             return attempt, ranks
-        deadline = time.monotonic() + OUTCOME_LAG_S
-        while time.monotonic() < deadline:
-            time.sleep(_LAG_POLL_S)
+        if self._lag_until is None:
+            self._lag_until = time.monotonic() + OUTCOME_LAG_S
+        while (now := time.monotonic()) < self._lag_until:
+            if deadline is not None and now >= deadline:
+                raise TimeoutError(
+                    f"{self.handle} ended {st.state.name}, its outcome not seen after "
+                    f"{timeout:g} s (a network file system can show it late: ask again)"
+                )
+            until = self._lag_until if deadline is None else min(self._lag_until, deadline)
+            time.sleep(min(_LAG_POLL_S, until - now))
             attempt, ranks = self._latest()
             if self._complete(st, attempt, ranks):
                 break
-        self._lag_waited = True
         return attempt, ranks
+
+    def _looked_again(self) -> str:
+        return f"looked again for {OUTCOME_LAG_S:g} s; " if self._may_lag else ""
 
     def _conclude(
         self, timeout: float | None
     ) -> tuple[BaseException | None, Attempt | None, list[int]]:
         """(the call's exception or None, the attempt whose outcomes tell, their ranks)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         settled = self._settle(timeout)
         st = settled if isinstance(settled, AppStatus) else None  # None: the outcome is in
-        attempt, ranks = self._ended_outcome(settled)
+        attempt, ranks = self._ended_outcome(settled, timeout, deadline)
         for rank in sorted(ranks, key=lambda r: r != 0):
             out = self._outcome(attempt, rank)
             if out and out[0] == ERROR:
@@ -321,8 +343,7 @@ class Job(Generic[R]):
             if missing:  # all_ranks: a list with a hole would put values at the wrong ranks
                 exc = CallFailedError(
                     f"{self.handle}: the call succeeded, but rank(s) {missing} wrote no outcome "
-                    f"(looked again for {OUTCOME_LAG_S:g} s; did the function end the process "
-                    "itself?)"
+                    f"({self._looked_again()}did the function end the process itself?)"
                 )
                 return exc, attempt, ranks
             return None, attempt, ranks
@@ -331,8 +352,8 @@ class Job(Generic[R]):
         msg = f": {st.msg}" if st.msg else ""
         if st.state == AppState.SUCCEEDED:
             msg = (
-                f", but rank 0 wrote no outcome (looked again for {OUTCOME_LAG_S:g} s; did the "
-                "function end the process itself?)"
+                f", but rank 0 wrote no outcome ({self._looked_again()}did the function end the "
+                "process itself?)"
             )
         return CallFailedError(f"{self.handle} ended {st.state.name}{msg}"), attempt, ranks
 
@@ -346,7 +367,7 @@ class Job(Generic[R]):
         """Block until the outcome is in or the job ended; the call's exception (rank 0's
         first, else the first failed rank's), with the remote traceback attached; None when it
         succeeded. Only the latest attempt's outcomes count (a restart may leave an earlier
-        one's behind)."""
+        one's behind). TimeoutError when it is not known after ``timeout`` s."""
         return self._conclude(timeout)[0]
 
     def result(self, timeout: float | None = None) -> R:
