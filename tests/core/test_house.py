@@ -131,6 +131,7 @@ GROUND = (
     "xrun.noderange",
     "xrun.xdg",
     "xrun.procs",
+    "xrun.attempt_env",
 )
 LAYERS: dict[str, tuple[str, ...]] = {
     "ground": GROUND,

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from xrun.contract import RDZV_ROUND_ENV
+from xrun.attempt_env import attempt_of_env, count
 
 CALL_FILE = "call.pkl"
 JOB_FILE = "job.json"  # the caller's Job (handle, role, ...): Job.attach(folder) reads it
@@ -75,12 +75,9 @@ class Attempt:
 
     @classmethod
     def of_env(cls, env: Mapping[str, str]) -> Attempt:
-        """This worker's attempt. Without XRUN_ROUND (an agent other than xrun's): the
-        restart count, which counts failure restarts only."""
-        rnd = _count(env, RDZV_ROUND_ENV)
-        if rnd is None:
-            rnd = _count(env, "TORCHELASTIC_RESTART_COUNT") or 0
-        return cls(_count(env, "SLURM_RESTART_COUNT") or 0, rnd, _count(env, "WORLD_SIZE") or 1)
+        """This worker's attempt (see :func:`xrun.attempt_env.attempt_of_env`)."""
+        requeues, start = attempt_of_env(env)
+        return cls(requeues, start, count(env, "WORLD_SIZE") or 1)
 
     @property
     def name(self) -> str:
@@ -91,11 +88,6 @@ class Attempt:
 # one attempt there is, before any of this xrun's. Its world is not known (0: the ranks that
 # wrote count, as that xrun read them).
 FLAT = Attempt(-1, -1, 0)
-
-
-def _count(env: Mapping[str, str], name: str) -> int | None:
-    value = env.get(name, "")
-    return int(value) if value.isdigit() and len(value) < 10 else None
 
 
 def attempt_dir(folder: Path, attempt: Attempt) -> Path:

@@ -12,21 +12,14 @@ import math
 import time
 from collections.abc import Mapping
 
-from xrun.contract import RDZV_ROUND_ENV, SWEEP_ENV_PREFIX, SWEEP_SIZE_ENV, TRIAL_INDEX_ENV
-
-RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
-SLURM_RESTART_COUNT_ENV = "SLURM_RESTART_COUNT"
+from xrun.attempt_env import RESTART_COUNT_ENV, SLURM_RESTART_COUNT_ENV, attempt_of_env, count
+from xrun.contract import SWEEP_ENV_PREFIX, SWEEP_SIZE_ENV, TRIAL_INDEX_ENV
 
 
 def is_recorder(env: Mapping[str, str]) -> bool:
     """Only global rank 0 records (a process that is no worker of a dist job has no RANK):
     one entry per attempt, not one per worker."""
     return env.get("RANK", "0") == "0"
-
-
-def _count(env: Mapping[str, str], name: str) -> int | None:
-    value = env.get(name, "")
-    return int(value) if value.isdigit() and len(value) < 10 else None
 
 
 def number(text: str) -> int | float | str:
@@ -46,15 +39,10 @@ def metadata(env: Mapping[str, str]) -> dict[str, object]:
     """``restart_count`` / ``slurm_restart_count`` (the latest attempt), ``attempt.R.S``
     (R requeues, S the start: the rendezvous round) = when that attempt opened the run, and for
     a sweep's trial ``sweep.trial`` and ``sweep.<param>`` (its values)."""
-    restarts = _count(env, RESTART_COUNT_ENV) or 0
-    requeues = _count(env, SLURM_RESTART_COUNT_ENV) or 0
-    # Which start of the job this is: the rendezvous round where the agent gives one (the same
-    # in every worker of a start; an agent's restart count skips membership restarts, so rank
-    # 0's count can lag the others'), else the restart count.
-    start = _count(env, RDZV_ROUND_ENV)
+    requeues, start = attempt_of_env(env)  # the same attempt as the call folder's
     out: dict[str, object] = {
-        "restart_count": restarts,
-        f"attempt.{requeues}.{restarts if start is None else start}": round(time.time(), 3),
+        "restart_count": count(env, RESTART_COUNT_ENV) or 0,
+        f"attempt.{requeues}.{start}": round(time.time(), 3),
     }
     if SLURM_RESTART_COUNT_ENV in env:
         out["slurm_restart_count"] = requeues
