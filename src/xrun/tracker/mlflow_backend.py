@@ -19,17 +19,23 @@ writes again into the main one.
 - artifacts: the file or dir at the path is uploaded under the artifact's name, and the name,
   path and metadata are kept in the tag ``xrun.artifact.<name>``;
 - sources: the first becomes the MLflow parent run (``mlflow.parentRunId``; the parent's run is
-  created when missing, so a sweep's trials are child runs of one sweep run); all are kept in
-  the tag ``xrun.sources``.
+  created when missing, so a sweep's trials are child runs of one sweep run); each is kept in a
+  tag of its own, ``xrun.source.<hash of source and artifact name>``, holding the source, the
+  artifact name and when it was added (read back in that order). One tag per source, not one
+  list: two workers adding sources at once would each rewrite the list they read, and the
+  later write would drop the other's source. Runs written before keep theirs in the one tag
+  ``xrun.sources`` (a JSON list), still read, first.
 
 MLflow allows letters, digits and ``_-. /`` in keys; any other character becomes ``_``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,7 +43,8 @@ from xrun.contract import EXPERIMENT_ENV
 from xrun.tracker.base import Lineage, TrackerArtifact, TrackerBase, TrackerSource
 
 JOB_TAG = "xrun.job_id"
-SOURCES_TAG = "xrun.sources"
+SOURCES_TAG = "xrun.sources"  # the list of sources older runs hold (read, no longer written)
+SOURCE_TAG = "xrun.source."
 ARTIFACT_TAG = "xrun.artifact."
 DEFAULT_EXPERIMENT = "xrun"
 _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
@@ -63,6 +70,24 @@ def _value(text: str) -> object:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _source_tag(source_id: str, artifact_name: str | None) -> str:
+    """The tag of one source: the same key for the same pair, whichever worker adds it."""
+    digest = hashlib.sha256(json.dumps([source_id, artifact_name]).encode()).hexdigest()
+    return SOURCE_TAG + digest[:32]
+
+
+def _run_sources(tags: Mapping[str, str]) -> list[list[Any]]:
+    """A run's ``[source, artifact name]`` pairs: the old list tag's, then the tags of one
+    source each in the order they were added (ties: by key, one order for every reader)."""
+    pairs: list[list[Any]] = [list(p) for p in json.loads(tags.get(SOURCES_TAG, "[]"))]
+    added = []
+    for key, text in tags.items():
+        if key.startswith(SOURCE_TAG):
+            source, artifact, at = json.loads(text)
+            added.append((at, key, [source, artifact]))
+    return pairs + [pair for _, _, pair in sorted(added)]
 
 
 def _quoted(value: str) -> str:
@@ -231,10 +256,9 @@ class MLflowTracker(TrackerBase):
     def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
         def write(rid: str) -> None:
             tags = self.client.get_run(rid).data.tags
-            known = json.loads(tags.get(SOURCES_TAG, "[]"))
-            if [source_id, artifact_name] not in known:
-                known.append([source_id, artifact_name])
-                self.client.set_tag(rid, SOURCES_TAG, json.dumps(known))
+            if [source_id, artifact_name] not in _run_sources(tags):
+                entry = [source_id, artifact_name, time.time_ns()]
+                self.client.set_tag(rid, _source_tag(source_id, artifact_name), json.dumps(entry))
             if "mlflow.parentRunId" not in tags:
                 self.client.set_tag(rid, "mlflow.parentRunId", self._run(source_id))
 
@@ -243,7 +267,7 @@ class MLflowTracker(TrackerBase):
     def sources(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
         known: list[list[Any]] = []
         for run in self._runs(run_id):  # the main run's first
-            for pair in json.loads(run.data.tags.get(SOURCES_TAG, "[]")):
+            for pair in _run_sources(run.data.tags):
                 if pair not in known:
                     known.append(pair)
         return [TrackerSource(s, a) for s, a in known if not artifact_name or a == artifact_name]
