@@ -9,6 +9,7 @@ running with ``-S`` (see :mod:`xrun.schedulers.local_cwd.supervisor`).
 from __future__ import annotations
 
 import os
+import signal
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -44,6 +45,41 @@ def is_alive(pid: int | None, start: int | None) -> bool:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def signal_if_same(pid: int | None, start: int | None, sig: int) -> bool:
+    """Send ``sig`` to ``pid`` only if it is still the process started at ``start`` (see
+    :func:`is_alive`); whether it was sent.
+
+    Checked, then sent by ``os.kill``, a pid that is reused in between would be signalled: a
+    process of anyone's. With a pidfd (Linux 5.3+, Python 3.9+) the fd is opened first and pins
+    one process, then the start time is checked: a pid reused before the open fails the check,
+    and a process that ends after it takes the signal with it (ESRCH), never passing it on.
+    Without one (another OS, a seccomp filter refusing the call): check, then ``os.kill``.
+    """
+    if not pid:
+        return False
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except (AttributeError, OSError):  # no pidfd here: the check, then the pid
+        if not is_alive(pid, start):
+            return False
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    try:
+        if not is_alive(pid, start):
+            return False
+        signal.pidfd_send_signal(fd, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    finally:
+        os.close(fd)
     return True
 
 
