@@ -9,7 +9,7 @@ import json
 import pytest
 
 from xrun.tracker.base import TrackerSource
-from xrun.tracker.mlflow_backend import SOURCES_TAG, MLflowTracker, create
+from xrun.tracker.mlflow_backend import SOURCE_TAG, SOURCES_TAG, MLflowTracker, create
 
 # A fresh sqlite store runs MLflow's migrations first: tens of seconds on a loaded machine.
 pytestmark = pytest.mark.timeout(600)
@@ -83,5 +83,21 @@ def test_a_run_with_the_old_list_tag_still_reads(config: str) -> None:
     assert create(config).sources(job) == [
         TrackerSource(SWEEP, None),
         TrackerSource("s3://data/v0", "dataset"),
+        TrackerSource("s3://data/v1", "dataset"),
+    ]
+
+
+def test_a_source_tag_that_does_not_read_leaves_the_others_readable(config: str) -> None:
+    """A source tag cut short (a store truncates a value over its limit) or written by hand:
+    the run's other sources still read, and more can be added."""
+    job = "local_cwd://default/damaged-tag"
+    t: MLflowTracker = create(config)
+    t.add_source(job, SWEEP)
+    rid = t._find(job) or ""
+    t.client.set_tag(rid, SOURCE_TAG + "cut", '["s3://data/very-long", "dat')
+    t.client.set_tag(rid, SOURCE_TAG + "odd", '{"not": "a source"}')
+    t.add_source(job, "s3://data/v1", "dataset")
+    assert create(config).sources(job) == [
+        TrackerSource(SWEEP, None),
         TrackerSource("s3://data/v1", "dataset"),
     ]
