@@ -56,7 +56,7 @@ def signal_if_same(pid: int | None, start: int | None, sig: int) -> bool:
     process of anyone's. With a pidfd (Linux 5.3+, Python 3.9+) the fd is opened first and pins
     one process, then the start time is checked: a pid reused before the open fails the check,
     and a process that ends after it takes the signal with it (ESRCH), never passing it on.
-    Without one (another OS, a seccomp filter refusing the call): check, then ``os.kill``.
+    Without one (another OS, a seccomp filter refusing either call): check, then ``os.kill``.
     """
     if not pid:
         return False
@@ -64,22 +64,32 @@ def signal_if_same(pid: int | None, start: int | None, sig: int) -> bool:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
         return False
-    except (AttributeError, OSError):  # no pidfd here: the check, then the pid
-        if not is_alive(pid, start):
-            return False
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+    except (AttributeError, OSError):  # no pidfd here
+        return _check_then_kill(pid, start, sig)
     try:
         if not is_alive(pid, start):
             return False
         signal.pidfd_send_signal(fd, sig)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:  # it ended after the check: the signal went nowhere else
         return False
+    except (AttributeError, OSError):
+        # Refused by a seccomp filter that let pidfd_open through (ENOSYS, EPERM), or not ours
+        # to signal (EPERM): by the pid then, which says which of the two it was.
+        return _check_then_kill(pid, start, sig)
     finally:
         os.close(fd)
+    return True
+
+
+def _check_then_kill(pid: int, start: int | None, sig: int) -> bool:
+    """:func:`signal_if_same` without a pidfd: a pid reused between the check and the kill
+    is signalled, a window nothing closes here."""
+    if not is_alive(pid, start):
+        return False
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
     return True
 
 

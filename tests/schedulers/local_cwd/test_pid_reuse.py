@@ -5,6 +5,7 @@ after the start-time check has passed, before the signal goes out."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 
@@ -45,6 +46,27 @@ def test_the_recorded_process_is_signalled_and_a_mismatch_is_not(
     """With a pidfd and without one (another OS, a seccomp filter refusing the call)."""
     if not pidfd:
         monkeypatch.delattr(os, "pidfd_open", raising=False)
+    with bystander() as p:
+        start = proc_start_time(p.pid)
+        assert start is not None
+        procs._signal([(p.pid, start + 1)], signal.SIGTERM)
+        assert not pending(p.pid, signal.SIGTERM)
+        procs._signal([(p.pid, start)], signal.SIGTERM)
+        assert pending(p.pid, signal.SIGTERM)
+
+
+@pytest.mark.parametrize("err", [errno.ENOSYS, errno.EPERM], ids=["ENOSYS", "EPERM"])
+def test_a_refused_pidfd_send_signal_falls_back_on_the_pid(
+    monkeypatch: pytest.MonkeyPatch, err: int
+) -> None:
+    """A seccomp filter (a container's) may allow pidfd_open and refuse pidfd_send_signal:
+    the signal still goes out, checked then by the pid, as where there is no pidfd at all.
+    (It raised OSError(ENOSYS) out of cancel, and EPERM left the process unsignalled.)"""
+
+    def refused(fd: int, sig: int, *a: object) -> None:
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(signal, "pidfd_send_signal", refused)
     with bystander() as p:
         start = proc_start_time(p.pid)
         assert start is not None
