@@ -6,14 +6,18 @@ after the start-time check has passed, before the signal goes out."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
 from tests.helpers.pid_reuse import bystander, pending, pid_reuse
 from xrun.procs import proc_start_time
-from xrun.schedulers.local_cwd import procs
+from xrun.schedulers.local_cwd import LocalCwdScheduler, procs, statedir
+from xrun.schedulers.local_cwd.supervisor import write_json_atomic
+from xrun.specs import AppDef, Role
 
 
 def test_a_pid_reused_after_the_check_is_not_signalled(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,3 +78,30 @@ def test_a_refused_pidfd_send_signal_falls_back_on_the_pid(
         assert not pending(p.pid, signal.SIGTERM)
         procs._signal([(p.pid, start)], signal.SIGTERM)
         assert pending(p.pid, signal.SIGTERM)
+
+
+def test_cancel_never_signals_a_process_that_took_the_supervisors_pid(
+    sched: LocalCwdScheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's supervisor passed cancel's start-time check, then died, and the bystander
+    took its pid before the SIGTERM went out. Cancel opened a pidfd for that check, closed it
+    and sent by os.kill: to the bystander. It must stop the orphaned app itself instead."""
+    app = AppDef("t", [Role("w", image="", entrypoint="true")])
+    req = sched.submit_dryrun(app, {"log_dir": str(tmp_path / "logs")}).request
+    paths = statedir.AppPaths(req.app_dir)
+    statedir.make_private_dirs(paths.state_dir)
+    Path(paths.request).write_text(json.dumps(req.to_json()))
+    statedir.register(req.app_id, req.app_dir)
+    with pid_reuse() as r:
+        replica = {"role": "w", "id": 0, "pid": None, "start": None, "exit_code": None,
+                   "state": "RUNNING", "msg": ""}  # fmt: skip
+        state = {"app_id": req.app_id, "state": "RUNNING", "msg": "", "started_at": 1.0,
+                 "ended_at": None, "supervisor": {"pid": r.pid, "start": r.start},
+                 "replicas": [replica]}  # fmt: skip
+        write_json_atomic(paths.state, state)
+        r.install(monkeypatch)
+        sched.cancel(req.app_id)
+        assert r.reused  # the staged reuse happened, right after the check
+        assert not pending(r.pid, signal.SIGTERM)
+    st = statedir.read_state(paths.state)
+    assert st is not None and st["state"] == "CANCELLED", st
