@@ -26,7 +26,10 @@ writes again into the main one.
   later write would drop the other's source. Runs written before keep theirs in the one tag
   ``xrun.sources`` (a JSON list), still read, first.
 
-MLflow allows letters, digits and ``_-. /`` in keys; any other character becomes ``_``.
+MLflow allows letters, digits and ``_-. /`` in keys; any other character becomes ``_``. A tag
+value holds at most 8000 characters (a store cuts a longer one short, or refuses it): what would
+not fit is not written, and one stderr line says so: a source (no job id MLflow can hold is that
+long), an artifact's metadata (the artifact is kept without it).
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ SOURCES_TAG = "xrun.sources"  # the list of sources older runs hold (read, no lo
 SOURCE_TAG = "xrun.source."
 ARTIFACT_TAG = "xrun.artifact."
 DEFAULT_EXPERIMENT = "xrun"
+# MLflow's limits (mlflow.utils.validation): a store cuts a longer tag value short
+# (MLFLOW_TRUNCATE_LONG_VALUES, the default) or refuses it, and refuses a longer key.
+MAX_TAG_VALUE = 8000
+MAX_KEY = 250
 _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 
 
@@ -96,6 +103,22 @@ def _run_sources(tags: Mapping[str, str]) -> list[list[Any]]:
 
 def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _too_long(backend: object, text: str, what: str) -> bool:
+    """Whether ``text`` is over MLflow's limit for a tag value; if so, one stderr line saying
+    that ``what`` is not recorded. A store would cut it short (then it does not read back) or
+    refuse it (an error, which drops the backend for the rest of the process)."""
+    if len(text) <= MAX_TAG_VALUE:
+        return False
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
+    from xrun.tracker.guard import label, say
+
+    say(
+        f"{label(backend)}: {what} not recorded: its tag would hold {len(text)} characters, "
+        f"over MLflow's limit of {MAX_TAG_VALUE} for a tag value"
+    )
+    return True
 
 
 class MLflowTracker(TrackerBase):
@@ -236,13 +259,18 @@ class MLflowTracker(TrackerBase):
         self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
     ) -> None:
         entry = {"name": name, "path": path, "metadata": dict(metadata) if metadata else metadata}
+        text = json.dumps(entry, default=str)
+        if metadata and _too_long(self, text, f"the metadata of artifact {name!r:.100}"):
+            text = json.dumps({**entry, "metadata": None})  # the artifact itself still reads
+        if _too_long(self, text, f"artifact {name!r:.100}"):
+            return
 
         def write(rid: str) -> None:
             if os.path.isdir(path):
                 self.client.log_artifacts(rid, path, artifact_path=_key(name))
             elif os.path.isfile(path):
                 self.client.log_artifact(rid, path, artifact_path=_key(name))
-            self.client.set_tag(rid, ARTIFACT_TAG + _key(name), json.dumps(entry, default=str))
+            self.client.set_tag(rid, ARTIFACT_TAG + _key(name), text)
 
         self._write(run_id, write)
 
@@ -258,11 +286,17 @@ class MLflowTracker(TrackerBase):
 
     # ------------------------------------------------------------------ sources
     def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
+        text = json.dumps([source_id, artifact_name, time.time_ns()])
+        # Left out, not kept elsewhere: a source is a job id, found by the job tag of its own
+        # run, under the same limit; a longer one is no job MLflow can hold (its parent run
+        # would be created under a job tag cut short, found by nobody).
+        if _too_long(self, text, f"source {source_id!r:.100} of {run_id}"):
+            return
+
         def write(rid: str) -> None:
             tags = self.client.get_run(rid).data.tags
             if [source_id, artifact_name] not in _run_sources(tags):
-                entry = [source_id, artifact_name, time.time_ns()]
-                self.client.set_tag(rid, _source_tag(source_id, artifact_name), json.dumps(entry))
+                self.client.set_tag(rid, _source_tag(source_id, artifact_name), text)
             if "mlflow.parentRunId" not in tags:
                 self.client.set_tag(rid, "mlflow.parentRunId", self._run(source_id))
 

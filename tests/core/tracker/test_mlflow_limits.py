@@ -1,0 +1,80 @@
+"""The mlflow backend within MLflow's limits (a tag value: 8000 characters, a key: 250),
+against a sqlite tracking store in a tmp dir (no server). A store cuts a longer value short
+(``MLFLOW_TRUNCATE_LONG_VALUES``, the default) or refuses it, and refuses a longer key: the
+backend writes nothing that would not read back whole, and never raises for it (a raise drops
+the backend for the rest of the process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from xrun.tracker.base import TrackerArtifact, TrackerSource
+from xrun.tracker.mlflow_backend import (
+    JOB_TAG,
+    MAX_KEY,
+    MAX_TAG_VALUE,
+    SOURCE_TAG,
+    MLflowTracker,
+    create,
+)
+
+# A fresh sqlite store (the mlflow_sqlite fixture) runs MLflow's migrations first: tens of
+# seconds on a loaded machine.
+pytestmark = pytest.mark.timeout(600)
+
+SWEEP = "local_cwd://default/sweep-1"
+TRUNCATE = pytest.mark.parametrize("truncate", ["true", "false"], ids=["cut", "refused"])
+
+
+def _tags(t: MLflowTracker, job: str, prefix: str) -> dict[str, str]:
+    run = t.client.get_run(t._find(job) or "")
+    return {k: v for k, v in run.data.tags.items() if k.startswith(prefix)}
+
+
+def test_the_limits_are_mlflows() -> None:
+    from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_TAG_VAL_LENGTH
+
+    assert (MAX_TAG_VALUE, MAX_KEY) == (MAX_TAG_VAL_LENGTH, MAX_ENTITY_KEY_LENGTH)
+
+
+@TRUNCATE
+def test_a_source_over_the_value_limit_is_left_out_with_one_line(
+    mlflow_sqlite: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    truncate: str,
+) -> None:  # fmt: skip
+    """Its tag (and the job tag of its parent run) would be cut short, or refused, which
+    raised: it is left out, said once on stderr, and the run's other sources still read."""
+    monkeypatch.setenv("MLFLOW_TRUNCATE_LONG_VALUES", truncate)
+    job = f"local_cwd://default/long-source-{truncate}"
+    long = "s3://data/" + "x" * MAX_TAG_VALUE
+    t = create(mlflow_sqlite)
+    t.add_source(job, SWEEP)
+    capsys.readouterr()
+    t.add_source(job, long, "dataset")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("xrun.tracker: ") and f"{MAX_TAG_VALUE}" in line, line
+    assert create(mlflow_sqlite).sources(job) == [TrackerSource(SWEEP, None)]
+    assert len(_tags(t, job, SOURCE_TAG)) == 1  # nothing cut short stored
+    cut = t.client.search_runs(
+        [t.experiment_id], filter_string=f"tags.`{JOB_TAG}` LIKE 's3://data/x%'"
+    )
+    assert not cut  # no parent run created under a job tag cut short
+
+
+@TRUNCATE
+def test_an_artifacts_metadata_over_the_value_limit_is_left_out_with_one_line(
+    mlflow_sqlite: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    truncate: str,
+) -> None:  # fmt: skip
+    """Its tag would be cut short (then it did not read: artifacts() raised), or refused
+    (raised): the artifact is kept without its metadata, said once on stderr."""
+    monkeypatch.setenv("MLFLOW_TRUNCATE_LONG_VALUES", truncate)
+    job = f"local_cwd://default/long-metadata-{truncate}"
+    t = create(mlflow_sqlite)
+    capsys.readouterr()
+    t.add_artifact(job, "model", "/nowhere/model.pt", {"notes": "x" * MAX_TAG_VALUE})
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("xrun.tracker: ") and f"{MAX_TAG_VALUE}" in line, line
+    assert create(mlflow_sqlite).artifacts(job) == {
+        "model": TrackerArtifact("model", "/nowhere/model.pt", None)
+    }
