@@ -101,6 +101,20 @@ def _run_sources(tags: Mapping[str, str]) -> list[list[Any]]:
     return pairs + [pair for _, _, pair in sorted(added)]
 
 
+def _artifact(text: str) -> TrackerArtifact | None:
+    """The artifact an ``xrun.artifact.*`` tag holds, or None for one that does not read (cut
+    short by a store's value limit, set by hand): left out, so the run's others still read."""
+    e = _value(text)
+    if not isinstance(e, dict):
+        return None
+    name, path, metadata = e.get("name"), e.get("path"), e.get("metadata")
+    if not (isinstance(name, str) and isinstance(path, str)):
+        return None
+    if metadata is not None and not isinstance(metadata, dict):
+        return None
+    return TrackerArtifact(name, path, metadata)
+
+
 def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -279,9 +293,10 @@ class MLflowTracker(TrackerBase):
         for run in reversed(self._runs(run_id)):  # the main run last: its entries win
             found.update({k: v for k, v in run.data.tags.items() if k.startswith(ARTIFACT_TAG)})
         out = {}
-        for _, v in sorted(found.items()):
-            e = json.loads(v)
-            out[e["name"]] = TrackerArtifact(e["name"], e["path"], e.get("metadata"))
+        for _, text in sorted(found.items()):
+            artifact = _artifact(text)
+            if artifact is not None:
+                out[artifact.name] = artifact
         return out
 
     # ------------------------------------------------------------------ sources

@@ -10,6 +10,7 @@ import pytest
 
 from xrun.tracker.base import TrackerArtifact, TrackerSource
 from xrun.tracker.mlflow_backend import (
+    ARTIFACT_TAG,
     JOB_TAG,
     MAX_KEY,
     MAX_TAG_VALUE,
@@ -77,4 +78,24 @@ def test_an_artifacts_metadata_over_the_value_limit_is_left_out_with_one_line(
     assert line.startswith("xrun.tracker: ") and f"{MAX_TAG_VALUE}" in line, line
     assert create(mlflow_sqlite).artifacts(job) == {
         "model": TrackerArtifact("model", "/nowhere/model.pt", None)
+    }
+
+
+def test_an_artifact_tag_that_does_not_read_leaves_the_others_readable(mlflow_sqlite: str) -> None:
+    """An artifact tag cut short (a store's value limit, an older xrun's write) or set by
+    hand: the run's other artifacts still read (it raised JSONDecodeError, or KeyError, for
+    every artifacts() of the run)."""
+    job = "local_cwd://default/damaged-artifact"
+    t = create(mlflow_sqlite)
+    t.add_artifact(job, "model", "/nowhere/model.pt", {"step": 3})
+    rid = t._find(job) or ""
+    t.client.set_tag(rid, ARTIFACT_TAG + "cut", '{"name": "ckpt", "path": "/nowhere/ck')
+    t.client.set_tag(rid, ARTIFACT_TAG + "list", '["not", "an artifact"]')
+    t.client.set_tag(rid, ARTIFACT_TAG + "nameless", '{"path": "/nowhere/x"}')
+    t.client.set_tag(rid, ARTIFACT_TAG + "odd-meta", '{"name": "x", "path": "/x", "metadata": 3}')
+    t.client.set_tag(rid, ARTIFACT_TAG + "text", "plain text")
+    t.add_artifact(job, "log", "/nowhere/log.txt")
+    assert create(mlflow_sqlite).artifacts(job) == {
+        "log": TrackerArtifact("log", "/nowhere/log.txt", None),
+        "model": TrackerArtifact("model", "/nowhere/model.pt", {"step": 3}),
     }
