@@ -17,7 +17,8 @@ writes again into the main one.
 - metadata: MLflow params (a key's first value; params cannot change) and tags (a later value
   of the same key); read back with the tags winning, JSON values decoded;
 - artifacts: the file or dir at the path is uploaded under the artifact's name, and the name,
-  path and metadata are kept in the tag ``xrun.artifact.<name>``;
+  path and metadata are kept in the tag ``xrun.artifact.<name>`` (a name too long for a key:
+  its start and a hash of it);
 - sources: the first becomes the MLflow parent run (``mlflow.parentRunId``; the parent's run is
   created when missing, so a sweep's trials are child runs of one sweep run); each is kept in a
   tag of its own, ``xrun.source.<hash of source and artifact name>``, holding the source, the
@@ -99,6 +100,18 @@ def _run_sources(tags: Mapping[str, str]) -> list[list[Any]]:
                 source, artifact, at = entry
                 added.append((at, key, [source, artifact]))
     return pairs + [pair for _, _, pair in sorted(added)]
+
+
+def _artifact_tag(name: str) -> str:
+    """The tag of artifact ``name``: ``xrun.artifact.<name>``, the whole key within MLflow's
+    limit; a longer one ends in a hash of the whole name instead, so two long names that
+    begin alike keep a tag each. (Written before as the name cut to 250: a key over the
+    limit, which MLflow refused, or a store without the check took; still read.)"""
+    key = ARTIFACT_TAG + _key(name)
+    if len(key) <= MAX_KEY:
+        return key
+    digest = hashlib.sha256(name.encode()).hexdigest()[:32]
+    return key[: MAX_KEY - len(digest) - 1] + "." + digest
 
 
 def _artifact(text: str) -> TrackerArtifact | None:
@@ -284,7 +297,7 @@ class MLflowTracker(TrackerBase):
                 self.client.log_artifacts(rid, path, artifact_path=_key(name))
             elif os.path.isfile(path):
                 self.client.log_artifact(rid, path, artifact_path=_key(name))
-            self.client.set_tag(rid, ARTIFACT_TAG + _key(name), text)
+            self.client.set_tag(rid, _artifact_tag(name), text)
 
         self._write(run_id, write)
 
@@ -292,10 +305,13 @@ class MLflowTracker(TrackerBase):
         found: dict[str, str] = {}
         for run in reversed(self._runs(run_id)):  # the main run last: its entries win
             found.update({k: v for k, v in run.data.tags.items() if k.startswith(ARTIFACT_TAG)})
-        out = {}
-        for _, text in sorted(found.items()):
+        out: dict[str, TrackerArtifact] = {}
+        for key, text in sorted(found.items()):
             artifact = _artifact(text)
-            if artifact is not None:
+            if artifact is None:
+                continue
+            # a long name's tag under the key of old and of now: the key of now (newer) wins
+            if artifact.name not in out or key == _artifact_tag(artifact.name):
                 out[artifact.name] = artifact
         return out
 

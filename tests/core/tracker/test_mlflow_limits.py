@@ -6,6 +6,9 @@ the backend for the rest of the process)."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
+
 import pytest
 
 from xrun.tracker.base import TrackerArtifact, TrackerSource
@@ -98,4 +101,46 @@ def test_an_artifact_tag_that_does_not_read_leaves_the_others_readable(mlflow_sq
     assert create(mlflow_sqlite).artifacts(job) == {
         "log": TrackerArtifact("log", "/nowhere/log.txt", None),
         "model": TrackerArtifact("model", "/nowhere/model.pt", {"step": 3}),
+    }
+
+
+def test_long_artifact_names_keep_keys_within_the_limit_and_apart(mlflow_sqlite: str) -> None:
+    """Two names of 300 characters sharing their first 298: each its own tag, its key within
+    MLflow's 250 (``xrun.artifact.`` + the name cut to 250 was refused: the backend dropped)."""
+    job = "local_cwd://default/long-names"
+    a, b = "x" * 298 + "-a", "x" * 298 + "-b"
+    t = create(mlflow_sqlite)
+    t.add_artifact(job, a, "/nowhere/a")
+    t.add_artifact(job, b, "/nowhere/b")
+    t.add_artifact(job, a, "/nowhere/a2")  # again: the same tag, rewritten
+    keys = _tags(t, job, ARTIFACT_TAG)
+    assert len(keys) == 2 and all(len(k) <= MAX_KEY for k in keys), keys
+    assert create(mlflow_sqlite).artifacts(job) == {
+        a: TrackerArtifact(a, "/nowhere/a2", None),
+        b: TrackerArtifact(b, "/nowhere/b", None),
+    }
+
+
+def test_artifact_tags_written_the_old_way_still_read(mlflow_sqlite: str) -> None:
+    """A short name's key is what it was. A long one's old key (``xrun.artifact.`` + the name
+    cut to 250: 264 characters), in a store that took it (sqlite does not enforce the column's
+    250), still reads; once the artifact is added again under the key of now, that one wins."""
+    job = "local_cwd://default/old-keys"
+    long = "y" * 300
+    t = create(mlflow_sqlite)
+    t.add_artifact(job, "model", "/nowhere/model.pt")
+    rid = t._find(job) or ""
+    assert list(_tags(t, job, ARTIFACT_TAG)) == [ARTIFACT_TAG + "model"]
+    old_key = ARTIFACT_TAG + long[:250]
+    entry = json.dumps({"name": long, "path": "/nowhere/old", "metadata": None})
+    db = mlflow_sqlite.removeprefix("sqlite:///").partition("#")[0]
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?)", (old_key, entry, rid)
+        )
+    assert create(mlflow_sqlite).artifacts(job)[long] == TrackerArtifact(long, "/nowhere/old", None)
+    t.add_artifact(job, long, "/nowhere/new")
+    assert create(mlflow_sqlite).artifacts(job) == {
+        "model": TrackerArtifact("model", "/nowhere/model.pt", None),
+        long: TrackerArtifact(long, "/nowhere/new", None),
     }
