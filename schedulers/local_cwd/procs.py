@@ -15,7 +15,7 @@ import signal
 import time
 
 from xrun.contract import APP_DIR_ENV
-from xrun.procs import is_alive, proc_start_time
+from xrun.procs import is_alive, proc_start_time, signal_if_same
 
 from ..logs import POLL_S
 
@@ -84,11 +84,8 @@ def stop(procs: list[Proc], grace: float) -> list[Proc]:
 
 def _signal(procs: list[Proc], sig: int) -> None:
     for pid, start in procs:
-        if is_alive(pid, start):
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        # never a later process that reuses the pid (through a pidfd where there is one)
+        signal_if_same(pid, start, sig)
 
 
 def _wait_gone(procs: list[Proc], timeout: float) -> list[Proc]:

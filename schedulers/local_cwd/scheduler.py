@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from xrun.config import current_dir
 from xrun.errors import AppNotFoundError, SchedulerError, UsageError
-from xrun.procs import is_alive
+from xrun.procs import is_alive, signal_if_same
 from xrun.specs import AppDef, AppState, make_app_handle
 
 from ..api import (
@@ -307,10 +307,8 @@ class LocalCwdScheduler(Scheduler[LocalRequest]):
         grace = request_grace(paths)
         if st is not None and st["state"] not in TERMINAL:
             sup = st["supervisor"]
-            fd = supervisor_pidfd(paths)
-            if fd is not None:
-                os.close(fd)
-                os.kill(sup["pid"], signal.SIGTERM)  # the supervisor stops the replicas
+            # the supervisor stops the replicas (never a later process that took its pid)
+            if signal_if_same(sup["pid"], sup["start"], signal.SIGTERM):
                 self.wait(app_id, timeout=grace + 5)
             # Liveness first, then the record: a supervisor found dead wrote its last record
             # before it exited (read the other way round, a stale one would overwrite it).

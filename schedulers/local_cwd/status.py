@@ -13,7 +13,7 @@ import signal
 import time
 from typing import Any
 
-from xrun.procs import is_alive
+from xrun.procs import is_alive, pidfd_of
 from xrun.specs import AppState, ReplicaStatus, Role, RoleStatus, appdef_from_dict, is_terminal
 
 from ..api import DescribeAppResponse
@@ -223,23 +223,16 @@ def _role_statuses(
 
 
 def supervisor_pidfd(paths: statedir.AppPaths) -> int | None:
-    """A pidfd of the app's live supervisor (readable once it exits), or None."""
+    """A pidfd of the app's live supervisor (readable once it exits), or None (gone, or no
+    pidfd here: the caller polls)."""
     st = statedir.read_state(paths.state)
-    if st is None or not hasattr(os, "pidfd_open"):
+    if st is None:
         return None
     sup = st["supervisor"]
-    if not sup.get("pid"):
-        return None
     try:
-        fd = os.pidfd_open(sup["pid"])
+        return pidfd_of(sup.get("pid"), sup["start"])
     except OSError:
         return None
-    # Checked after opening: the fd now pins the process, so a pid reused in between
-    # shows up as a start-time mismatch instead of going unnoticed.
-    if not is_alive(sup["pid"], sup["start"]):
-        os.close(fd)
-        return None
-    return fd
 
 
 def live_groups(st: dict[str, Any]) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from xrun.config import current_dir
-from xrun.procs import is_alive, proc_start_time, visible_gpus
+from xrun.procs import is_alive, proc_start_time, signal_if_same, visible_gpus
 from xrun.schedulers.api import LogQuery, WorkspaceBuilder
 from xrun.specs import AppDef, AppState, AppStatus
 from xrun.sweeps import records
@@ -222,24 +222,30 @@ class TrialsBackend(SweepBackend):
             check_trial(sweep_id, trial, size)
         records.request_cancel(path, trial)
         sup = records.load_supervisor(path)
-        alive = sup is not None and is_alive(sup["pid"], sup["start"])
+        # Signalled only while it is the process recorded, never a later one that took its pid
+        # (signal_if_same); not sent: gone (or never there).
         if trial is None:
-            if alive:
+            alive = sup is not None and signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
+            if alive:  # it stops every trial, then exits
                 assert sup is not None
-                os.kill(sup["pid"], signal.SIGTERM)  # it stops every trial, then exits
                 alive = not _wait_gone(sup["pid"], sup["start"], _CANCEL_WAIT_S)
             if not alive:  # gone (or never there): whatever it left running, stop it here
                 cancel_everything(path, self.sched, load_state(path, size) or initial_state(size))
             return
+        alive = sup is not None and is_alive(sup["pid"], sup["start"])
         state = load_state(path, size) or initial_state(size)
         t = state["trials"][trial]
         if alive:
             assert sup is not None
             if t["app_id"] and unsettled(t):
                 self.sched.cancel(t["app_id"])  # the supervisor records how it ended
-            os.kill(sup["pid"], signal.SIGUSR1)  # look at the cancel requests now
-            _wait_trial_ended(path, trial, size, timeout=15.0)
-        elif unsettled(t):
+            if signal_if_same(sup["pid"], sup["start"], signal.SIGUSR1):  # read the requests now
+                _wait_trial_ended(path, trial, size, timeout=15.0)
+                return
+            # It died meanwhile: what it recorded last, then record the trial here.
+            state = load_state(path, size) or state
+            t = state["trials"][trial]
+        if unsettled(t):
             # Nobody else records it: ask its app how it ended (it may have ended on its own
             # since the supervisor died: not CANCELLED then), as the supervisor would.
             if t["app_id"]:

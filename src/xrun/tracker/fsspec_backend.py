@@ -3,10 +3,15 @@
 The layout (TorchX's ``FsspecTracker``; ``torchx tracker list`` reads what xrun writes and the
 other way round, checked by tests/core/tracker/test_torchx_layout.py)::
 
-    ROOT/<b32(run_id)>/metadata/<time_ns>     {"metadata": {...}}, merged in time order
-    ROOT/<b32(run_id)>/artifacts/<time_ns>    {"name": N, "path": P, "metadata": M}
+    ROOT/<b32(run_id)>/metadata/<entry>       {"metadata": {...}}, merged in time order
+    ROOT/<b32(run_id)>/artifacts/<entry>      {"name": N, "path": P, "metadata": M}
     ROOT/<b32(run_id)>/sources/<b32(source)>  the relation (artifact name) and a newline
     ROOT/<b32(source)>/descendants/<b32(run)> likewise, only when that dir already exists
+
+An ``<entry>`` is named ``<time_ns>-<pid>-<random hex>``: entries sort by the time before the
+first ``-``. TorchX names them by ``time_ns`` alone (still read, in the same order), but two
+writers can read the same ``time_ns`` (a coarse clock on a VM or in a container), and the
+later write would replace the other's entry; TorchX reads any name.
 
 ``b32`` is base32 of the ASCII id: a run id (``local_cwd://default/app``) becomes a POSIX file
 name that keeps its case. A local root (a path, ``file://``) is written with ``os`` directly:
@@ -123,7 +128,10 @@ class _Remote(_Local):
 
 
 def _time_order(name: str) -> tuple[int, str]:
-    return (int(name), name) if name.isdigit() else (-1, name)
+    """An entry's place: its time (``<time_ns>``, TorchX's, or ``<time_ns>-<writer>``), then
+    its name (one order for every reader when two writers share a time); other names first."""
+    ns = name.partition("-")[0]
+    return (int(ns), name) if ns.isdigit() else (-1, name)
 
 
 class FsspecTracker(TrackerBase):
@@ -151,9 +159,10 @@ class FsspecTracker(TrackerBase):
         return posixpath.join(self.root, encode_run_id(run_id), *parts)
 
     def _unique_name(self) -> str:
-        # TorchX names each entry by time.time_ns(); two entries of one process never share one.
+        # The time orders entries (two of one writer never share one); the pid and random part
+        # keep two writers that read the same time_ns from writing one file.
         self._last_ns = max(time.time_ns(), self._last_ns + 1)
-        return str(self._last_ns)
+        return f"{self._last_ns}-{os.getpid()}-{os.urandom(4).hex()}"
 
     def _persist(self, run_id: str, category: str, content: Mapping[str, object]) -> None:
         folder = self._run_dir(run_id, category)

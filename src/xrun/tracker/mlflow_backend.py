@@ -17,19 +17,29 @@ writes again into the main one.
 - metadata: MLflow params (a key's first value; params cannot change) and tags (a later value
   of the same key); read back with the tags winning, JSON values decoded;
 - artifacts: the file or dir at the path is uploaded under the artifact's name, and the name,
-  path and metadata are kept in the tag ``xrun.artifact.<name>``;
+  path and metadata are kept in the tag ``xrun.artifact.<name>`` (a name too long for a key:
+  its start and a hash of it);
 - sources: the first becomes the MLflow parent run (``mlflow.parentRunId``; the parent's run is
-  created when missing, so a sweep's trials are child runs of one sweep run); all are kept in
-  the tag ``xrun.sources``.
+  created when missing, so a sweep's trials are child runs of one sweep run); each is kept in a
+  tag of its own, ``xrun.source.<hash of source and artifact name>``, holding the source, the
+  artifact name and when it was added (read back in that order). One tag per source, not one
+  list: two workers adding sources at once would each rewrite the list they read, and the
+  later write would drop the other's source. Runs written before keep theirs in the one tag
+  ``xrun.sources`` (a JSON list), still read, first.
 
-MLflow allows letters, digits and ``_-. /`` in keys; any other character becomes ``_``.
+MLflow allows letters, digits and ``_-. /`` in keys; any other character becomes ``_``. A tag
+value holds at most 8000 characters (a store cuts a longer one short, or refuses it): what would
+not fit is not written, and one stderr line says so: a source (no job id MLflow can hold is that
+long), an artifact's metadata (the artifact is kept without it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,9 +47,14 @@ from xrun.contract import EXPERIMENT_ENV
 from xrun.tracker.base import Lineage, TrackerArtifact, TrackerBase, TrackerSource
 
 JOB_TAG = "xrun.job_id"
-SOURCES_TAG = "xrun.sources"
+SOURCES_TAG = "xrun.sources"  # the list of sources older runs hold (read, no longer written)
+SOURCE_TAG = "xrun.source."
 ARTIFACT_TAG = "xrun.artifact."
 DEFAULT_EXPERIMENT = "xrun"
+# MLflow's limits (mlflow.utils.validation): a store cuts a longer tag value short
+# (MLFLOW_TRUNCATE_LONG_VALUES, the default) or refuses it, and refuses a longer key.
+MAX_TAG_VALUE = 8000
+MAX_KEY = 250
 _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 
 
@@ -65,8 +80,72 @@ def _value(text: str) -> object:
         return text
 
 
+def _source_tag(source_id: str, artifact_name: str | None) -> str:
+    """The tag of one source: the same key for the same pair, whichever worker adds it."""
+    digest = hashlib.sha256(json.dumps([source_id, artifact_name]).encode()).hexdigest()
+    return SOURCE_TAG + digest[:32]
+
+
+def _run_sources(tags: Mapping[str, str]) -> list[list[Any]]:
+    """A run's ``[source, artifact name]`` pairs: the old list tag's, then the tags of one
+    source each in the order they were added (ties: by key, one order for every reader)."""
+    pairs: list[list[Any]] = [list(p) for p in json.loads(tags.get(SOURCES_TAG, "[]"))]
+    added = []
+    for key, text in tags.items():
+        if key.startswith(SOURCE_TAG):
+            entry = _value(text)
+            # One that does not read (cut short by a store's value limit, set by hand) is left
+            # out: the run's other sources still read, and more can be added.
+            if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], int):
+                source, artifact, at = entry
+                added.append((at, key, [source, artifact]))
+    return pairs + [pair for _, _, pair in sorted(added)]
+
+
+def _artifact_tag(name: str) -> str:
+    """The tag of artifact ``name``: ``xrun.artifact.<name>``, the whole key within MLflow's
+    limit; a longer one ends in a hash of the whole name instead, so two long names that
+    begin alike keep a tag each. (Written before as the name cut to 250: a key over the
+    limit, which MLflow refused, or a store without the check took; still read.)"""
+    key = ARTIFACT_TAG + _key(name)
+    if len(key) <= MAX_KEY:
+        return key
+    digest = hashlib.sha256(name.encode()).hexdigest()[:32]
+    return key[: MAX_KEY - len(digest) - 1] + "." + digest
+
+
+def _artifact(text: str) -> TrackerArtifact | None:
+    """The artifact an ``xrun.artifact.*`` tag holds, or None for one that does not read (cut
+    short by a store's value limit, set by hand): left out, so the run's others still read."""
+    e = _value(text)
+    if not isinstance(e, dict):
+        return None
+    name, path, metadata = e.get("name"), e.get("path"), e.get("metadata")
+    if not (isinstance(name, str) and isinstance(path, str)):
+        return None
+    if metadata is not None and not isinstance(metadata, dict):
+        return None
+    return TrackerArtifact(name, path, metadata)
+
+
 def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _too_long(backend: object, text: str, what: str) -> bool:
+    """Whether ``text`` is over MLflow's limit for a tag value; if so, one stderr line saying
+    that ``what`` is not recorded. A store would cut it short (then it does not read back) or
+    refuse it (an error, which drops the backend for the rest of the process)."""
+    if len(text) <= MAX_TAG_VALUE:
+        return False
+    # kept out of `import xrun.tracker`, a worker's cost (#25: tests/core/tracker/test_cost.py)
+    from xrun.tracker.guard import label, say
+
+    say(
+        f"{label(backend)}: {what} not recorded: its tag would hold {len(text)} characters, "
+        f"over MLflow's limit of {MAX_TAG_VALUE} for a tag value"
+    )
+    return True
 
 
 class MLflowTracker(TrackerBase):
@@ -207,13 +286,18 @@ class MLflowTracker(TrackerBase):
         self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
     ) -> None:
         entry = {"name": name, "path": path, "metadata": dict(metadata) if metadata else metadata}
+        text = json.dumps(entry, default=str)
+        if metadata and _too_long(self, text, f"the metadata of artifact {name!r:.100}"):
+            text = json.dumps({**entry, "metadata": None})  # the artifact itself still reads
+        if _too_long(self, text, f"artifact {name!r:.100}"):
+            return
 
         def write(rid: str) -> None:
             if os.path.isdir(path):
                 self.client.log_artifacts(rid, path, artifact_path=_key(name))
             elif os.path.isfile(path):
                 self.client.log_artifact(rid, path, artifact_path=_key(name))
-            self.client.set_tag(rid, ARTIFACT_TAG + _key(name), json.dumps(entry, default=str))
+            self.client.set_tag(rid, _artifact_tag(name), text)
 
         self._write(run_id, write)
 
@@ -221,20 +305,29 @@ class MLflowTracker(TrackerBase):
         found: dict[str, str] = {}
         for run in reversed(self._runs(run_id)):  # the main run last: its entries win
             found.update({k: v for k, v in run.data.tags.items() if k.startswith(ARTIFACT_TAG)})
-        out = {}
-        for _, v in sorted(found.items()):
-            e = json.loads(v)
-            out[e["name"]] = TrackerArtifact(e["name"], e["path"], e.get("metadata"))
+        out: dict[str, TrackerArtifact] = {}
+        for key, text in sorted(found.items()):
+            artifact = _artifact(text)
+            if artifact is None:
+                continue
+            # a long name's tag under the key of old and of now: the key of now (newer) wins
+            if artifact.name not in out or key == _artifact_tag(artifact.name):
+                out[artifact.name] = artifact
         return out
 
     # ------------------------------------------------------------------ sources
     def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
+        text = json.dumps([source_id, artifact_name, time.time_ns()])
+        # Left out, not kept elsewhere: a source is a job id, found by the job tag of its own
+        # run, under the same limit; a longer one is no job MLflow can hold (its parent run
+        # would be created under a job tag cut short, found by nobody).
+        if _too_long(self, text, f"source {source_id!r:.100} of {run_id}"):
+            return
+
         def write(rid: str) -> None:
             tags = self.client.get_run(rid).data.tags
-            known = json.loads(tags.get(SOURCES_TAG, "[]"))
-            if [source_id, artifact_name] not in known:
-                known.append([source_id, artifact_name])
-                self.client.set_tag(rid, SOURCES_TAG, json.dumps(known))
+            if [source_id, artifact_name] not in _run_sources(tags):
+                self.client.set_tag(rid, _source_tag(source_id, artifact_name), text)
             if "mlflow.parentRunId" not in tags:
                 self.client.set_tag(rid, "mlflow.parentRunId", self._run(source_id))
 
@@ -243,7 +336,7 @@ class MLflowTracker(TrackerBase):
     def sources(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
         known: list[list[Any]] = []
         for run in self._runs(run_id):  # the main run's first
-            for pair in json.loads(run.data.tags.get(SOURCES_TAG, "[]")):
+            for pair in _run_sources(run.data.tags):
                 if pair not in known:
                     known.append(pair)
         return [TrackerSource(s, a) for s, a in known if not artifact_name or a == artifact_name]

@@ -4,7 +4,6 @@ forced at the racy point (a reader on a busy machine can be descheduled there fo
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -82,16 +81,18 @@ def test_cancel_as_the_supervisor_writes_its_last_record_and_exits(
     def is_alive(pid: int | None, start: int | None) -> bool:
         if pid != 4242:
             return False
-        if writes:  # cancel's first look (supervisor_pidfd): alive
+        if writes:  # cancel's first look (signal_if_same's): alive
             writes.pop()
             return True
         write_json_atomic(paths.state, final)  # the later look: its last write, then exit
         return False
 
+    def signal_if_same(pid: int | None, start: int | None, sig: int) -> bool:
+        return is_alive(pid, start)  # sent (pid 4242 is no process of ours: nothing is)
+
     monkeypatch.setattr(status_mod, "is_alive", is_alive)
     monkeypatch.setattr(scheduler_mod, "is_alive", is_alive)
-    monkeypatch.setattr(os, "pidfd_open", lambda pid: os.open(os.devnull, os.O_RDONLY))
-    monkeypatch.setattr(os, "kill", lambda pid, sig: None)  # pid 4242 is no process of ours
+    monkeypatch.setattr(scheduler_mod, "signal_if_same", signal_if_same)
     monkeypatch.setattr(sched, "wait", lambda app_id, timeout=None: None)  # timed out
     monkeypatch.setattr(status_mod, "live_groups", lambda st: [])
     sched.cancel(app_id)
