@@ -31,9 +31,13 @@ QUARANTINE_AFTER = 2
 _DIGITS = re.compile(r"\d+")
 
 
-def signature(reason: str) -> str:
+def signature(reason: str, host: str = "") -> str:
     """What two nodes' failures must share to be "the same failure": the root failure's one
-    line with its numbers blanked (ranks, pids, addresses differ from node to node)."""
+    line with its numbers and the failing node's own ``host`` name blanked (ranks, pids,
+    addresses and host names differ from node to node: ``gpu-a`` and ``gpu-b`` failing alike
+    is a bug every node hits, not two nodes each failing alone)."""
+    if host:
+        reason = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", "<host>", reason)
     return _DIGITS.sub("#", reason)[:500]
 
 
@@ -88,7 +92,7 @@ def decide(
     """This node's workers failed (or stalled) in ``book``'s round for ``reason``: count the
     round for the job, ask the peers to restart (``restart``) unless the budget is spent, and see
     whether this node failed alone once too often."""
-    sig = signature(reason)
+    sig = signature(reason, book.host)
     used = book.record(sig)
     if used > max_restarts:  # (no budget, --max-restarts 0: nothing to say about it)
         line = f"restart budget spent: {max_restarts} of {max_restarts} restarts used"

@@ -16,7 +16,7 @@ from xrun.runtime.rendezvous.etcd_budget import KEEP_ROUNDS, EtcdLedger, lone_of
 from xrun.runtime.rendezvous.etcd_kv import EtcdError
 from xrun.runtime.rendezvous.etcd_spares import refuse_quarantined
 from xrun.runtime.rendezvous.etcd_state import fresh
-from xrun.runtime.rendezvous.verdict import Verdict
+from xrun.runtime.rendezvous.verdict import Verdict, signature
 
 HOST = socket.gethostname()
 BAD = "local_rank 0 on h failed: RuntimeError: bad batch on rank 1"
@@ -213,6 +213,29 @@ def test_the_same_failure_on_every_node_quarantines_nobody() -> None:
     lone = lone_of(doc.state)
     assert lone["count"] == {} and not (doc.state or {})["quarantine"]
     assert len(lone["fails"]) <= KEEP_ROUNDS  # the records of old rounds are dropped
+
+
+def test_the_same_failure_on_hosts_named_by_letters_quarantines_nobody() -> None:
+    """The agent's line names its own host (``local_rank 0 on gpu-a failed: ...``): hosts that
+    differ by letters, not digits, must still sign a bug every node hits alike."""
+    doc = Doc()
+    a, b = doc.ledger("a"), doc.ledger("b")
+    a.host, b.host = "gpu-a", "gpu-b"
+    why = "local_rank 0 on {} failed: RuntimeError: bad batch"
+    theirs: list[Verdict] = []
+    for rnd in range(KEEP_ROUNDS + 2):
+        doc.on_wait = [lambda: theirs.append(b.failed(why.format("gpu-b"), 9, doc.restart))]
+        v = a.failed(why.format("gpu-a"), 9, doc.restart)
+        assert (v.action, theirs[-1].action, v.used) == ("restart", "restart", rnd + 1)
+        doc.next_round()
+    assert lone_of(doc.state)["count"] == {} and not (doc.state or {})["quarantine"]
+
+
+def test_only_the_failing_nodes_own_host_name_is_blanked() -> None:
+    line = "local_rank 0 on {0} failed: connect to {0}.cluster:29500 from gpu-ab refused"
+    sig = signature(line.format("gpu-a"), "gpu-a")
+    assert sig == signature(line.format("gpu-b"), "gpu-b")
+    assert "gpu-ab" in sig and "gpu-a " not in sig and "gpu-a." not in sig
 
 
 def test_a_peer_failing_differently_or_lost_leaves_the_failure_alone() -> None:
