@@ -134,6 +134,13 @@ class EtcdLedger:
             return decide(self, reason, max_restarts, self._min_nodes, restart)
         except EtcdError as e:
             raise RendezvousError(f"etcd: {e}") from None
+        except (TypeError, ValueError, AttributeError) as e:
+            # A document this version did not write (edited by hand, another xrun): the agent
+            # then counts its restarts itself, as with a lost store, instead of ending a job
+            # whose workers only failed.
+            raise RendezvousError(
+                f"etcd: the job's budget in its state document is damaged ({e})"
+            ) from None
 
     # -- verdict.Book: the document's ``budget``, ``lone`` and ``quarantine`` -------------------
 

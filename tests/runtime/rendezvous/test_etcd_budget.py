@@ -262,3 +262,16 @@ def test_no_quarantine_where_the_job_needs_the_node_or_the_peers_are_undecided()
         assert doc.ledger("a", wait_s=0.0).failed(BAD, 9, doc.restart).action == "restart"
         doc.next_round()
     assert lone_of(doc.state)["count"] == {}
+
+
+@pytest.mark.parametrize(
+    "damage", [{"fails": {"x": {}}}, {"count": {"node-a": "many"}}, {"risk": "soon"}, ["x"]]
+)
+def test_a_damaged_document_is_a_rendezvous_error_not_the_agents_end(damage: Any) -> None:
+    """The agent handles a RendezvousError as a lost store (it counts on its own); anything
+    else would end it, and the job with it, for a document it did not write."""
+    doc = Doc()
+    assert doc.state is not None
+    doc.state["lone"] = damage
+    with pytest.raises(RendezvousError, match="damaged"):
+        doc.ledger("a").failed(BAD, 9, doc.restart)
