@@ -47,13 +47,14 @@ host (local tests, local_cwd replicas) need distinct ``XRUN_NODE_ID``s, or a los
 quarantines the host: the agents already in the job go on (the refusal is at an agent's first
 join), new ones from that host are refused.
 
-The etcd backends keep the budget in their state document (etcd_budget.py). A single
-node (``--nnodes 1``) never uses this module (its agent counts as it always did).
+The rules themselves (the order of the steps above, what they come to, the lines) are
+verdict.py's, shared with the etcd backends, which keep the budget and the lone-failure counts
+in their state document instead (etcd_budget.py). A single node (``--nnodes 1``) never uses
+this module (its agent counts as it always did).
 """
 
 from __future__ import annotations
 
-import re
 import socket
 import time
 from collections.abc import Callable
@@ -64,6 +65,7 @@ from ..store.client import StoreClient
 from .api import RendezvousError
 from .hosting import StoreLink
 from .keys import Keys, World
+from .verdict import QUARANTINE_AFTER, Verdict, decide, signature
 
 __all__ = [
     "NODE_ID_ENV",
@@ -76,20 +78,9 @@ __all__ = [
     "signature",
 ]
 
-# Alone-failures after which a node is quarantined: one can be bad luck (a flaky read), two in
-# one job point at the node.
-QUARANTINE_AFTER = 2
-_DIGITS = re.compile(r"\d+")
-
 
 def quarantine_key(keys: Keys, nid: str) -> str:
     return f"{keys.prefix}quarantine/{nid}"
-
-
-def signature(reason: str) -> str:
-    """What two nodes' failures must share to be "the same failure": the root failure's one
-    line with its numbers blanked (ranks, pids, addresses differ from node to node)."""
-    return _DIGITS.sub("#", reason)[:500]
 
 
 class NodeQuarantinedError(RendezvousError):
@@ -107,17 +98,6 @@ def refusal(nid: str, run_id: str, raw: bytes) -> NodeQuarantinedError:
 def lost_value(host: str, rnd: int) -> bytes:
     """What the lost-node lease writes to ``quarantine/<node id>``."""
     return f"{host}\tits agent was lost in round {rnd}".encode()
-
-
-class Verdict:
-    """What a failed round comes to for this node: ``action`` is ``restart``, ``spent`` (the
-    job's budget is used up: give up, closing the job) or ``quarantined`` (this node leaves:
-    the job goes on without it); ``used`` the job's restarts used; ``line`` what to print."""
-
-    __slots__ = ("action", "line", "used")
-
-    def __init__(self, action: str, used: int, line: str) -> None:
-        self.action, self.used, self.line = action, used, line
 
 
 class Ledger:
@@ -140,6 +120,7 @@ class Ledger:
         self.qkey = quarantine_key(keys, nid)
         self._wait_s = wait_s
         self._used_key = keys.prefix + "budget/used"
+        self._lone_key = f"{keys.prefix}lone/{nid}"
 
     @property
     def _c(self) -> StoreClient:
@@ -160,54 +141,40 @@ class Ledger:
         """Our workers failed (or stalled) in the current round: count the round's restart
         once for the job and see whether this node failed alone once too often. ``restart``
         asks the peers to restart (before we wait for them to leave the round)."""
+        return decide(self, reason, max_restarts, self._min_nodes, restart)
+
+    # -- verdict.Book: the store's keys of the current round -------------------------------------
+
+    def record(self, sig: str) -> int:
         c, k = self._c, self._k
         rnd, index = self._place()
-        sig = signature(reason)
         c.post_set(k.of(rnd, f"fail/{index}"), sig.encode())
         if c.add(k.of(rnd, "failn"), 1) == 1:
             used = c.add(self._used_key, 1)
             c.set(k.of(rnd, "used"), str(used).encode())
-        else:  # another node of the round took the first ticket: its count is ours
-            vals = c.wait([k.of(rnd, "used"), k.closed], want_all=False, timeout=self._wait_s)
-            used = int(vals[0]) if vals and vals[0] is not None else self.used()
-        if used > max_restarts:  # (no budget, --max-restarts 0: nothing to say about it)
-            line = f"restart budget spent: {max_restarts} of {max_restarts} restarts used"
-            return Verdict("spent", used, f"{line} (job-wide)" if max_restarts else "")
-        # Without this node the job could not form a world again (fewer others than MIN;
-        # spares do not count yet), or could not go on at all (this agent serves the store):
-        # quarantining it would end a job that has restarts left, for what may be chance (two
-        # kill -9s, an OOM). Nothing to count then, and no peer need settle.
-        others = self._others(rnd, index)
-        needed = self._link.is_host or len(others) < self._min_nodes
-        at_risk = int(c.add(f"{k.prefix}lone/{self.node}", 0)) >= QUARANTINE_AFTER - 1
-        if at_risk and not needed:
-            c.add(k.of(rnd, "risk"), 1)  # before the restart request: the peers settle
-        restart()
-        lone = 0 if needed else self._alone(rnd, others, sig)
-        if lone >= QUARANTINE_AFTER:
-            why = f"its workers failed alone {lone} times, last: {reason}"[:300]
-            c.set(quarantine_key(k, self.node), f"{self.host}\t{why}".encode())
-            return Verdict(
-                "quarantined", used, f"node {self.node} (host {self.host}) quarantined: {why}"
-            )
-        left = max_restarts - used
-        return Verdict(
-            "restart",
-            used,
-            f"restart budget: {used} of {max_restarts} restarts used, {left} left (job-wide)",
-        )
+            return int(used)
+        # another node of the round took the first ticket: its count is ours
+        vals = c.wait([k.of(rnd, "used"), k.closed], want_all=False, timeout=self._wait_s)
+        return int(vals[0]) if vals and vals[0] is not None else self.used()
 
-    def _others(self, rnd: int, index: int) -> list[str]:
-        """The arrival indices of round ``rnd``'s other members."""
+    def others(self) -> list[str]:
+        """The arrival indices of the current round's other members."""
+        rnd, index = self._place()
         raw = self._c.get(self._k.of(rnd, "members"))
         return [i for i in World.parse(rnd, raw).indices if i and i != str(index)] if raw else []
 
-    def _alone(self, rnd: int, others: list[str], sig: str) -> int:
-        """This node's count of failures no other member shared, this round's included (0 when
-        this one was shared or the round had no other member)."""
+    def serves(self) -> bool:
+        return self._link.is_host
+
+    def lone(self) -> int:
+        return int(self._c.add(self._lone_key, 0))
+
+    def mark_risk(self) -> None:
+        self._c.add(self._k.of(self._place()[0], "risk"), 1)
+
+    def shared(self, others: list[str], sig: str) -> bool | None:
         c, k = self._c, self._k
-        if not others:
-            return 0
+        rnd, _ = self._place()
         # Each other member reports its failure before it leaves the round, and leaves it only
         # once it stopped its workers: wait for one or the other (the restart request went
         # out already, so the healthy ones are on their way).
@@ -215,8 +182,12 @@ class Ledger:
         for i in others:
             keys = [k.of(rnd, f"fail/{i}"), k.of(rnd, f"left/{i}"), k.closed]
             if not c.wait(keys, want_all=False, timeout=max(0.0, deadline - time.monotonic())):
-                return 0  # undecided: count nothing against the node
+                return None  # undecided: count nothing against the node
         theirs = c.multi_get([k.of(rnd, f"fail/{i}") for i in others])
-        if any(t == sig.encode() for t in theirs):
-            return 0
-        return int(c.add(f"{k.prefix}lone/{self.node}", 1))
+        return any(t == sig.encode() for t in theirs)
+
+    def add_lone(self) -> int:
+        return int(self._c.add(self._lone_key, 1))
+
+    def quarantine(self, why: str) -> None:
+        self._c.set(self.qkey, f"{self.host}\t{why}".encode())

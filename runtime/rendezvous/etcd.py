@@ -15,8 +15,8 @@ Keys under ``<etcd_prefix>/<run_id>/``:
   ``round`` (counts up), ``formed``, ``members`` (``[addr, sortkey, nproc, agent id, store,
   slot, node id]``, in rank order once formed), ``why`` (what ended the previous round),
   ``fin`` (members whose workers finished), ``wait`` (the last world's members a new round
-  waits for: ``etcd_state.fresh``), ``quarantine`` (``--spares``: etcd_spares.py), ``budget``
-  (restarts used: etcd_budget.py) and ``closed`` (the verdict, ``{"failed", "reason"}``);
+  waits for: ``etcd_state.fresh``), ``quarantine`` (etcd_spares.py, etcd_budget.py), ``budget``
+  and ``lone`` (restarts used, lone failures: etcd_budget.py), ``closed`` (the verdict);
 * ``alive/<node id>``: one per agent, bound to the agent's lease (TTL heartbeat_timeout,
   renewed every heartbeat_interval): it vanishes when the agent dies (TTL) or leaves (revoke).
 
@@ -134,8 +134,8 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
         self._wake = threading.Event()
         self._ttl = max(MIN_TTL, int(-(-cfg.heartbeat_timeout // 1)))
         self._watcher: threading.Thread | None = None
-        # --spares (etcd_spares.py): our node's slot and id, the modules shared with spares
-        self._slot, self._node = -1, (params.node_id or node_id()) if params.spares else ""
+        # our node's slot (--spares), its id (the quarantine), the modules shared with spares
+        self._slot, self._node = -1, params.node_id or (node_id() if params.spares else "")
         self._mods_key = self._prefix + "modules"
         self._mods: tuple[bytes, int] | None = None  # the published modules, their revision
         self._mods_seen: set[str] = set()
@@ -341,8 +341,8 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
         return None
 
     def _vet(self, s: dict[str, Any]) -> None:
-        """A lost node's new agent is refused, at its first look only (etcd_spares.py,
-        "Quarantine"): a spare standing by may itself have quarantined a node id it shares."""
+        """A quarantined node's new agent (lost: etcd_spares.py; failed alone: etcd_budget.py)
+        is refused, at its first look only: a spare may itself have quarantined its node id."""
         if not self._vetted:
             refuse_quarantined(s, self._node, self.params.run_id)
             self._vetted = True

@@ -62,15 +62,19 @@ class EtcdLeaving:
                 return new
 
     def ledger(self) -> EtcdLedger | None:
-        """The job-wide restart budget (etcd_budget.py) of a multi-node job (``node_id`` set);
-        None: the agent counts its own restarts. Stateless: it reads and writes the state."""
-        if not self.params.node_id or self.params.max_nodes <= 1:
+        """The job-wide restart budget and lone-failure quarantine (etcd_budget.py) of a
+        multi-node job (``node_id`` set); None: the agent counts its own restarts. Stateless:
+        it reads and writes the state."""
+        p = self.params
+        if not p.node_id or p.max_nodes <= 1:
             return None
 
-        def read() -> dict[str, Any] | None:
-            return self._read()[1]
+        def place() -> tuple[int, list[str]]:
+            seat = self._place  # set with _round, by the thread that asks (the agent's)
+            return self._round, [m[3] for m in seat[1]] if seat else []
 
-        return EtcdLedger(read, self._update, lambda: self._round)
+        doc = _Doc(self)
+        return EtcdLedger(doc, place, self._id, p.node_id, p.min_nodes, self.cfg.join_timeout)
 
     def request_restart(self, reason: str) -> None:
         rnd = self._round
@@ -164,3 +168,20 @@ class EtcdLeaving:
             closed = json.loads(verdict(False, "the job finished"))
         self._update(lambda s: None if s["closed"] is not None else {**s, "closed": closed})
         return unfinished
+
+
+class _Doc:
+    """The handler's state document as the ledger reads and writes it (etcd_budget.StateDoc)."""
+
+    def __init__(self, h: EtcdLeaving) -> None:
+        self._h = h
+
+    def look(self) -> tuple[int, dict[str, Any] | None, set[str]]:
+        rev, s, _, alive = self._h._read()
+        return rev, s, alive
+
+    def update(self, change: Any) -> dict[str, Any] | None:
+        return self._h._update(change)
+
+    def wait(self, rev: int, timeout: float) -> None:
+        self._h._etcd.wait_change(self._h._prefix, rev, max(0.0, timeout))

@@ -20,8 +20,8 @@ group rank 0 included, can be lost and replaced (with c10d the store's host cann
   round's member is lost; the sealer, when the new round waited for a member of the last world
   (``prev``) that never arrived (a survivor's workers failed first and asked for the round
   before the lost node's lease ran out). An agent that leaves on purpose (shutdown mid-round)
-  marks itself ``left`` first and is not quarantined. The job-wide restart budget is
-  etcd_budget.py's.
+  marks itself ``left`` first and is not quarantined. The job-wide restart budget, and the
+  quarantine of a node whose workers failed alone, are etcd_budget.py's.
 * **Warm modules** (``--recover warm``): group rank 0's agent publishes the modules its
   workers import as one key, ``<prefix>/<run_id>/modules`` (the union so far, zlib-compressed;
   latest wins; one agent only, as every put wakes every watcher of the job), from a thread of

@@ -23,8 +23,9 @@ def fresh(
     (its lease ended), so that no two worlds of one job ever run at once. (torch's c10d
     rendezvous likewise opens the next round once the complete one's last participant left.)
     ``last``: the state it follows, whose job-wide part (quarantine, agents that left on
-    purpose, the restart budget) carries over; with ``spares`` so does the last world's member list (``prev``: the
-    sealer quarantines a member of it that never arrived, etcd_spares.py)."""
+    purpose, the restart budget, the lone-failure records) carries over; with ``spares`` so does
+    the last world's member list (``prev``: the sealer quarantines a member of it that never
+    arrived, etcd_spares.py)."""
     s: dict[str, Any] = {
         "round": rnd,
         "formed": False,
@@ -38,6 +39,8 @@ def fresh(
     }
     if last and last.get("budget"):  # the job-wide restart budget (etcd_budget.py)
         s["budget"] = dict(last["budget"])
+    if last and last.get("lone"):  # the lone-failure records and counts (etcd_budget.py)
+        s["lone"] = dict(last["lone"])
     if spares and last:
         s["prev"] = last["members"] if last["formed"] else list(last.get("prev") or [])
     return s

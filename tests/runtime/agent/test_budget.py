@@ -1,6 +1,6 @@
 """The job-wide restart budget and the quarantine (runtime/rendezvous/budget.py), with real
 agents: several ``xrun-agent`` processes on one host, each its own node (``XRUN_NODE_ID``),
-on the c10d store rendezvous."""
+on the c10d store rendezvous and on etcd (the ``etcd`` fixture: tests/helpers/etcd.py)."""
 
 from __future__ import annotations
 
@@ -184,3 +184,79 @@ def test_lost_agent_is_quarantined(tmp_path: Path, procs: list[subprocess.Popen[
     assert again.returncode == 1, again.stderr
     assert "node lost (host" in again.stderr and "its agent was lost in round" in again.stderr
     assert alive(good.pid)
+
+
+def etcd_node(
+    etcd: str, run_id: str, out: Path, nnodes: str, restarts: int, *acts: str
+) -> list[str]:
+    return agent(
+        "--nnodes", nnodes, "--nproc-per-node", "1", "--max-restarts", str(restarts),
+        "--rdzv-backend", "etcd", "--rdzv-endpoint", etcd, "--rdzv-id", run_id,
+        "--rdzv-conf", ETCD_FAST, BEHAVE, str(out), *acts,
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(180)
+def test_node_failing_alone_is_quarantined_and_refused_on_etcd(
+    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    """The lone-failure quarantine on etcd, kept in the job's state document: the same lines as
+    on c10d, and the quarantined node's next agent is refused the same way. (It used to be
+    c10d's only: on etcd the bad node failed on, spending the job's budget.)"""
+    run_id = f"lone-{uuid.uuid4().hex[:10]}"  # etcd outlives a test
+
+    def node(*acts: str) -> list[str]:
+        return etcd_node(etcd, run_id, tmp_path, "1:2", 5, *acts)
+
+    good = popen(procs, node("ready", "sleep:120"), env=env("good"))
+    wait_for(lambda: events(tmp_path), what="the good node's first world", timeout=60)
+    bad = popen(procs, node("fail-rank-always:0"), env=env("bad"))
+    err = bad.communicate(timeout=120)[1]
+    assert bad.returncode == 1, err
+    host = os.uname().nodename
+    assert (
+        f"xrun-agent: node bad (host {host}) quarantined: its workers failed alone 2 times" in err
+    ), err
+    assert "restart budget: 1 of 5 restarts used, 4 left (job-wide)" in err
+    assert "; node bad (host" in err.splitlines()[-1]  # the root-cause line `xrun status` shows
+    # the good node re-forms alone (the last workers started, the bad node gone) and keeps
+    # running; the bad node's next agent is refused
+    wait_for(
+        lambda: events(tmp_path)[-1]["WORLD_SIZE"] == "1",
+        what="the good node's world of one",
+        timeout=60,
+    )
+    again = subprocess.run(
+        node("ready"), env=env("bad"), capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert again.returncode == 1, again.stderr
+    (line,) = [x for x in again.stderr.splitlines() if "quarantined" in x]
+    assert f"node bad (host {host}) is quarantined from job {run_id!r}" in line
+    assert "its workers failed alone 2 times" in line and "not readmitted" in line
+    assert alive(good.pid)
+    # another node id from the same host is admitted (the quarantine is the node's)
+    other = popen(procs, node("ready", "sleep:120"), env=env("other"))
+    wait_for(
+        lambda: any(e["WORLD_SIZE"] == "2" for e in events(tmp_path)[-2:]),
+        what="the good node's world with the new node",
+        timeout=60,
+    )
+    assert other.poll() is None and alive(good.pid)
+
+
+@pytest.mark.timeout(180)
+def test_failure_on_every_node_quarantines_nobody_on_etcd(
+    etcd: str, tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    """A bug in the script on an elastic etcd job (1:2, so that a node could be quarantined):
+    every node's workers fail the same way, the budget ends the job, nobody is quarantined."""
+    run_id = f"lone-{uuid.uuid4().hex[:10]}"
+    cmd = etcd_node(etcd, run_id, tmp_path, "1:2", 3, "barrier:2", "fail-rank-always:0")
+    a = popen(procs, cmd, env=env("a"))
+    b = popen(procs, cmd, env=env("b"))
+    err = a.communicate(timeout=150)[1] + b.communicate(timeout=60)[1]
+    assert (a.returncode, b.returncode) == (1, 1), err
+    assert len(events(tmp_path)) == 8, err  # four attempts of two workers
+    assert "restart budget spent: 3 of 3 restarts used (job-wide)" in err
+    assert "quarantined" not in err
