@@ -24,7 +24,8 @@ survivors' stacks a failure report shows.
   looks every ``S/4`` seconds (at most 1 s): a few ``stat`` and ``/proc`` reads per worker,
   nothing when off. On several nodes the agents share signs of life and work through a counter
   in the rendezvous store, so a node whose workers print nothing does not stall while another
-  node's do. On a stall the local ranks' stacks, grouped, become the attempt's root cause.
+  node's do; a thread makes that exchange, never the loop (``shared``: a slow store holds up
+  nothing, and while this agent's view of the others is stale it declares no stall). On a stall the local ranks' stacks, grouped, become the attempt's root cause.
 * **Survivors.** When a rank fails, the still-running ranks' stacks are read (bounded: at most
   3 s and half of ``--shutdown-timeout``) before they are stopped, for the failure report.
 
@@ -46,6 +47,7 @@ from xrun.contract import BEAT_FILE_ENV, STACKS_FILE, STACKS_REQUEST_FIFO
 from ..events import Stalled
 from ..rendezvous import RendezvousError
 from .activity import WINDOW_S, Activity
+from .shared import SharedProgress
 from .spin import Spin
 
 if TYPE_CHECKING:
@@ -58,11 +60,9 @@ __all__ = ["Diagnostics"]
 # A stack request's own bound: a py-spy that hangs must not hold the agent's loop long.
 _REQUEST_TIMEOUT_S = 5.0
 _SURVIVORS_MAX_S = 3.0
-_PROGRESS_KEY = "diagnose/progress"
-# What a node adds to that counter per check: 1 when its workers worked, _SAID when they also
-# showed a sign of life; the others' share of a change tells which of the two happened there
-# (a node adds at most _SAID + 1 a check, and reads the counter every check).
-_SAID = 1 << 20
+# How old the view of the other nodes' progress may be (shared.py) before a check declares no
+# stall, in check periods and at least in seconds: a healthy store answers in milliseconds.
+_FRESH_PERIODS, _FRESH_MIN_S = 3, 2.0
 _SILENT_MIN_S = 600.0  # the silent limit's floor when --stall-silent-timeout is 0
 # How long a stalled agent waits for the other nodes' stacks: they find the same stall within
 # one check period (the shared progress counter) plus their own py-spy time.
@@ -110,7 +110,7 @@ class Diagnostics:
         self._files: list[str] = []
         self._fds: list[int] = []
         self._seen: tuple[Any, ...] = ()
-        self._shared = -1  # the store's progress counter as last read
+        self._shared: SharedProgress | None = None  # several nodes: the progress exchange
         self._activity = Activity()
         self._spin = Spin(stall_timeout, self._period)
         self._remote_worked = 0.0  # monotonic time another node's workers last worked
@@ -130,6 +130,7 @@ class Diagnostics:
         ``attach``) when the agent is done."""
 
         def close() -> None:
+            self._share(None)
             if self.request_fd >= 0:
                 os.close(self.request_fd)
                 self.request_fd = -1
@@ -212,6 +213,17 @@ class Diagnostics:
             self._said = self._worked = self._remote_worked = time.monotonic()
             self._started = self._exiting = False
             self._next_poll = self._said + self._period
+            self._share(kv if self._nodes > 1 else None)
+
+    def _share(self, kv: Callable[[], KeyValue] | None) -> None:
+        """The new group's progress exchange with the other nodes (None: no other node, or
+        the agent is done); the last group's thread is let go without waiting for it."""
+        if self._shared is not None:
+            self._shared.close(timeout=0)
+        self._shared = None
+        if kv is not None:
+            fresh_s = max(_FRESH_PERIODS * self._period, _FRESH_MIN_S)
+            self._shared = SharedProgress(kv, fresh_s)
 
     def timeout(self, default: float | None) -> float | None:
         """The watch loop's select timeout: wake up for the stall checks when they are on."""
@@ -237,7 +249,9 @@ class Diagnostics:
         self._seen = sig
         spun = self._spinning(now, said, working)
         # a node whose only work is ranks spinning in a wait tells the others it did none
-        said_there, worked_there = self._shared_progress(said, said or (working and not spun))
+        said_there, worked_there, fresh = self._shared_progress(
+            now, said, said or (working and not spun)
+        )
         if said or said_there:
             self._said = now
             self._started, self._exiting = True, False
@@ -246,6 +260,8 @@ class Diagnostics:
             self._remote_worked = now
         if said or working or said_there or worked_there:
             self._worked = now
+        if not fresh:
+            return None  # the others' progress is unknown, not absent: judge when it is known
         if now - self._said >= self.silent_timeout:
             return self._stalled(silent=True)
         if not self._started or self._exiting:
@@ -298,19 +314,14 @@ class Diagnostics:
                 out.append(None)
         return tuple(out)
 
-    def _shared_progress(self, said: bool, worked: bool) -> tuple[bool, bool]:
-        """Several nodes: add ours to the store's counter; whether another node's workers
-        showed a sign of life, and whether they worked, since we last looked."""
-        if self._kv is None:
-            return False, False
-        mine = (_SAID if said else 0) + (1 if worked else 0)
-        try:
-            value = self._kv().add(_PROGRESS_KEY, mine)
-        except RendezvousError:
-            return False, False  # the store is gone: the rendezvous watch reports that
-        theirs = value - self._shared - mine if self._shared >= 0 else 0
-        self._shared = value
-        return theirs >= _SAID, theirs > 0
+    def _shared_progress(self, now: float, said: bool, worked: bool) -> tuple[bool, bool, bool]:
+        """Several nodes: post ours to the exchange (shared.py; never blocks); whether another
+        node's workers showed a sign of life, whether they worked, since the last check, and
+        whether that view is fresh (always, on one node)."""
+        if self._shared is None:
+            return False, False, True
+        self._shared.post(said, worked)
+        return self._shared.take(now)
 
     def _stalled(self, silent: bool, spinning: Mapping[int, int] | None = None) -> Stalled | None:
         from .groups import format_groups, group, headline  # benchmark 1: a stall only

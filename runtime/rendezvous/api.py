@@ -225,7 +225,7 @@ class RendezvousHandler(ABC):
     @abstractmethod
     def kv(self) -> KeyValue:
         """The agent's own keys in the job's store (the stall watchdog's exchange);
-        ``RendezvousError`` where the backend has no xrun store."""
+        on etcd, group rank 0's store (etcd_agent_kv.py); ``RendezvousError`` when unreachable."""
 
     def warm_spares(self, pool: Any) -> None:  # noqa: B027 - a no-op unless overridden
         """``--spares --recover warm``: share the modules ``pool``'s workers import with the

@@ -33,7 +33,8 @@ port of its advertised address and names it in its member entry; the round's gro
 MASTER_ADDR/MASTER_PORT. An agent starts a new workers' generation in its store each time it
 joins, before the round can form, so a round's workers never see the last round's keys. Group
 rank 0 is therefore the "host" of the exit barrier: it waits for the others to finish before its
-store (and its agent) goes away, then writes the verdict. The verdict is bound to a lease of
+store (and its agent) goes away, then writes the verdict. The agents' own keys (``kv()``) are in
+that store too (etcd_agent_kv.py: its token is published in ``<etcd_prefix>/<run_id>.kv``). The verdict is bound to a lease of
 close_timeout seconds: peers read it, then the job's state is gone and the run id is free again.
 """
 
@@ -64,6 +65,7 @@ from .api import (
 )
 from .conf import RdzvConfig, config_from_conf
 from .endpoint import Endpoint, bind_address
+from .etcd_agent_kv import AgentKeys
 from .etcd_kv import EtcdClient, EtcdError, tls_context
 from .etcd_leave import MIN_TTL, EtcdLeaving
 from .etcd_spares import (
@@ -116,6 +118,11 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
             ) from None
         self._store_addr = str(Endpoint(self.addr, self._server.port))
         self._store_client: StoreClient | None = None
+        here = "127.0.0.1" if ":" not in self._server.host else "::1"
+        self._local_store = (here, self._server.port)
+        self._keys = AgentKeys(
+            self._etcd, self._prefix[:-1] + ".kv", params.run_id, self._token, cfg.read_timeout
+        )
         self._generation = 0
         self._lease_id = 0
         self._lock = threading.Lock()  # guards the round state below and the event
@@ -252,8 +259,7 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
         try:
             if self._store_client is None:
                 self._store_client = StoreClient(
-                    "127.0.0.1" if ":" not in self._server.host else "::1",
-                    self._server.port,
+                    *self._local_store,
                     self._token,
                     connect_timeout=self.cfg.read_timeout,
                     read_timeout=self.cfg.read_timeout,
@@ -549,9 +555,14 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
         self._on_modules = pool.take_modules
 
     def kv(self) -> KeyValue:
-        raise RendezvousError(
-            "the agent's own keys (kv()) live in an xrun store; the etcd rendezvous has none"
-        )
+        """The agents' keys, in the store of the round's group rank 0 (etcd_agent_kv.py)."""
+        with self._lock:
+            rnd, place = self._round, self._place
+        if place is None:
+            raise RendezvousError("no round has formed yet")
+        ep = Endpoint.parse(place[1][0][4])
+        store = self._local_store if place[0] == 0 else (ep.host, ep.port)
+        return self._keys.get(rnd, place[0] == 0, store, self._lease_id)
 
     def shutdown(self) -> None:
         if self._shut:
@@ -577,6 +588,7 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
                 pass
         if self._store_client is not None:
             self._store_client.close()
+        self._keys.close()
         self._server.stop()
         self._etcd.close()
         os.close(self._ready_r)

@@ -128,6 +128,11 @@ class EtcdClient:
         )
         return int(doc["header"]["revision"]), [_kv(d) for d in doc.get("kvs", [])]
 
+    def get(self, key: str) -> Entry | None:
+        """``key``'s entry, None when it is not set."""
+        kvs = self.call("/v3/kv/range", {"key": _b64(key)}).get("kvs", [])
+        return _kv(kvs[0]) if kvs else None
+
     def put(self, key: str, value: bytes, lease: int = 0) -> None:
         body: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
         if lease:

@@ -98,7 +98,7 @@ def took(value: bytes, seen: set[str]) -> list[str]:
     return names
 
 
-class ModulesPublisher(Sender[bytes]):
+class ModulesPublisher(Sender[list[str], bytes]):
     """An active agent's side of "Warm modules" (sender.py): puts the union of every list so
     far under ``key`` (the client keeps one connection per thread)."""
 

@@ -295,17 +295,27 @@ class StoreRendezvousHandler(RendezvousHandler):
     def kv(self) -> KeyValue:
         """The agent's keys. They travel on a connection of their own, so that a blocking
         ``get`` never holds up this handler's rendezvous calls (or a ``set`` from another thread
-        of the same agent)."""
+        of the same agent). The connection is made outside the lock: the heartbeat thread
+        takes that lock, and a slow connect (DNS, a busy store's backlog: up to read_timeout)
+        held under it lapsed this node's lease, so a healthy node was dropped and quarantined."""
         with self._lock:
-            if self._kv is None:
-                try:
-                    client = self._link.open_client()
-                except StoreError as e:
-                    raise RendezvousClosedError(
-                        f"lost the rendezvous store at {self.endpoint}: {e}"
-                    ) from None
+            if self._kv is not None:
+                return self._kv
+        try:
+            client = self._link.open_client()
+        except StoreError as e:
+            raise RendezvousClosedError(
+                f"lost the rendezvous store at {self.endpoint}: {e}"
+            ) from None
+        with self._lock:
+            if self._kv is None and not self._shut:
                 self._kv = KeyValue(client, self.params.run_id)
-            return self._kv
+                return self._kv
+            kv = self._kv
+        client.close()  # another thread was first, or the handler shut down meanwhile
+        if kv is None:
+            raise RendezvousClosedError(f"the rendezvous handler for {self.endpoint} shut down")
+        return kv
 
     def ledger(self) -> Ledger | None:
         return self._ledger

@@ -1,12 +1,13 @@
-"""The thread that publishes an active agent's module lists to the job's spares, off the agent's
-watch loop (spares.py, "Warm modules"): c10d's ``spares.Publisher`` (numbered store slots) and
-etcd's ``etcd_spares.ModulesPublisher`` (one union key) differ only in what they send.
+"""The thread that sends an agent's side-feature news to the job's store off the agent's watch
+loop: the module lists for the job's spares (spares.py, "Warm modules": c10d's
+``spares.Publisher``, numbered store slots, and etcd's ``etcd_spares.ModulesPublisher``, one
+union key) and the stall watchdog's shared progress counter (``diagnose/shared.py``).
 
-Publishing is a side feature and must never hold up the agent: calling a sender never blocks;
-one daemon thread, started on the first list (most jobs never publish), sends what is pending,
+A side feature must never hold up the agent: calling a sender never blocks;
+one daemon thread, started on the first news (most jobs never publish), sends what is pending,
 one send in flight at a time. A failed send is best effort (the rendezvous calls see a lost
 store or etcd themselves): it is kept for another try ``RETRY_S`` later, up to ``RETRIES`` times
-in a row, then dropped until the next list. ``close`` stops the thread (bounded join; a daemon
+in a row, then dropped until the next news. ``close`` stops the thread (bounded join; a daemon
 never holds up the exit).
 """
 
@@ -20,40 +21,40 @@ __all__ = ["RETRIES", "RETRY_S", "Closed", "Sender"]
 
 RETRY_S, RETRIES = 1.0, 5  # a send the store did not take: again after, at most
 
-T = TypeVar("T")
+N = TypeVar("N")  # the news a call brings
+T = TypeVar("T")  # what one send sends
 
 
 class Closed(Exception):
     """Raised by ``_send`` when it finds the sender closed meanwhile: the thread ends."""
 
 
-class Sender(ABC, Generic[T]):
+class Sender(ABC, Generic[N, T]):
     """Subclasses hold what is pending and say how it goes out; ``_add``, ``_take`` and
     ``_keep`` run under ``self._cond`` (its lock), ``_send`` and ``_drop_link`` in the
-    thread without it. ``ERRORS``: what a failed send raises."""
+    thread without it. ``ERRORS``: what a failed send raises; ``THREAD``: the thread's name."""
 
     ERRORS: tuple[type[BaseException], ...] = (OSError,)
+    THREAD = "xrun-spare-modules"
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._stopped = False
         self._thread: threading.Thread | None = None
 
-    def __call__(self, names: list[str]) -> None:
+    def __call__(self, news: N) -> None:
         with self._cond:
             if self._stopped:
                 return
-            self._add(names)
+            self._add(news)
             self._cond.notify()
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="xrun-spare-modules", daemon=True
-                )
+                self._thread = threading.Thread(target=self._run, name=self.THREAD, daemon=True)
                 self._thread.start()
 
     @abstractmethod
-    def _add(self, names: list[str]) -> None:
-        """A new list from the pool."""
+    def _add(self, news: N) -> None:
+        """New news (a list from the pool, a check's progress)."""
 
     @abstractmethod
     def _take(self) -> T | None:
@@ -93,7 +94,7 @@ class Sender(ABC, Generic[T]):
                 failures += 1
                 with self._cond:
                     if failures > RETRIES:
-                        failures = 0  # given up on this one: the next list starts afresh
+                        failures = 0  # given up on this one: the next news starts afresh
                         continue
                     self._keep(item)
                     self._cond.wait(RETRY_S)  # close() wakes it

@@ -73,7 +73,7 @@ def share(kv: KeyValue, names: list[str]) -> None:
     kv.set(f"{_MODULES}{n}", zlib.compress("\n".join(names).encode()))
 
 
-class Publisher(Sender[list[str]]):
+class Publisher(Sender[list[str], list[str]]):
     """An active agent's ``share``, off its watch loop (see "Warm modules" and sender.py):
     ``open_client`` (a new store connection, called in the thread: connecting to a hung store
     blocks too) and ``run_id`` name where the lists go; the latest list wins (each one holds

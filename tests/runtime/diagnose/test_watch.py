@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,31 @@ while time.monotonic() < end:
 
 def line_of(text: str) -> int:
     return next(i for i, ln in enumerate(HANG.read_text().splitlines(), 1) if text in ln)
+
+
+# The two rendezvous of a multi-node job: c10d's store one agent serves, and the cluster's etcd
+# (the test suite's, see tests/helpers/etcd.py); etcd's shortest lease is 2 s.
+BACKENDS = ["c10d", "etcd"]
+ETCD_FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,last_call_timeout=0.5,join_timeout=30"
+
+
+def rdzv(backend: str, request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """A new job's rendezvous arguments on ``backend``."""
+    if backend == "c10d":
+        endpoint, conf, rid = f"127.0.0.1:{free_port()}", FAST, "job"
+    else:  # etcd outlives a test: one job's keys per test
+        endpoint, conf = request.getfixturevalue("etcd"), ETCD_FAST
+        rid = f"stall-{uuid.uuid4().hex[:10]}"
+    return (
+        "--rdzv-backend",
+        backend,
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        rid,
+        "--rdzv-conf",
+        conf,
+    )
 
 
 @pytest.mark.timeout(120)
@@ -182,18 +208,21 @@ def test_file_timer_requests_are_progress(tmp_path: Path, timer: bool) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_another_nodes_output_is_progress(tmp_path: Path, procs: list) -> None:
-    """Only rank 0 prints (the usual training script): node 1's quiet workers do not stall."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_another_nodes_output_is_progress(
+    tmp_path: Path, procs: list, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Only rank 0 prints (the usual training script): node 1's quiet workers do not stall, on
+    etcd too (its agents share progress in group rank 0's store: etcd_agent_kv.py)."""
     script = tmp_path / "pace.py"
     script.write_text(PACE)
-    port = free_port()
+    job = rdzv(backend, request)
     agents = [
         popen(
             procs,
             agent(
-                *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
-                *("--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job"),
-                *("--rdzv-conf", FAST, "--stall-timeout", "2", "--tee", "3"),
+                *("--nnodes", "2", "--nproc-per-node", "1", *job),
+                *("--stall-timeout", "2", "--tee", "3"),
                 *("--log-dir", str(tmp_path / f"logs{i}"), str(script), "rank0-talks", "6"),
             ),
         )
@@ -269,17 +298,20 @@ def test_a_bad_stall_timeout_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_every_node_names_the_hung_rank_of_another_node(tmp_path: Path, procs: list) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_node_names_the_hung_rank_of_another_node(
+    tmp_path: Path, procs: list, backend: str, request: pytest.FixtureRequest
+) -> None:
     """Two nodes, one worker each, rank 1 (node 1) hangs: both agents' root cause has every
-    rank, shared through the store, so node 0's report names rank 1 too."""
-    port = free_port()
+    rank, shared through the store (on etcd: group rank 0's), so node 0's report names rank 1
+    too; on etcd the shared progress still lets the hang be caught."""
+    job = rdzv(backend, request)
     agents = [
         popen(
             procs,
             agent(
-                *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
-                *("--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job"),
-                *("--rdzv-conf", FAST, "--stall-timeout", "5", "--tee", "3"),
+                *("--nnodes", "2", "--nproc-per-node", "1", *job),
+                *("--stall-timeout", "5", "--tee", "3"),
                 *("--log-dir", str(tmp_path / f"logs{i}"), str(HANG), "1000"),
                 *("--hang-rank", "1", "--hang-step", "2"),
             ),
