@@ -1,7 +1,7 @@
 """Worker script for the spares tests: a real gloo world. Each worker all_reduces (rank + 1),
 appends one JSON line to OUT_DIR/events.jsonl (its ranks, world size, node id, host, pid, the
 sum), then all_reduces every 50 ms (a training loop: a lost peer breaks its collective) until
-OUT_DIR/go exists, then a last barrier and exit 0.
+the ranks agree that OUT_DIR/go exists, then a last barrier and exit 0.
 
 Usage: spare_worker.py OUT_DIR [FAIL_NODE]  (FAIL_NODE: the worker on that XRUN_NODE_ID raises
 once, after its report: a worker failure, not a lost node)
@@ -32,8 +32,15 @@ flag = os.path.join(out, "failed")
 if sys.argv[2:] == [os.environ.get("XRUN_NODE_ID")] and not os.path.exists(flag):
     open(flag, "w").close()
     raise RuntimeError("scripted failure")
-while not os.path.exists(os.path.join(out, "go")):  # training: a collective every 50 ms
-    dist.all_reduce(torch.ones(1))
+# Training: a collective every 50 ms, until OUT_DIR/go exists. The ranks agree on the step to
+# leave at (MAX of what each saw): one that sees `go` a moment before another must not go to the
+# barrier while the other is still in an all_reduce (gloo pairs the two, and both hang).
+go = os.path.join(out, "go")
+while True:
+    seen = torch.tensor([float(os.path.exists(go))])
+    dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+    if seen.item():
+        break
     time.sleep(0.05)
 dist.barrier()
 # torch 2.13's gloo teardown can deadlock on a busy host (see allreduce.py): leave without it.
