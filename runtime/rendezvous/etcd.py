@@ -33,9 +33,9 @@ port of its advertised address and names it in its member entry; the round's gro
 MASTER_ADDR/MASTER_PORT. An agent starts a new workers' generation in its store each time it
 joins, before the round can form, so a round's workers never see the last round's keys. Group
 rank 0 is therefore the "host" of the exit barrier: it waits for the others to finish before its
-store (and its agent) goes away, then writes the verdict. The agents' own keys (``kv()``) are in
-that store too (etcd_agent_kv.py: its token is published in ``<etcd_prefix>/<run_id>.kv``). The verdict is bound to a lease of
-close_timeout seconds: peers read it, then the job's state is gone and the run id is free again.
+store (and its agent) goes away, then writes the verdict, bound to a lease of close_timeout
+seconds: peers read it, then the job's state is gone and the run id is free again. The agents'
+own keys (``kv()``) are in that store too (etcd_agent_kv.py).
 """
 
 from __future__ import annotations
@@ -258,11 +258,9 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
         self._generation += 1
         try:
             if self._store_client is None:
+                timeout = self.cfg.read_timeout
                 self._store_client = StoreClient(
-                    *self._local_store,
-                    self._token,
-                    connect_timeout=self.cfg.read_timeout,
-                    read_timeout=self.cfg.read_timeout,
+                    *self._local_store, self._token, connect_timeout=timeout, read_timeout=timeout
                 )
             self._store_client.set(_WORKERS_KEY, str(self._generation).encode())
         except StoreError as e:
@@ -545,24 +543,14 @@ class EtcdRendezvousHandler(EtcdLeaving, RendezvousHandler):
     def warm_spares(self, pool: Any) -> None:
         """``--spares --recover warm``: share the modules our workers import with the job's
         spares, and take theirs while standing by as one (etcd_spares.py, "Warm modules")."""
-        publisher = self._publisher = ModulesPublisher(self._etcd, self._mods_key)
-
-        def share(names: list[str]) -> None:  # group rank 0's only: each put wakes every agent
-            if self.is_host:
-                publisher(names)
-
-        pool.share = share
-        self._on_modules = pool.take_modules
+        self._publisher = ModulesPublisher(self._etcd, self._mods_key, lambda: self.is_host)
+        pool.share, self._on_modules = self._publisher, pool.take_modules
 
     def kv(self) -> KeyValue:
         """The agents' keys, in the store of the round's group rank 0 (etcd_agent_kv.py)."""
         with self._lock:
             rnd, place = self._round, self._place
-        if place is None:
-            raise RendezvousError("no round has formed yet")
-        ep = Endpoint.parse(place[1][0][4])
-        store = self._local_store if place[0] == 0 else (ep.host, ep.port)
-        return self._keys.get(rnd, place[0] == 0, store, self._lease_id)
+        return self._keys.of_round(rnd, place, self._local_store, self._lease_id)
 
     def shutdown(self) -> None:
         if self._shut:

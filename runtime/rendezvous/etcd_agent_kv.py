@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import Any
 
 from ..store.client import StoreClient
 from ..store.errors import StoreError
 from .api import RendezvousClosedError, RendezvousError
+from .endpoint import Endpoint
 from .etcd_kv import EtcdClient, EtcdError
 from .kv import KeyValue
 
@@ -44,6 +46,16 @@ class AgentKeys:
         self._lock = threading.Lock()
         self._kv: tuple[int, KeyValue] | None = None  # (round, its keys)
         self._closed = False
+
+    def of_round(
+        self, rnd: int, place: tuple[int, list[Any]] | None, here: tuple[str, int], lease: int
+    ) -> KeyValue:
+        """The keys of round ``rnd`` where we are at ``place`` (group rank, members; None: no
+        round formed yet): in our own store (``here``) as its group rank 0, else in rank 0's."""
+        if place is None:
+            raise RendezvousError("no round has formed yet")
+        ep = Endpoint.parse(place[1][0][4])
+        return self.get(rnd, place[0] == 0, here if place[0] == 0 else (ep.host, ep.port), lease)
 
     def get(self, rnd: int, host: bool, store: tuple[str, int], lease: int) -> KeyValue:
         """The keys of round ``rnd`` in ``store`` (group rank 0's), ``host``: ours; ``lease``:

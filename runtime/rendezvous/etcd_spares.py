@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import socket
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from xrun.contract import NODE_ID_ENV
@@ -100,15 +101,20 @@ def took(value: bytes, seen: set[str]) -> list[str]:
 
 class ModulesPublisher(Sender[list[str], bytes]):
     """An active agent's side of "Warm modules" (sender.py): puts the union of every list so
-    far under ``key`` (the client keeps one connection per thread)."""
+    far under ``key`` (the client keeps one connection per thread), while ``hosting()`` (group
+    rank 0's lists only: each put wakes every agent)."""
 
     ERRORS = (EtcdError, OSError)
 
-    def __init__(self, etcd: EtcdClient, key: str) -> None:
+    def __init__(self, etcd: EtcdClient, key: str, hosting: Callable[[], bool]) -> None:
         super().__init__()
-        self._etcd, self._key = etcd, key
+        self._etcd, self._key, self._hosting = etcd, key, hosting
         self._names: dict[str, None] = {}
         self._dirty = False
+
+    def __call__(self, news: list[str]) -> None:
+        if self._hosting():
+            super().__call__(news)
 
     def _add(self, names: list[str]) -> None:
         self._names.update(dict.fromkeys(names))
