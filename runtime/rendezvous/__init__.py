@@ -62,7 +62,9 @@ Protocol (keys under ``<run_id>/rdzv/``; round ``r`` counts up from 0)
   wait for ``r/out`` alone (each waiting for N keys cost the store O(N^2) per re-formation;
   if the keeper is lost first, ``r + 1`` goes stale and each node keeps the gate itself). A node arriving while a world with room runs
   sets ``r/stale`` ("waiting to join") so that world re-forms with it; next to a full world it
-  stands by (until join_timeout) instead of forming a second world.
+  stands by (until join_timeout) instead of forming a second world. Not once a member of
+  ``r`` finished: the newcomer adds 1 to ``r/fate``, a finishing node ``FINISHED``, and a
+  newcomer that reads a count >= ``FINISHED`` waits in ``r + 1`` for the job's verdict.
 * everyone waits *on the server* for its own ``r/seat/i`` (or ``closed``, ``r/stale``, or the
   next arrival while the last call runs): O(1) messages and O(1) bytes per node, so N nodes
   cost the store O(N), not N copies of an N-node list. The member list is read only on demand

@@ -29,7 +29,7 @@ from .api import (
 from .conf import RdzvConfig, config_from_conf, load_token
 from .endpoint import Endpoint
 from .hosting import StoreLink
-from .keys import Keys, Seat, World, closed_error, verdict
+from .keys import FINISHED, Keys, Seat, World, closed_error, verdict
 from .kv import KeyValue
 
 if TYPE_CHECKING:
@@ -264,6 +264,8 @@ class StoreRendezvousHandler(RendezvousHandler):
             timeout = self.cfg.exit_barrier_timeout
         unfinished: list[str] = []
         with contextlib.suppress(StoreError):
+            # From now on a newcomer leaves the round alone (rounds.Rounds._notify_if_room).
+            self._link.client.add(self._keys.of(self._round, "fate"), FINISHED)
             self._link.client.set(self._keys.of(self._round, f"fin/{self._index}"), b"done")
             if not self._link.is_host:
                 return []

@@ -12,12 +12,15 @@ from xrun.record import Value
 
 from .api import RendezvousClosedError
 
-__all__ = ["HOST_KEY", "SEAL", "Keys", "Seat", "World", "closed_error", "verdict"]
+__all__ = ["FINISHED", "HOST_KEY", "SEAL", "Keys", "Seat", "World", "closed_error", "verdict"]
 
 # Set by the store's host when it starts serving: the run id of the job it belongs to.
 HOST_KEY = "xrun/host_run_id"
 # Added to a round's join counter to seal it: a later arrival reads a count >= SEAL.
 SEAL = 1 << 40
+# Added to a formed round's ``fate`` counter by each node that finishes it; a newcomer adds 1
+# before it asks the round to re-form, and does not once the count is >= FINISHED.
+FINISHED = 1 << 40
 
 
 class Keys:

@@ -16,7 +16,7 @@ from ..store.protocol import Op, add_fields, wait_fields
 from .api import RendezvousParams, RendezvousTimeoutError
 from .conf import RdzvConfig
 from .hosting import StoreLink
-from .keys import HOST_KEY, SEAL, Keys, Seat, World, closed_error, verdict
+from .keys import FINISHED, HOST_KEY, SEAL, Keys, Seat, World, closed_error, verdict
 from .leases import Lease
 
 __all__ = ["Rounds"]
@@ -176,9 +176,16 @@ class Rounds:
     def _notify_if_room(self, rnd: int, nodes: int) -> None:
         # A world with room for us restarts to take us in; a full one keeps running (we stand by).
         if nodes < self.params.max_nodes and not self._static:
-            self._link.client.set(
-                self._keys.of(rnd, "stale"), f"node {self.addr} is waiting to join".encode()
-            )
+            c = self._link.client
+            # ...unless one of its nodes finished (its workers all succeeded): the job is ending.
+            # Re-formed now, the round's other nodes stopped their workers and ran the script
+            # again with us, while the finished node waited for them at its exit barrier until
+            # exit_barrier_timeout (300 s) and closed the job as failed. One counter decides
+            # which came first, our request or a finish (handler.finish adds FINISHED): we then
+            # wait in the next round, which ends with the job's "finished" verdict.
+            if c.add(self._keys.of(rnd, "fate"), 1) >= FINISHED:
+                return
+            c.set(self._keys.of(rnd, "stale"), f"node {self.addr} is waiting to join".encode())
 
     def _await_seat(self, rnd: int, index: int, deadline: float) -> Seat:
         """Wait (on the server) until round ``rnd`` forms, sealing it when it is time; this
