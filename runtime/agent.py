@@ -85,6 +85,7 @@ from .rendezvous import (
 )
 from .restarts import Restarts, node_id_for
 from .signals import AgentSignal, SignalWatch
+from .snapshot_keep import Keep
 from .stopping import STOP_MARK, StopControl, stop_signal_of
 from .workers.api import PContext, RunProcsResult, start_processes
 from .workers.logs_specs import DefaultLogsSpecs
@@ -186,6 +187,8 @@ class Agent:
         )
         # graceful stops: workers that watch get a flag and the grace, not the signal
         self._stop = StopControl(config.run_id, config.shutdown_timeout)
+        # The workers' /dev/shm snapshots, held while we wait between attempts (snapshot_keep)
+        self._snapshots = Keep(config.run_id)
         self._pool: Any = None  # --recover warm: workers.pool.WarmPool (False: cannot serve)
 
     # -- public -------------------------------------------------------------------------------
@@ -234,6 +237,7 @@ class Agent:
             if self._timer is not None:
                 self._timer.stop()
             self._stop.remove()
+            self._snapshots.release(touch=False)
             if self._pool:
                 self._pool.close()
             undo_diag()
@@ -251,6 +255,7 @@ class Agent:
             self._signals.raising = True
             self._signals.check()  # one that arrived while the workers were being stopped
             t0 = time.monotonic()
+            self._snapshots.hold()  # no worker holds them now: the wait may be long
             try:
                 info = handler.next_rendezvous()
             except RendezvousClosedError as e:
@@ -268,6 +273,7 @@ class Agent:
             # workers ends it at once (start_processes takes down the ones already started).
             try:
                 pc = self._start(info, handler)
+                self._snapshots.release()
             except UsageError as e:  # e.g. the log dir filled up: tell the peers, then exit 2
                 self._close_quietly(handler, str(e))
                 raise

@@ -71,14 +71,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xrun.contract import NODE_ID_ENV, RDZV_ROUND_ENV, RUN_ID_ENV
+from xrun.contract import RDZV_ROUND_ENV
 
 from . import snapshot_peers as peers
+from .snapshot_keep import DIR_ENV, RUN_ID_ENVS, default_job_dir
 from .snapshot_tree import _flatten, _numel, _rng_state, _set_rng_state, _unflatten
 
-DIR_ENV = "XRUN_SNAPSHOT_DIR"  # set by the agent (per job); wins over the default below
-RUN_ID_ENVS = (RUN_ID_ENV, "TORCHELASTIC_RUN_ID")
-DEFAULT_ROOT = "/dev/shm"
+DEFAULT_ROOT = "/dev/shm"  # (a module global: the tests point it at a tmp dir)
 GC_IDLE_S = 600.0  # an unlocked job dir untouched this long belongs to a job that is gone
 # How often a committing rank marks its job dir as in use (the lock's mtime): a job that runs
 # for hours after its last start is still between holders for a moment at every failure (the
@@ -177,7 +176,7 @@ class Snapshotter:
         # The job's first start (no failure restart, the first world): what is here is stale.
         self.first = self.restart == 0 and _env_int(RDZV_ROUND_ENV, 0) == 0
         self.last_attempt = self.restart >= _env_int("TORCHELASTIC_MAX_RESTARTS", 1 << 30)
-        self.job_dir = Path(dir) if dir is not None else _default_job_dir()
+        self.job_dir = Path(dir) if dir is not None else default_job_dir(root=DEFAULT_ROOT)
         on = self.job_dir is not None and every > 0 and not self.last_attempt
         self.enabled = on if enabled is None else (enabled and self.job_dir is not None)
         self._broken = ""  # why commits stopped (e.g. /dev/shm full)
@@ -464,21 +463,6 @@ class Snapshotter:
 
 
 # ---------------------------------------------------------------------- helpers
-def _default_job_dir() -> Path | None:
-    explicit = os.environ.get(DIR_ENV)
-    if explicit:
-        return Path(explicit)
-    run_id = next((os.environ[k] for k in RUN_ID_ENVS if os.environ.get(k)), None)
-    if run_id is None or not os.path.isdir(DEFAULT_ROOT):
-        return None
-    # One dir per node of the job: replicas that share a host (local_cwd) are distinct nodes,
-    # and a rank that moves to another node must not find its old node's state.
-    node = os.environ.get(NODE_ID_ENV)
-    name = f"{run_id}@{node}" if node else run_id
-    safe = "".join(c if c.isalnum() or c in "-_.@" else "_" for c in name)
-    return Path(DEFAULT_ROOT) / f"xrun-snapshots-{os.getuid()}" / safe
-
-
 def _hold(job_dir: Path, lock: Path) -> int:
     """A shared flock on ``lock`` in ``job_dir`` (made if missing), held while this process
     lives. A peer's last-attempt cleanup may delete the dir between our mkdir and our open, or
@@ -577,4 +561,4 @@ def _call_fallback(fallback: Any) -> Any:
     return None
 
 
-__all__ = ["DIR_ENV", "Restored", "Snapshotter", "read_header"]
+__all__ = ["DIR_ENV", "RUN_ID_ENVS", "Restored", "Snapshotter", "read_header"]
