@@ -263,6 +263,9 @@ class Agent:
                 reason = getattr(e, "reason", "") or str(e)
                 if not failed:
                     return RunResult(0, message=reason)
+                if signum := stop_signal_of(reason):  # a spare: stopped as the members are
+                    name = signal.Signals(signum).name
+                    return RunResult(128 + signum, message=f"stopped on request ({name})")
                 return RunResult(1, message=f"the job was closed by a peer: {reason}", by_peer=True)
             except RendezvousError as e:
                 return RunResult(1, message=f"rendezvous failed: {type(e).__name__}: {e}")

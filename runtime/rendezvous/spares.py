@@ -51,9 +51,10 @@ import sys
 import zlib
 from collections.abc import Callable
 
+from ..stopping import STOP_MARK
 from ..store.client import StoreClient
 from ..store.errors import StoreError
-from .api import RendezvousError
+from .api import RendezvousClosedError, RendezvousError
 from .keys import Keys, Seat, World, closed_error
 from .kv import KeyValue
 from .sender import Closed, Sender
@@ -173,7 +174,12 @@ def park(
     world = _wait_one(c, k, k.of(rnd, "world"), mods)
     notify(rnd, Seat.parse(world).nodes)
     say(f"standing by as a spare: the world of round {rnd} is full")
-    _wait_one(c, k, k.of(rnd, "stale"), mods)
+    stale = _wait_one(c, k, k.of(rnd, "stale"), mods).decode(errors="replace")
+    if STOP_MARK in stale:
+        # A stop request ends the job (the members close it once their workers saved): leave
+        # now, with the request as the reason (the agent exits 128 + its signal, as the
+        # members do), rather than try for a seat and lose the store to the host's exit.
+        raise RendezvousClosedError(stale, failed=True)
     # Every member out of it: one WAIT for all the left keys, renewed each second to see the
     # job close meanwhile (this lasts while the survivors re-form: seconds), not one WAIT per
     # member: 16,384 round trips in a 16,384-node job (benchmarks/rdzv_replace.py).
