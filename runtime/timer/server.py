@@ -40,6 +40,7 @@ import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
+from xrun import procs
 from xrun.errors import UsageError
 
 from ..throttle import Throttle
@@ -104,6 +105,9 @@ class FileTimerServer:
         self._lock = threading.Lock()
         self._timers: dict[tuple[int, str], tuple[float, int]] = {}  # -> (expiry, signal)
         self._pids: dict[int, int] = {}  # the workers it may kill -> local rank
+        # Their start times: a worker's timers outlive it (killed, it never released them) while
+        # the agent waits for the next round, and its pid may go to any process meanwhile.
+        self._starts: dict[int, int | None] = {}
         self._expired: dict[int, Expired] = {}
         # Requests served so far: a worker arming or clearing a timer is progress to the stall
         # watchdog (an int read without the lock: a torn read cannot happen in CPython).
@@ -151,6 +155,7 @@ class FileTimerServer:
         """The current workers (local rank -> pid); timers of the previous ones are dropped."""
         with self._lock:
             self._pids = {pid: rank for rank, pid in pids.items()}
+            self._starts = {pid: procs.proc_start_time(pid) for pid in self._pids}
             self._expired.clear()
             self._timers = {k: v for k, v in self._timers.items() if self._ours(k[0])}
 
@@ -244,7 +249,11 @@ class FileTimerServer:
             return
         expiry, scope, sig = armed[0]
         try:
-            os.kill(pid, sig)
+            if pid in self._pids:  # the worker, through a pidfd: never a process that took its pid
+                if not procs.signal_if_same(pid, self._starts.get(pid), sig):
+                    return  # it ended meanwhile (and its pid may be another process's now)
+            else:
+                os.kill(pid, sig)  # in a worker's group (_ours checked the worker is the same)
         except ProcessLookupError:
             return  # it ended on its own meanwhile
         except OSError as e:
@@ -260,9 +269,10 @@ class FileTimerServer:
         if pid in self._pids:
             return True
         try:
-            return os.getpgid(pid) in self._pids
+            leader = os.getpgid(pid)
         except OSError:
             return False
+        return leader in self._pids and procs.is_alive(leader, self._starts.get(leader))
 
 
 def serve(
