@@ -65,6 +65,7 @@ from .config import (
     launch_worker_env,
     log_line_prefix,
     parse_signals,
+    random_uuid,
     substitute_local_rank,
     worker_env,
 )
@@ -130,16 +131,6 @@ def _log(msg: str) -> None:
     print(f"[xrun-agent {os.getpid()}] {msg}", file=sys.stderr, flush=True)
 
 
-def _random_uuid() -> str:
-    """``str(uuid.uuid4())``, without importing ``uuid`` (it imports ``platform``: milliseconds
-    of every standalone agent's start-up)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = raw[6] & 0x0F | 0x40  # version 4
-    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
 class Agent:
     """Runs one node's workers for ``config``: ``Agent(cfg, "python", ("-u", "train.py")).run()``.
 
@@ -155,7 +146,7 @@ class Agent:
         name: str | None = None,
     ) -> None:
         if not config.run_id:  # standalone: a fresh id per job, like torchrun --standalone
-            config = replace(config, run_id=_random_uuid())
+            config = replace(config, run_id=random_uuid())
         self.config = config
         self.entrypoint = entrypoint
         self.args = args

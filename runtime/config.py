@@ -351,3 +351,13 @@ def launch_worker_env(
             devices[local_rank] if devices is not None else str(local_rank)
         )
     return out
+
+
+def random_uuid() -> str:
+    """``str(uuid.uuid4())``, without importing ``uuid`` (it imports ``platform``: milliseconds
+    of every standalone agent's start-up): a run id when none is given."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -58,7 +58,7 @@ def test_agent_does_not_import_torch_and_stays_small(tmp_path: Path) -> None:
     # 15-60 ms and ~3 MiB to every standalone job's start-up.
     assert "asyncio" not in imported and "ssl" not in imported
     # Loaded on use only (a failure and a restart included): logging when something goes wrong
-    # in the store or the heartbeats, uuid never (it imports platform; see agent._random_uuid).
+    # in the store or the heartbeats, uuid never (it imports platform; see config.random_uuid).
     assert "logging" not in imported and "uuid" not in imported
     # ru_maxrss covers the agent and its (stdlib-only) workers
     assert maxrss_kib < 30 * 1024, f"peak RSS {maxrss_kib} KiB"
@@ -107,9 +107,9 @@ def test_overhead_over_spawning_workers_directly(tmp_path: Path) -> None:
 
 
 def test_a_standalone_run_id_is_a_uuid4() -> None:
-    from xrun.runtime.agent import _random_uuid
+    from xrun.runtime.config import random_uuid
 
-    ids = {_random_uuid() for _ in range(200)}
+    ids = {random_uuid() for _ in range(200)}
     assert len(ids) == 200
     for s in ids:
         u = uuid.UUID(s)
