@@ -16,10 +16,10 @@ from xrun.record import Value
 from .endpoint import default_local_addr
 
 if TYPE_CHECKING:
-    from .budget import Verdict
     from .conf import RdzvConfig
     from .endpoint import Endpoint
     from .kv import KeyValue
+    from .verdict import Verdict
 
 __all__ = [
     "RendezvousClosedError",

@@ -65,17 +65,14 @@ from ..store.client import StoreClient
 from .api import RendezvousError
 from .hosting import StoreLink
 from .keys import Keys, World
-from .verdict import QUARANTINE_AFTER, Verdict, decide, signature
+from .verdict import Verdict, decide
 
 __all__ = [
     "NODE_ID_ENV",
-    "QUARANTINE_AFTER",
     "Ledger",
     "NodeQuarantinedError",
-    "Verdict",
     "quarantine_key",
     "refusal",
-    "signature",
 ]
 
 
