@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 MARKER = "requeued"
 # A requeue shows as the old attempt's end state for a moment; a marker older than this is
@@ -41,7 +40,7 @@ def _server_now(folder: str) -> float | None:
     """The current time on the clock of ``folder``'s file server: the mtime of a file made
     there and touched with no time given (NFS: "set to the server's time"); None when no file
     can be made there."""
-    path = os.path.join(folder, f".xrun-now.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    path = os.path.join(folder, f".xrun-now.{os.getpid()}.{os.urandom(4).hex()}")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError:
