@@ -74,10 +74,9 @@ from typing import Any
 from xrun.contract import RDZV_ROUND_ENV
 
 from . import snapshot_peers as peers
-from .snapshot_keep import DIR_ENV, RUN_ID_ENVS, default_job_dir
+from .snapshot_keep import DEFAULT_ROOT, DIR_ENV, RUN_ID_ENVS, default_job_dir
 from .snapshot_tree import _flatten, _numel, _rng_state, _set_rng_state, _unflatten
 
-DEFAULT_ROOT = "/dev/shm"  # (a module global: the tests point it at a tmp dir)
 GC_IDLE_S = 600.0  # an unlocked job dir untouched this long belongs to a job that is gone
 # How often a committing rank marks its job dir as in use (the lock's mtime): a job that runs
 # for hours after its last start is still between holders for a moment at every failure (the
@@ -176,6 +175,7 @@ class Snapshotter:
         # The job's first start (no failure restart, the first world): what is here is stale.
         self.first = self.restart == 0 and _env_int(RDZV_ROUND_ENV, 0) == 0
         self.last_attempt = self.restart >= _env_int("TORCHELASTIC_MAX_RESTARTS", 1 << 30)
+        # DEFAULT_ROOT read here, at each use: the tests point this module's at a tmp dir
         self.job_dir = Path(dir) if dir is not None else default_job_dir(root=DEFAULT_ROOT)
         on = self.job_dir is not None and every > 0 and not self.last_attempt
         self.enabled = on if enabled is None else (enabled and self.job_dir is not None)
