@@ -25,7 +25,8 @@ survivors' stacks a failure report shows.
   nothing when off. On several nodes the agents share signs of life and work through a counter
   in the rendezvous store, so a node whose workers print nothing does not stall while another
   node's do; a thread makes that exchange, never the loop (``shared``: a slow store holds up
-  nothing, and while this agent's view of the others is stale it declares no stall). On a stall the local ranks' stacks, grouped, become the attempt's root cause.
+  nothing, and while this agent's view of the others is stale it declares no stall). On a
+  stall the local ranks' stacks, grouped, become the attempt's root cause.
 * **Survivors.** When a rank fails, the still-running ranks' stacks are read (bounded: at most
   3 s and half of ``--shutdown-timeout``) before they are stopped, for the failure report.
 
