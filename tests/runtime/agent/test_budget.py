@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,47 @@ def node(port: int, nnodes: str, max_restarts: int, out: Path, *actions: str) ->
 
 def env(node_id: str) -> dict[str, str]:
     return {**os.environ, "XRUN_NODE_ID": node_id}
+
+
+def quarantined_alone(err: str) -> None:
+    """Node ``bad``'s agent (``err``: its stderr) left the job quarantined for its workers'
+    second lone failure, the job's budget counted once for it."""
+    host = os.uname().nodename
+    assert (
+        f"xrun-agent: node bad (host {host}) quarantined: its workers failed alone 2 times" in err
+    ), err
+    assert "restart budget: 1 of 5 restarts used, 4 left (job-wide)" in err
+    assert "; node bad (host" in err.splitlines()[-1]  # the root-cause line `xrun status` shows
+
+
+def refused_then_replaced(
+    node: Callable[..., list[str]],
+    run_id: str,
+    good: subprocess.Popen[str],
+    procs: list[subprocess.Popen[str]],
+    out: Path,
+    sleep: str,
+) -> subprocess.Popen[str]:
+    """Node ``bad``'s next agent (``node(*actions)``: an agent of job ``run_id``) is refused in
+    one line while the ``good`` node runs on; another node id from the same host is admitted
+    (the quarantine is the node's): its agent, once the two form a world."""
+    host = os.uname().nodename
+    again = subprocess.run(
+        node("ready"), env=env("bad"), capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert again.returncode == 1, again.stderr
+    (line,) = [x for x in again.stderr.splitlines() if "quarantined" in x]
+    assert f"node bad (host {host}) is quarantined from job {run_id!r}" in line
+    assert "its workers failed alone 2 times" in line and "not readmitted" in line
+    assert alive(good.pid)
+    other = popen(procs, node("ready", sleep), env=env("other"))
+    wait_for(
+        lambda: any(e["WORLD_SIZE"] == "2" for e in events(out)[-2:]),
+        what="the good node's world with the new node",
+        timeout=60,
+    )
+    return other
 
 
 @pytest.mark.timeout(150)
@@ -118,34 +161,15 @@ def test_node_failing_alone_is_quarantined_and_refused(
     bad = popen(procs, node(port, "1:2", 5, tmp_path, "fail-rank-always:0"), env=env("bad"))
     err = bad.communicate(timeout=90)[1]
     assert bad.returncode == 1, err
-    host = os.uname().nodename
-    assert (
-        f"xrun-agent: node bad (host {host}) quarantined: its workers failed alone 2 times" in err
-    )
-    assert "restart budget: 1 of 5 restarts used, 4 left (job-wide)" in err
-    assert "; node bad (host" in err.splitlines()[-1]  # the root-cause line `xrun status` shows
+    quarantined_alone(err)
     # the good node re-forms alone and keeps running; the bad node's next agent is refused
     wait_for(
         lambda: any(e["WORLD_SIZE"] == "1" for e in events(tmp_path)),
         what="the good node's world of one",
         timeout=60,
     )
-    again = subprocess.run(
-        node(port, "1:2", 5, tmp_path, "ready"), env=env("bad"), capture_output=True, text=True,
-        timeout=60, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert again.returncode == 1, again.stderr
-    (line,) = [x for x in again.stderr.splitlines() if "quarantined" in x]
-    assert f"node bad (host {host}) is quarantined from job 'budget'" in line
-    assert "its workers failed alone 2 times" in line and "not readmitted" in line
-    assert alive(good.pid)
-    # another node id from the same host is admitted (the quarantine is the node's)
-    other = popen(procs, node(port, "1:2", 5, tmp_path, "ready", "sleep:90"), env=env("other"))
-    wait_for(
-        lambda: any(e["WORLD_SIZE"] == "2" for e in events(tmp_path)[-2:]),
-        what="the good node's world with the new node",
-        timeout=60,
-    )
+    job = partial(node, port, "1:2", 5, tmp_path)
+    other = refused_then_replaced(job, "budget", good, procs, tmp_path, "sleep:90")
     assert other.poll() is None
 
 
@@ -213,12 +237,7 @@ def test_node_failing_alone_is_quarantined_and_refused_on_etcd(
     bad = popen(procs, node("fail-rank-always:0"), env=env("bad"))
     err = bad.communicate(timeout=120)[1]
     assert bad.returncode == 1, err
-    host = os.uname().nodename
-    assert (
-        f"xrun-agent: node bad (host {host}) quarantined: its workers failed alone 2 times" in err
-    ), err
-    assert "restart budget: 1 of 5 restarts used, 4 left (job-wide)" in err
-    assert "; node bad (host" in err.splitlines()[-1]  # the root-cause line `xrun status` shows
+    quarantined_alone(err)
     # the good node re-forms alone (the last workers started, the bad node gone) and keeps
     # running; the bad node's next agent is refused
     wait_for(
@@ -226,22 +245,7 @@ def test_node_failing_alone_is_quarantined_and_refused_on_etcd(
         what="the good node's world of one",
         timeout=60,
     )
-    again = subprocess.run(
-        node("ready"), env=env("bad"), capture_output=True, text=True, timeout=60,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert again.returncode == 1, again.stderr
-    (line,) = [x for x in again.stderr.splitlines() if "quarantined" in x]
-    assert f"node bad (host {host}) is quarantined from job {run_id!r}" in line
-    assert "its workers failed alone 2 times" in line and "not readmitted" in line
-    assert alive(good.pid)
-    # another node id from the same host is admitted (the quarantine is the node's)
-    other = popen(procs, node("ready", "sleep:120"), env=env("other"))
-    wait_for(
-        lambda: any(e["WORLD_SIZE"] == "2" for e in events(tmp_path)[-2:]),
-        what="the good node's world with the new node",
-        timeout=60,
-    )
+    other = refused_then_replaced(node, run_id, good, procs, tmp_path, "sleep:120")
     assert other.poll() is None and alive(good.pid)
 
 
