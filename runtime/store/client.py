@@ -280,7 +280,10 @@ class StoreClient:
     round watch) and with fire-and-forget requests (``post``/``post_now``, e.g. heartbeats):
     writes take one short lock, reads another, and an answer that arrives for a submitted
     request while a call reads is kept for its ``poll``. So one agent needs one connection.
-    Calls that block are one at a time (the rendezvous makes them from one thread).
+    Calls from several threads may overlap too (the agent's ``kv()`` connection: the watch
+    loop's WAIT for the other nodes' stacks and the stall watchdog's ADD from its thread): the
+    call that reads keeps the others' answers for them, and each waits for the reader to
+    finish (a call behind a long server-side wait waits with it).
     """
 
     def __init__(
@@ -308,6 +311,8 @@ class StoreClient:
         # Submitted requests whose answers a poll() will want; their answers, once read.
         self._submitted: set[int] = set()
         self._answers: dict[int, Response] = {}
+        # Requests of calls in progress (any thread's): the reading call keeps their answers.
+        self._calling: set[int] = set()
 
     def _open(self) -> Connection:
         return Connection.open(
@@ -353,9 +358,11 @@ class StoreClient:
     def _pipeline(
         self, calls: Sequence[tuple[Op, tuple[bytes, ...]]], wait: float | None
     ) -> list[Response]:
+        rids: list[int] = []
         try:
             with self._wlock:
                 rids = self._ids(len(calls))
+                self._calling.update(rids)
                 self._conn.send(
                     b"".join(
                         encode_request(rid, op, *f)
@@ -367,13 +374,14 @@ class StoreClient:
                 self._conn.deadline = (
                     None if wait is None else time.monotonic() + wait + self.read_timeout
                 )
-                # Answers to parked waits may overtake earlier ones: match them by id.
-                by_id: dict[int, Response] = {}
+                # Answers to parked waits may overtake earlier ones: match them by id. Another
+                # thread's call may have read ours while we waited for the lock.
+                by_id = {rid: self._answers.pop(rid) for rid in rids if rid in self._answers}
                 while len(by_id) < len(rids):
                     resp = self._conn.recv_response()
                     if resp.rid in rids:
                         by_id[resp.rid] = resp
-                    elif resp.rid in self._submitted:
+                    elif resp.rid in self._submitted or resp.rid in self._calling:
                         self._answers[resp.rid] = resp
                     else:
                         raise ProtocolError(f"response id {resp.rid} matches no request in {rids}")
@@ -389,6 +397,10 @@ class StoreClient:
             if self._conn.verdict_pending:  # dropped before it answered our handshake
                 raise StoreHandshakeError(str(e)) from None
             raise StoreError(f"lost the store at {self.host}:{self.port}: {e}") from None
+        finally:
+            self._calling.difference_update(rids)
+            for rid in rids:  # read by another call after ours failed: nobody wants it now
+                self._answers.pop(rid, None)
         for resp in resps:
             if resp.status == Status.ERROR:
                 raise StoreError(resp.body.str_())
@@ -430,7 +442,7 @@ class StoreClient:
                 if resp.rid == rid:
                     self._submitted.discard(rid)
                     return resp
-                if resp.rid in self._submitted:
+                if resp.rid in self._submitted or resp.rid in self._calling:
                     self._answers[resp.rid] = resp
         except TimeoutError:
             raise StoreTimeoutError(
