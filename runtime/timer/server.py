@@ -81,6 +81,7 @@ class Expired:
 
 # The malformed requests' log lines (one timer server per agent), rate-limited.
 _MALFORMED = Throttle("ignored {n} more malformed requests in the last {s} s")
+_HAVE_PROC = os.path.isdir("/proc/self")  # without /proc no start time is ever known
 
 
 def _log(msg: str) -> None:
@@ -103,7 +104,9 @@ class FileTimerServer:
         self._w = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._lock = threading.Lock()
-        self._timers: dict[tuple[int, str], tuple[float, int]] = {}  # -> (expiry, signal)
+        # -> (expiry, signal, the requester's start time): a timer is its requester's, not
+        # its pid's (the next attempt's worker may take a dead worker's pid; see ``_request``)
+        self._timers: dict[tuple[int, str], tuple[float, int, int | None]] = {}
         self._pids: dict[int, int] = {}  # the workers it may kill -> local rank
         # Their start times: a worker's timers outlive it (killed, it never released them) while
         # the agent waits for the next round, and its pid may go to any process meanwhile.
@@ -184,7 +187,7 @@ class FileTimerServer:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                nxt = min((exp for exp, _ in self._timers.values()), default=None)
+                nxt = min((t[0] for t in self._timers.values()), default=None)
             timeout = None if nxt is None else max(0.0, nxt - time.time())
             ready, _, _ = select.select([self._r, self._wake_r], [], [], timeout)
             if self._wake_r in ready:
@@ -218,27 +221,35 @@ class FileTimerServer:
             if said is not None:
                 _log(said)
             return
+        start = procs.proc_start_time(pid) if expiry >= 0 else None
         with self._lock:
             self.requests += 1
             if expiry < 0:
                 self._timers.pop((pid, scope), None)
-            else:
-                self._timers[(pid, scope)] = (expiry, sig)
+            elif start is not None or not _HAVE_PROC:
+                # Who asked: a dead worker never releases its timers, and the next attempt's
+                # worker may get its pid; watch() then names that pid again, and the old timer
+                # would kill the new worker. (A requester already gone has nothing to time.)
+                self._timers[(pid, scope)] = (expiry, sig, start)
 
     def _expire(self, now: float) -> None:
         with self._lock:
-            due: MutableMapping[int, list[tuple[float, str, int]]] = {}
-            for (pid, scope), (expiry, sig) in self._timers.items():
+            due: MutableMapping[tuple[int, int | None], list[tuple[float, str, int]]] = {}
+            for (pid, scope), (expiry, sig, start) in self._timers.items():
                 if expiry <= now:
-                    due.setdefault(pid, []).append((expiry, scope, sig))
-            for pid, timers in due.items():
-                # every timer of a reaped pid goes, as in torch
-                self._timers = {k: v for k, v in self._timers.items() if k[0] != pid}
-                self._reap(pid, sorted(timers), now)
+                    due.setdefault((pid, start), []).append((expiry, scope, sig))
+            for (pid, start), timers in due.items():
+                # every timer of a reaped process goes, as in torch
+                self._timers = {
+                    k: v for k, v in self._timers.items() if (k[0], v[2]) != (pid, start)
+                }
+                self._reap(pid, start, sorted(timers), now)
 
-    def _reap(self, pid: int, timers: list[tuple[float, str, int]], now: float) -> None:
-        """Kill ``pid`` with the signal of its earliest expired timer that has one (the lock
-        held)."""
+    def _reap(
+        self, pid: int, start: int | None, timers: list[tuple[float, str, int]], now: float
+    ) -> None:
+        """Kill ``pid`` (while it is the process started at ``start`` that asked) with the
+        signal of its earliest expired timer that has one (the lock held)."""
         armed = [(expiry, scope, sig) for expiry, scope, sig in timers if sig > 0]
         scopes = ", ".join(scope for _, scope, _ in timers)
         if not armed:
@@ -249,11 +260,10 @@ class FileTimerServer:
             return
         expiry, scope, sig = armed[0]
         try:
-            if pid in self._pids:  # the worker, through a pidfd: never a process that took its pid
-                if not procs.signal_if_same(pid, self._starts.get(pid), sig):
-                    return  # it ended meanwhile (and its pid may be another process's now)
-            else:
-                os.kill(pid, sig)  # in a worker's group (_ours checked the worker is the same)
+            # Through a pidfd: never a process that took the requester's pid (another worker's
+            # included), nor one in a worker's group that took a dead member's pid.
+            if not procs.signal_if_same(pid, start, sig):
+                return  # it ended meanwhile (and its pid may be another process's now)
         except ProcessLookupError:
             return  # it ended on its own meanwhile
         except OSError as e:

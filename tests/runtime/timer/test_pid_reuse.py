@@ -34,3 +34,26 @@ def test_an_expired_timer_does_not_signal_a_reused_pid(
             assert server.expired(r.pid) is None
     finally:
         server.stop()
+
+
+def test_a_dead_workers_timer_does_not_signal_the_next_worker_with_its_pid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next attempt's worker took the dead worker's pid: the agent's watch() names that pid
+    again, and the old worker's timer (never released) must not fire at the new worker."""
+    server = FileTimerServer(str(tmp_path / "watchdog_timer"))
+    try:
+        with pid_reuse() as r:
+            r.install(monkeypatch, after_look=False)
+            server.watch({0: r.pid})  # attempt 0's worker, alive
+            req = {"version": 1, "pid": r.pid, "scope_id": "step", "signal": signal.SIGTERM}
+            with open(server.path, "w") as f:
+                f.write(json.dumps({**req, "expiration_time": time.time() + 2.0}) + "\n")
+            wait_for(lambda: server.requests == 1, timeout=30, what="the request")
+            r.reuse()  # the worker died; attempt 1's worker got its pid
+            server.watch({0: r.pid})  # attempt 1 started
+            wait_for(lambda: not server._timers, timeout=30, what="the timer to expire")
+            assert not pending(r.pid, signal.SIGTERM), "the next attempt's worker was signalled"
+            assert server.expired(r.pid) is None
+    finally:
+        server.stop()
